@@ -1,0 +1,60 @@
+# Meteor: a control plane for fleets of edge devices.
+# `make help` lists the targets.
+
+GO        ?= go
+BIN       := bin/meteor
+PKGS      := ./...
+# make test must stay well under 15 minutes with -race on 2 cores.
+TEST_TIMEOUT ?= 14m
+FUZZTIME  ?= 30s
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build bin/meteor
+	$(GO) build -o $(BIN) ./cmd/meteor
+
+.PHONY: demo
+demo: build ## Run a local 3-server cluster, apply the example intents, show members and revisions (Ctrl-C stops)
+	./$(BIN) dev --servers 3 --examples docs/examples
+
+.PHONY: test
+test: ## Run all tests with the race detector
+	$(GO) test -race -shuffle=on -timeout $(TEST_TIMEOUT) $(PKGS)
+
+.PHONY: test-short
+test-short: ## Run all tests without the race detector (quicker while editing)
+	$(GO) test -timeout $(TEST_TIMEOUT) $(PKGS)
+
+.PHONY: bench
+bench: bench-intents ## Run every benchmark and write bench/results/
+
+.PHONY: bench-intents
+bench-intents: build ## Intent writes/s and latency: Meteor vs a 3-member etcd (installs etcd-server if missing)
+	$(GO) run ./bench/intents --meteor $(BIN)
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 30s)
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+.PHONY: lint
+lint: ## gofmt, go vet, and staticcheck if installed
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	@if command -v staticcheck >/dev/null; then staticcheck $(PKGS); else echo "staticcheck not installed; skipped"; fi
+
+.PHONY: verify
+verify: ## Check that go.mod is tidy
+	$(GO) mod tidy -diff
+
+.PHONY: clean
+clean: ## Remove build output
+	rm -rf bin

@@ -1,0 +1,184 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client talks to one Meteor server's HTTP API. Any server works: writes
+// and linearizable reads are forwarded to the leader.
+type Client struct {
+	base string
+	hc   *http.Client
+	// RetryNoLeader, when positive, retries requests answered with
+	// no_leader (which certainly had no effect) for up to this long.
+	RetryNoLeader time.Duration
+}
+
+// NewClient returns a client for the server at addr ("host:port" or a URL).
+func NewClient(addr string, hc *http.Client) *Client {
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	return &Client{base: strings.TrimRight(addr, "/"), hc: hc, RetryNoLeader: 10 * time.Second}
+}
+
+// Addr returns the server's base URL.
+func (c *Client) Addr() string { return c.base }
+
+// ReadOptions select a read's consistency and revision.
+type ReadOptions struct {
+	// Stale serves the read from the contacted server's replica, without
+	// confirming leadership: faster, may lag.
+	Stale bool
+	// Revision, when non-zero, asks what the intent said at that revision.
+	Revision uint64
+}
+
+func (o ReadOptions) query() url.Values {
+	q := url.Values{}
+	if o.Stale {
+		q.Set("stale", "true")
+	}
+	if o.Revision != 0 {
+		q.Set("revision", strconv.FormatUint(o.Revision, 10))
+	}
+	return q
+}
+
+// PutIntent writes an intent document (YAML or JSON). ifMatch, when
+// non-nil, makes the write conditional on the intent's current revision
+// (0: only if it does not exist).
+func (c *Client) PutIntent(ctx context.Context, name string, doc []byte, ifMatch *uint64) (*WriteResponse, error) {
+	h := http.Header{"Content-Type": {"application/yaml"}}
+	if ifMatch != nil {
+		h.Set("If-Match", strconv.Quote(strconv.FormatUint(*ifMatch, 10)))
+	}
+	var out WriteResponse
+	err := c.do(ctx, http.MethodPut, "/v1/intents/"+url.PathEscape(name), nil, h, doc, &out)
+	return &out, err
+}
+
+// DeleteIntent deletes an intent.
+func (c *Client) DeleteIntent(ctx context.Context, name string, ifMatch *uint64) (*WriteResponse, error) {
+	h := http.Header{}
+	if ifMatch != nil {
+		h.Set("If-Match", strconv.Quote(strconv.FormatUint(*ifMatch, 10)))
+	}
+	var out WriteResponse
+	err := c.do(ctx, http.MethodDelete, "/v1/intents/"+url.PathEscape(name), nil, h, nil, &out)
+	return &out, err
+}
+
+// GetIntent reads one intent.
+func (c *Client) GetIntent(ctx context.Context, name string, o ReadOptions) (*IntentResponse, error) {
+	var out IntentResponse
+	err := c.do(ctx, http.MethodGet, "/v1/intents/"+url.PathEscape(name), o.query(), nil, nil, &out)
+	return &out, err
+}
+
+// ListIntents lists the current intents.
+func (c *Client) ListIntents(ctx context.Context, o ReadOptions) (*IntentList, error) {
+	var out IntentList
+	err := c.do(ctx, http.MethodGet, "/v1/intents", o.query(), nil, nil, &out)
+	return &out, err
+}
+
+// Members lists the cluster's servers.
+func (c *Client) Members(ctx context.Context) (*Members, error) {
+	var out Members
+	err := c.do(ctx, http.MethodGet, "/v1/cluster/members", nil, nil, nil, &out)
+	return &out, err
+}
+
+// RemoveMember removes a server from the Raft configuration.
+func (c *Client) RemoveMember(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/cluster/members/"+url.PathEscape(id), nil, nil, nil, nil)
+}
+
+// Health reads the contacted server's health. A server without a leader
+// answers 503 with the body filled in; Health returns both.
+func (c *Client) Health(ctx context.Context) (*Health, error) {
+	var out Health
+	err := c.do(ctx, http.MethodGet, "/v1/health", nil, nil, nil, &out)
+	return &out, err
+}
+
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, h http.Header, body []byte, out any) error {
+	deadline := time.Now().Add(c.RetryNoLeader)
+	backoff := 100 * time.Millisecond
+	for {
+		err := c.once(ctx, method, path, q, h, body, out)
+		var apiErr *Error
+		if !errors.As(err, &apiErr) || !apiErr.Retryable() || time.Now().Add(backoff).After(deadline) {
+			return err
+		}
+		wait := backoff
+		if apiErr.RetryAfterMS > 0 {
+			wait = time.Duration(apiErr.RetryAfterMS) * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+func (c *Client) once(ctx context.Context, method, path string, q url.Values, h http.Header, body []byte, out any) error {
+	u := c.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w (is a Meteor server listening at %s? set --addr or METEOR_ADDR)", method, path, err, c.base)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: read response: %w", method, path, err)
+	}
+	if resp.StatusCode >= 300 {
+		e := &Error{StatusCode: resp.StatusCode}
+		if json.Unmarshal(data, e) != nil || e.Message == "" {
+			e.Code, e.Message = CodeInternal, fmt.Sprintf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(data)))
+		}
+		// Health answers 503 with a full body; hand both back.
+		if out != nil && path == "/v1/health" {
+			_ = json.Unmarshal(data, out)
+		}
+		return e
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%s %s: decode response: %w", method, path, err)
+	}
+	return nil
+}

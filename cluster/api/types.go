@@ -1,0 +1,132 @@
+package api
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/meteor-edge/meteor/fsm/intent"
+)
+
+// Error codes carried in error responses.
+const (
+	CodeBadRequest     = "bad_request"     // 400: the document or request is invalid
+	CodeNotFound       = "not_found"       // 404
+	CodeConflict       = "conflict"        // 409: If-Match did not match
+	CodeNoLeader       = "no_leader"       // 503: no leader; nothing was written, retry
+	CodeUnknownOutcome = "unknown_outcome" // 503: the write may or may not have been applied
+	CodeTimeout        = "timeout"         // 503/504: the write was not committed in time
+	CodeInternal       = "internal"        // 500
+	CodeShuttingDown   = "shutting_down"   // 503: this server is stopping
+)
+
+// Error is the body of every error response.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"error"`
+	// RetryAfterMS, when set, is how long to wait before retrying.
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
+	// CurrentRevision is set on conflicts.
+	CurrentRevision *uint64 `json:"current_revision,omitempty"`
+
+	// StatusCode is the HTTP status (not part of the body).
+	StatusCode int `json:"-"`
+}
+
+func (e *Error) Error() string {
+	if e.RetryAfterMS > 0 {
+		return fmt.Sprintf("%s (retry in %s)", e.Message, time.Duration(e.RetryAfterMS)*time.Millisecond)
+	}
+	return e.Message
+}
+
+// Retryable reports whether the request certainly had no effect and can be
+// sent again as it is.
+func (e *Error) Retryable() bool { return e.Code == CodeNoLeader || e.Code == CodeShuttingDown }
+
+// WriteResponse answers a successful intent write or delete.
+type WriteResponse struct {
+	Name     string `json:"name"`
+	Revision uint64 `json:"revision"`
+	// Index is the Raft index of the write.
+	Index uint64 `json:"index"`
+}
+
+// IntentResponse is one intent: its current version, or the version at a
+// requested revision.
+type IntentResponse struct {
+	Name string `json:"name"`
+	// Revision is the revision that last changed the intent (as of the
+	// requested revision, when one was asked for).
+	Revision       uint64         `json:"revision"`
+	CreateRevision uint64         `json:"create_revision,omitempty"`
+	UpdatedAt      time.Time      `json:"updated_at"`
+	Intent         *intent.Intent `json:"intent"`
+}
+
+// IntentSummary is one line of an intent listing.
+type IntentSummary struct {
+	Name      string            `json:"name"`
+	Revision  uint64            `json:"revision"`
+	Selector  map[string]string `json:"selector,omitempty"`
+	Resources int               `json:"resources"`
+	UpdatedAt time.Time         `json:"updated_at"`
+}
+
+// IntentList is the answer to GET /v1/intents.
+type IntentList struct {
+	// Revision is the cluster revision the listing reflects.
+	Revision uint64          `json:"revision"`
+	Intents  []IntentSummary `json:"intents"`
+}
+
+// Member is one server of the cluster.
+type Member struct {
+	ID         string `json:"id"`
+	Region     string `json:"region"`
+	HTTPAddr   string `json:"http_addr"`
+	RaftAddr   string `json:"raft_addr"`
+	GossipAddr string `json:"gossip_addr"`
+	// GossipState is alive, suspect, failed, left, or unknown (in the Raft
+	// configuration but not seen through gossip).
+	GossipState string `json:"gossip_state"`
+	// RaftRole is leader, follower, candidate, or none (not a Raft member).
+	RaftRole string `json:"raft_role"`
+	// Suffrage is voter, nonvoter or none.
+	Suffrage     string `json:"suffrage"`
+	Leader       bool   `json:"leader"`
+	AppliedIndex uint64 `json:"applied_index"`
+	LastIndex    uint64 `json:"last_index"`
+	Version      string `json:"version,omitempty"`
+	// Error says why the server's own figures could not be read.
+	Error string `json:"error,omitempty"`
+}
+
+// Members is the answer to GET /v1/cluster/members.
+type Members struct {
+	Leader  string   `json:"leader"`
+	Members []Member `json:"members"`
+}
+
+// Health is the answer to GET /v1/health.
+type Health struct {
+	Node         string `json:"node"`
+	Region       string `json:"region"`
+	RaftState    string `json:"raft_state"`
+	Leader       string `json:"leader"`
+	AppliedIndex uint64 `json:"applied_index"`
+	LastIndex    uint64 `json:"last_index"`
+	CommitIndex  uint64 `json:"commit_index"`
+	Revision     uint64 `json:"revision"`
+	Healthy      bool   `json:"healthy"`
+	Message      string `json:"message,omitempty"`
+	Version      string `json:"version"`
+}
+
+// Response headers.
+const (
+	HeaderRevision    = "X-Meteor-Revision"    // cluster revision the answer reflects
+	HeaderIndex       = "X-Meteor-Index"       // Raft index the answer reflects
+	HeaderLeader      = "X-Meteor-Leader"      // known leader's node ID
+	HeaderConsistency = "X-Meteor-Consistency" // linearizable or stale
+	HeaderServedBy    = "X-Meteor-Served-By"   // node that produced the answer
+)

@@ -1,0 +1,136 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/fsm"
+)
+
+// Errors of the write and read paths. They map to API error codes.
+var (
+	// ErrNotLeader means this server is not the leader; nothing was done.
+	ErrNotLeader = errors.New("this server is not the leader")
+	// ErrNoLeader means the cluster has no leader right now.
+	ErrNoLeader = errors.New("no cluster leader: an election is in progress or a majority of servers is unreachable")
+	// ErrNotReady means a new leader has not applied earlier terms yet.
+	ErrNotReady = errors.New("the leader is still applying entries of earlier terms")
+)
+
+// OutcomeUnknownError wraps a failure after the command may have been
+// committed: the write may or may not have taken effect.
+type OutcomeUnknownError struct{ Err error }
+
+func (e *OutcomeUnknownError) Error() string {
+	return fmt.Sprintf("the write may or may not have been applied (%v): read the intent before retrying, or retry with If-Match", e.Err)
+}
+func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
+
+// Propose commits a command through Raft on the leader and returns its
+// result. It must run on the leader (ErrNotLeader otherwise; nothing is
+// written then). Concurrent proposals share disk writes: the Raft leader
+// takes everything queued on its apply channel into one log append.
+func (s *Server) Propose(ctx context.Context, t fsm.MessageType, req any) (fsm.ApplyResult, uint64, error) {
+	data, err := fsm.Encode(t, req)
+	if err != nil {
+		return fsm.ApplyResult{}, 0, err
+	}
+	if s.raft.State() != raft.Leader {
+		return fsm.ApplyResult{}, 0, ErrNotLeader
+	}
+	timeout := s.config.ApplyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	f := s.raft.Apply(data, timeout)
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: fmt.Errorf("gave up waiting for the commit: %w", ctx.Err())}
+	case <-s.shutdownCh:
+		return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: raft.ErrRaftShutdown}
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, raft.ErrNotLeader):
+		return fsm.ApplyResult{}, 0, ErrNotLeader
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return fsm.ApplyResult{}, 0, fmt.Errorf("%w: the leader's apply queue is full", ErrNotReady)
+	default:
+		return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: err}
+	}
+	res, ok := f.Response().(fsm.ApplyResult)
+	if !ok {
+		return fsm.ApplyResult{}, 0, fmt.Errorf("unexpected apply response %T", f.Response())
+	}
+	return res, f.Index(), nil
+}
+
+// ConsistentRead confirms that this server is still the leader and has
+// applied every committed entry, so that a read of the local FSM that
+// follows is linearizable: it reflects every write acknowledged before the
+// read began. A leader cut off from its majority fails here.
+func (s *Server) ConsistentRead(ctx context.Context) error {
+	if s.raft.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	f := s.raft.VerifyLeader()
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("%w: leadership not confirmed: %v", ErrNoLeader, err)
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("%w: leadership not confirmed before the deadline: %v", ErrNoLeader, ctx.Err())
+	}
+	if !s.readyForReads.Load() {
+		return ErrNotReady
+	}
+	return nil
+}
+
+// leaderHTTP returns the leader's node ID and HTTP address.
+func (s *Server) leaderHTTP() (string, string, error) {
+	_, id := s.raft.LeaderWithID()
+	if id == "" {
+		return "", "", ErrNoLeader
+	}
+	m, ok := s.memberByID(string(id))
+	if !ok || m.HTTPAddr == "" {
+		return string(id), "", fmt.Errorf("%w: leader %s is not known through gossip yet", ErrNoLeader, id)
+	}
+	return string(id), m.HTTPAddr, nil
+}
+
+// selfStatus is this server's own view, served at /v1/internal/self and
+// /v1/health.
+type selfStatus = api.Health
+
+func (s *Server) self() *selfStatus {
+	_, leader := s.raft.LeaderWithID()
+	r := s.fsm.Read()
+	st := &selfStatus{
+		Node: s.config.NodeID, Region: s.config.Region,
+		RaftState: s.raft.State().String(), Leader: string(leader),
+		AppliedIndex: s.raft.AppliedIndex(), LastIndex: s.raft.LastIndex(), CommitIndex: s.raft.CommitIndex(),
+		Revision: r.Revision(), Version: Version,
+	}
+	switch {
+	case leader == "":
+		st.Message = "no cluster leader known: an election is in progress or a majority of servers is unreachable"
+	case !s.inRaftConfig(s.config.NodeID):
+		st.Message = "this server is not (yet) a member of the Raft configuration"
+	default:
+		st.Healthy = true
+	}
+	return st
+}

@@ -1,0 +1,160 @@
+package cluster
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+
+	"github.com/meteor-edge/meteor/fsm"
+)
+
+// Config configures a server node. Build it from DefaultConfig and set the
+// addresses and identity.
+type Config struct {
+	// NodeID names the server; it must be unique in the cluster and stable
+	// across restarts (it is recorded in DataDir).
+	NodeID string
+	// Region is the server's region, used to place devices near it.
+	Region string
+	// DataDir holds the Raft log, stable store and snapshots.
+	DataDir string
+
+	// HTTPAddr is the host:port the HTTP API listens on; RaftAddr the TCP
+	// host:port for Raft; GossipAddr the host:port (TCP and UDP) for
+	// memberlist. Port 0 picks a free port (tests). The addresses are also
+	// what other servers use to reach this one, so they must not be
+	// wildcard addresses.
+	HTTPAddr   string
+	RaftAddr   string
+	GossipAddr string
+
+	// Join lists gossip addresses of servers to join at start.
+	Join []string
+	// BootstrapExpect, when non-zero, forms a new cluster once this many
+	// servers see each other through gossip and none of them has Raft
+	// state yet. Every server of the initial set must use the same value.
+	BootstrapExpect int
+	// Dev runs a single throw-away server that bootstraps itself.
+	Dev bool
+
+	// GossipKey, if set, encrypts gossip (16, 24 or 32 bytes, AES).
+	GossipKey []byte
+
+	// FSM configures the state machine. Every server must use the same
+	// history limit.
+	FSM fsm.Config
+
+	// SnapshotThreshold and SnapshotInterval control Raft snapshots;
+	// TrailingLogs how many entries stay after one.
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	TrailingLogs      uint64
+
+	// ApplyTimeout bounds how long a write waits to be committed.
+	ApplyTimeout time.Duration
+	// ReconcileInterval is how often the leader reconciles Raft membership
+	// with gossip, besides reacting to gossip events.
+	ReconcileInterval time.Duration
+
+	// Logger receives the server's logs; nil means hclog.Default().
+	Logger hclog.Logger
+
+	// RaftTuning, if set, adjusts the Raft configuration before start
+	// (tests tighten timeouts with it).
+	RaftTuning func(*raft.Config)
+	// GossipTuning, if set, adjusts the memberlist configuration.
+	GossipTuning func(*memberlist.Config)
+	// RaftLayer, if set, wraps the Raft TCP listener (fault injection).
+	// nil means plain TCP.
+	RaftLayer func(nodeID string, ln net.Listener) raft.StreamLayer
+	// GossipTransport, if set, wraps memberlist's transport.
+	GossipTransport func(nodeID string, t memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
+}
+
+// DefaultConfig returns a configuration with production defaults and no
+// identity or addresses.
+func DefaultConfig() Config {
+	return Config{
+		Region:            "default",
+		FSM:               fsm.DefaultConfig(),
+		SnapshotThreshold: 8192,
+		SnapshotInterval:  2 * time.Minute,
+		TrailingLogs:      10240,
+		ApplyTimeout:      10 * time.Second,
+		ReconcileInterval: 5 * time.Second,
+	}
+}
+
+var nodeIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// Validate checks the configuration and says what to fix.
+func (c *Config) Validate() error {
+	var errs []error
+	if !nodeIDPattern.MatchString(c.NodeID) {
+		errs = append(errs, fmt.Errorf("node ID %q: must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", c.NodeID))
+	}
+	if c.Region == "" {
+		errs = append(errs, errors.New("region: must not be empty"))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data dir: must be set"))
+	}
+	for name, addr := range map[string]string{"http addr": c.HTTPAddr, "raft addr": c.RaftAddr, "gossip addr": c.GossipAddr} {
+		if err := checkAddr(addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	if c.BootstrapExpect < 0 || c.BootstrapExpect > 7 {
+		errs = append(errs, fmt.Errorf("bootstrap expect %d: must be between 1 and 7 (3 or 5 recommended)", c.BootstrapExpect))
+	}
+	if c.Dev && c.BootstrapExpect > 1 {
+		errs = append(errs, errors.New("dev mode runs a single server: do not set bootstrap expect"))
+	}
+	if k := len(c.GossipKey); k != 0 && k != 16 && k != 24 && k != 32 {
+		errs = append(errs, fmt.Errorf("gossip key: %d bytes, must be 16, 24 or 32", k))
+	}
+	if err := c.FSM.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.ApplyTimeout <= 0 || c.ReconcileInterval <= 0 {
+		errs = append(errs, errors.New("apply timeout and reconcile interval must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+func checkAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", addr, err)
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return fmt.Errorf("%q: host must be an IP address", addr)
+	}
+	if ip.IsUnspecified() {
+		return fmt.Errorf("%q: other servers must be able to reach this address; use a specific IP, not %s", addr, host)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("%q: bad port: %w", addr, err)
+	}
+	return nil
+}
+
+// ParseGossipKey decodes a base64 gossip encryption key.
+func ParseGossipKey(s string) ([]byte, error) {
+	k, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("gossip key: not base64: %w", err)
+	}
+	if n := len(k); n != 16 && n != 24 && n != 32 {
+		return nil, fmt.Errorf("gossip key: %d bytes after decoding, must be 16, 24 or 32", n)
+	}
+	return k, nil
+}

@@ -1,0 +1,226 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/memberlist"
+)
+
+// nodeMeta is what a server tells the others about itself through gossip.
+// It must stay under memberlist.MetaMaxSize (512 bytes) encoded.
+type nodeMeta struct {
+	ID              string `json:"id"`
+	Region          string `json:"region"`
+	RaftAddr        string `json:"raft"`
+	HTTPAddr        string `json:"http"`
+	BootstrapExpect int    `json:"expect,omitempty"`
+	Version         string `json:"version"`
+	// Leaving is set just before a graceful leave, so that others can
+	// tell a server that left from one that failed: memberlist's leave
+	// notification does not say which.
+	Leaving bool `json:"leaving,omitempty"`
+}
+
+// member is a gossip member that is a Meteor server.
+type member struct {
+	nodeMeta
+	GossipAddr string
+	State      memberlist.NodeStateType
+}
+
+func stateName(s memberlist.NodeStateType) string {
+	switch s {
+	case memberlist.StateAlive:
+		return "alive"
+	case memberlist.StateSuspect:
+		return "suspect"
+	case memberlist.StateDead:
+		return "failed"
+	case memberlist.StateLeft:
+		return "left"
+	}
+	return "unknown"
+}
+
+// gossipDelegate serves the node's metadata; it carries no user messages.
+type gossipDelegate struct {
+	mu   sync.Mutex
+	meta nodeMeta // guarded by mu
+}
+
+func (d *gossipDelegate) NodeMeta(limit int) []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b, _ := json.Marshal(d.meta)
+	return b
+}
+
+func (d *gossipDelegate) setLeaving() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.meta.Leaving = true
+}
+
+func (d *gossipDelegate) NotifyMsg([]byte)                           {}
+func (d *gossipDelegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d *gossipDelegate) LocalState(join bool) []byte                { return nil }
+func (d *gossipDelegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// eventDelegate keeps this server's table of the cluster's servers, and
+// turns membership changes into a wake-up for the leader's reconcile loop
+// and the bootstrap loop. Both loops are level-based: they re-read the
+// table, so a dropped wake-up loses nothing.
+//
+// memberlist calls the Notify methods with its node lock held, so the
+// nodes are copied here; memberlist.Members would hand out pointers that
+// memberlist keeps mutating. It also remembers servers that failed or left,
+// which memberlist.Members leaves out.
+type eventDelegate struct {
+	chs []chan struct{}
+
+	mu      sync.Mutex
+	members map[string]member // guarded by mu; by node name
+}
+
+func (e *eventDelegate) snapshot() []member {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]member, 0, len(e.members))
+	for _, m := range e.members {
+		out = append(out, m)
+	}
+	return out
+}
+
+func (e *eventDelegate) set(n *memberlist.Node, state memberlist.NodeStateType) {
+	m, ok := toMember(n)
+	if !ok {
+		return
+	}
+	m.State = state
+	if state == memberlist.StateDead && m.Leaving {
+		m.State = memberlist.StateLeft
+	}
+	e.mu.Lock()
+	e.members[n.Name] = m
+	e.mu.Unlock()
+	e.poke()
+}
+
+func (e *eventDelegate) poke() {
+	for _, ch := range e.chs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+func (e *eventDelegate) NotifyJoin(n *memberlist.Node)   { e.set(n, memberlist.StateAlive) }
+func (e *eventDelegate) NotifyUpdate(n *memberlist.Node) { e.set(n, memberlist.StateAlive) }
+
+// NotifyLeave does not say whether the node failed or left on purpose; a
+// server sets Leaving in its metadata before leaving, so set tells them
+// apart.
+func (e *eventDelegate) NotifyLeave(n *memberlist.Node) { e.set(n, memberlist.StateDead) }
+
+func toMember(n *memberlist.Node) (member, bool) {
+	var m nodeMeta
+	if err := json.Unmarshal(n.Meta, &m); err != nil || m.ID == "" {
+		return member{}, false
+	}
+	return member{nodeMeta: m, GossipAddr: n.Address(), State: n.State}, true
+}
+
+func (s *Server) setupGossip() (*memberlist.Memberlist, error) {
+	host, portStr, err := net.SplitHostPort(s.config.GossipAddr)
+	if err != nil {
+		return nil, fmt.Errorf("gossip addr: %w", err)
+	}
+	port, _ := strconv.Atoi(portStr)
+	s.gossipMeta = &gossipDelegate{meta: nodeMeta{
+		ID: s.config.NodeID, Region: s.config.Region, RaftAddr: s.raftAddr,
+		HTTPAddr: s.httpAddr, BootstrapExpect: s.config.BootstrapExpect, Version: Version,
+	}}
+	if meta := s.gossipMeta.NodeMeta(0); len(meta) > memberlist.MetaMaxSize-32 {
+		return nil, fmt.Errorf("gossip metadata is %d bytes, over memberlist's limit of %d: shorten the node ID or region", len(meta), memberlist.MetaMaxSize)
+	}
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = s.config.NodeID
+	mc.BindAddr, mc.BindPort = host, port
+	mc.AdvertiseAddr, mc.AdvertisePort = host, port
+	mc.Delegate = s.gossipMeta
+	s.events = &eventDelegate{chs: []chan struct{}{s.eventCh, s.bootstrapCh}, members: map[string]member{}}
+	mc.Events = s.events
+	stdLog := s.logger.Named("gossip").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	mc.Logger = stdLog
+	if len(s.config.GossipKey) > 0 {
+		mc.SecretKey = s.config.GossipKey
+	}
+	if s.config.GossipTuning != nil {
+		s.config.GossipTuning(mc)
+	}
+	// Build the transport here so port 0 works (memberlist binds TCP and
+	// UDP on one port) and so tests can wrap it for fault injection.
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: stdLog})
+	if err != nil {
+		return nil, fmt.Errorf("gossip listen on %s: %w", s.config.GossipAddr, err)
+	}
+	mc.BindPort = nt.GetAutoBindPort()
+	mc.AdvertisePort = mc.BindPort
+	var t memberlist.NodeAwareTransport = nt
+	if s.config.GossipTransport != nil {
+		t = s.config.GossipTransport(s.config.NodeID, nt)
+	}
+	mc.Transport = t
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		nt.Shutdown()
+		return nil, fmt.Errorf("start gossip on %s: %w", s.config.GossipAddr, err)
+	}
+	s.gossipAddr = net.JoinHostPort(host, strconv.Itoa(int(ml.LocalNode().Port)))
+	return ml, nil
+}
+
+// members returns the Meteor servers gossip knows, this one included:
+// alive ones, and those that failed or left.
+func (s *Server) members() []member { return s.events.snapshot() }
+
+// memberByID finds a server by node ID.
+func (s *Server) memberByID(id string) (member, bool) {
+	for _, m := range s.members() {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return member{}, false
+}
+
+// joinGossip joins the servers in Config.Join, retrying until one answers
+// or the server shuts down.
+func (s *Server) joinLoop() {
+	defer s.wg.Done()
+	if len(s.config.Join) == 0 {
+		return
+	}
+	backoff := 200 * time.Millisecond
+	for {
+		n, err := s.gossip.Join(s.config.Join)
+		if n > 0 {
+			s.logger.Info("joined cluster", "contacted", n)
+			return
+		}
+		s.logger.Warn("join failed, retrying", "addrs", s.config.Join, "error", err, "retry_in", backoff)
+		select {
+		case <-s.shutdownCh:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}

@@ -1,0 +1,86 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+
+	"github.com/meteor-edge/meteor/chaos"
+	"github.com/meteor-edge/meteor/fsm"
+)
+
+// withNetwork routes a test cluster's Raft and gossip traffic through a
+// chaos.Network, so tests can cut links between servers.
+func withNetwork(n *chaos.Network) func(*Config) {
+	return func(cfg *Config) {
+		cfg.RaftLayer = func(id string, ln net.Listener) raft.StreamLayer { return n.StreamLayer(id, ln) }
+		cfg.GossipTransport = func(id string, t memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
+			return n.MemberlistTransport(id, t)
+		}
+	}
+}
+
+// TestPartitionedLeader cuts the leader off from the other four: it must
+// neither commit a write nor serve a linearizable read, while the majority
+// elects a new leader and goes on. After the partition heals, the old
+// leader's uncommitted write is gone and every server agrees.
+func TestPartitionedLeader(t *testing.T) {
+	faults := chaos.NewFaultLog()
+	n := chaos.NewNetwork(1, faults)
+	t.Cleanup(func() { n.Close() })
+	c := newTestCluster(t, 5, withNetwork(n))
+	c.propose(simpleIntent("before", "x"))
+	old := c.waitLeader()
+
+	n.Isolate(old.ID())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	res, _, err := old.Propose(ctx, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: simpleIntent("minority", "x")})
+	if err == nil {
+		t.Fatalf("isolated leader committed a write: %+v", res)
+	}
+	t.Logf("write on the isolated leader: %v", err)
+	if err := old.ConsistentRead(ctx); err == nil {
+		t.Fatal("isolated leader confirmed a linearizable read")
+	}
+
+	// The majority side elects a new leader and commits.
+	var majority *Server
+	waitFor(t, 20*time.Second, func() error {
+		for _, s := range c.alive() {
+			if s != old && s.IsLeader() && s.readyForReads.Load() {
+				majority = s
+				return nil
+			}
+		}
+		return errors.New("no leader on the majority side")
+	})
+	if _, _, err := majority.Propose(context.Background(), fsm.PutIntentType, &fsm.PutIntentRequest{Intent: simpleIntent("majority", "y")}); err != nil {
+		t.Fatalf("majority write: %v", err)
+	}
+	if old.IsLeader() {
+		if err := old.ConsistentRead(context.Background()); err == nil {
+			t.Fatal("old leader still confirms reads while the majority has a new leader")
+		}
+	}
+
+	n.Heal()
+	c.waitConverged()
+	for _, s := range c.alive() {
+		r := s.State().Read()
+		if _, err := r.Intent(nil, "minority"); !errors.Is(err, fsm.ErrNotFound) {
+			t.Errorf("%s: the isolated leader's write survived: %v", s.ID(), err)
+		}
+		if _, err := r.Intent(nil, "majority"); err != nil {
+			t.Errorf("%s: %v", s.ID(), err)
+		}
+	}
+	if faults.Count(chaos.KindPartition) == 0 || faults.Count(chaos.KindCut) == 0 {
+		t.Errorf("fault log recorded no partition or cut connection: %v", faults.Counts())
+	}
+}

@@ -1,0 +1,229 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/meteor-edge/meteor/fsm"
+)
+
+// raftFSM adapts fsm.FSM to raft.FSM and raft.BatchingFSM.
+type raftFSM struct {
+	state  *fsm.FSM
+	logger hclog.Logger
+}
+
+var _ raft.BatchingFSM = (*raftFSM)(nil)
+
+func (r *raftFSM) Apply(l *raft.Log) any { return r.ApplyBatch([]*raft.Log{l})[0] }
+
+// ApplyBatch applies the commands among logs in one state transaction.
+// Other log types (configuration changes, no-ops) change no state.
+func (r *raftFSM) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	var idx []uint64
+	var data [][]byte
+	var pos []int
+	for i, l := range logs {
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		idx = append(idx, l.Index)
+		data = append(data, l.Data)
+		pos = append(pos, i)
+	}
+	if len(data) == 0 {
+		return out
+	}
+	res := r.state.ApplyBatch(idx, data)
+	for i, p := range pos {
+		out[p] = res[i]
+	}
+	return out
+}
+
+func (r *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
+	return &raftSnapshot{snap: r.state.Snapshot(), logger: r.logger}, nil
+}
+
+func (r *raftFSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	if err := r.state.Restore(rc); err != nil {
+		return err
+	}
+	r.logger.Info("restored state from snapshot", "index", r.state.Read().Index(), "revision", r.state.Read().Revision())
+	return nil
+}
+
+type raftSnapshot struct {
+	snap   *fsm.Snapshot
+	logger hclog.Logger
+}
+
+func (s *raftSnapshot) Persist(sink raft.SnapshotSink) error {
+	start := time.Now()
+	n, err := s.snap.WriteTo(sink)
+	if err != nil {
+		sink.Cancel()
+		return fmt.Errorf("persist snapshot: %w", err)
+	}
+	if err := sink.Close(); err != nil {
+		return fmt.Errorf("close snapshot: %w", err)
+	}
+	s.logger.Debug("snapshot persisted", "id", sink.ID(), "bytes", n, "took", time.Since(start))
+	return nil
+}
+
+func (s *raftSnapshot) Release() {}
+
+// tcpLayer is a plain TCP raft.StreamLayer.
+type tcpLayer struct {
+	net.Listener
+}
+
+func (t tcpLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return net.DialTimeout("tcp", string(addr), timeout)
+}
+
+// raftParts are what setupRaft builds, so Shutdown can close them.
+type raftParts struct {
+	raft      *raft.Raft
+	store     *raftboltdb.BoltStore
+	transport *raft.NetworkTransport
+	hasState  bool
+}
+
+func (s *Server) setupRaft() (*raftParts, error) {
+	dir := filepath.Join(s.config.DataDir, "raft")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create raft dir: %w", err)
+	}
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	if err != nil {
+		return nil, fmt.Errorf("open raft store %s: %w", filepath.Join(dir, "raft.db"), err)
+	}
+	p := &raftParts{store: store}
+	ok := false
+	defer func() {
+		if !ok {
+			p.close()
+		}
+	}()
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, s.logger.Named("raft"))
+	if err != nil {
+		return nil, fmt.Errorf("open snapshot store: %w", err)
+	}
+	ln, err := net.Listen("tcp", s.config.RaftAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for raft on %s: %w", s.config.RaftAddr, err)
+	}
+	s.raftAddr = ln.Addr().String()
+	var layer raft.StreamLayer = tcpLayer{ln}
+	if s.config.RaftLayer != nil {
+		layer = s.config.RaftLayer(s.config.NodeID, ln)
+	}
+	p.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: layer, MaxPool: 3, Timeout: 10 * time.Second,
+		Logger: s.logger.Named("raft-net"),
+	})
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(s.config.NodeID)
+	rc.Logger = s.logger.Named("raft")
+	rc.SnapshotThreshold = s.config.SnapshotThreshold
+	rc.SnapshotInterval = s.config.SnapshotInterval
+	rc.TrailingLogs = s.config.TrailingLogs
+	// Buffer the apply channel so concurrent writers queue up and the
+	// leader writes them to disk together: many writes, one fsync.
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 512
+	rc.NotifyCh = s.leaderCh
+	if s.config.RaftTuning != nil {
+		s.config.RaftTuning(rc)
+	}
+	if err := raft.ValidateConfig(rc); err != nil {
+		return nil, fmt.Errorf("raft config: %w", err)
+	}
+	p.hasState, err = raft.HasExistingState(store, store, snaps)
+	if err != nil {
+		return nil, fmt.Errorf("read raft state: %w", err)
+	}
+	if s.config.Dev && !p.hasState {
+		conf := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: p.transport.LocalAddr(), Suffrage: raft.Voter}}}
+		if err := raft.BootstrapCluster(rc, store, store, snaps, p.transport, conf); err != nil {
+			return nil, fmt.Errorf("bootstrap dev server: %w", err)
+		}
+	}
+	p.raft, err = raft.NewRaft(rc, &raftFSM{state: s.fsm, logger: s.logger.Named("fsm")}, store, store, snaps, p.transport)
+	if err != nil {
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+	ok = true
+	return p, nil
+}
+
+func (p *raftParts) close() error {
+	var errs []error
+	if p.raft != nil {
+		if err := p.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, fmt.Errorf("shut down raft: %w", err))
+		}
+	}
+	if p.transport != nil {
+		if err := p.transport.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close raft transport: %w", err))
+		}
+	}
+	if p.store != nil {
+		if err := p.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close raft store: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkNodeID records the node ID in the data dir on first start and
+// refuses a data dir that belongs to another node.
+func checkNodeID(dataDir, id string) error {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	path := filepath.Join(dataDir, "node-id")
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return writeFileSync(path, []byte(id+"\n"))
+	case err != nil:
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if have := strings.TrimSpace(string(b)); have != id {
+		return fmt.Errorf("data dir %s belongs to node %q, not %q: start with --node-id %s or use another data dir", dataDir, have, id, have)
+	}
+	return nil
+}
+
+func writeFileSync(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

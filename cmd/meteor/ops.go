@@ -1,0 +1,322 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/meteor-edge/meteor/cluster"
+	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/fsm/intent"
+)
+
+func newApplyCmd(g *globals) *cobra.Command {
+	var files []string
+	var ifMatch int64
+	cmd := &cobra.Command{
+		Use:   "apply -f FILE",
+		Short: "Create or replace intents from YAML or JSON documents",
+		Long: `Create or replace intents. FILE may hold several YAML documents separated by
+'---', may be a directory (every .yaml, .yml and .json file in it), or '-' for
+standard input. Every document is validated before anything is sent. Prints the
+new revision of each intent.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(files) == 0 {
+				return fmt.Errorf("no documents: pass -f FILE")
+			}
+			var docs []*intent.Intent
+			for _, f := range files {
+				d, err := readIntents(f)
+				if err != nil {
+					return err
+				}
+				docs = append(docs, d...)
+			}
+			if ifMatch >= 0 && len(docs) != 1 {
+				return fmt.Errorf("--if-match applies to a single intent, but %d documents were given", len(docs))
+			}
+			c := g.client()
+			var results []api.WriteResponse
+			for _, in := range docs {
+				body, err := json.Marshal(in)
+				if err != nil {
+					return err
+				}
+				var im *uint64
+				if ifMatch >= 0 {
+					v := uint64(ifMatch)
+					im = &v
+				}
+				res, err := c.PutIntent(cmd.Context(), in.Name, body, im)
+				if err != nil {
+					return fmt.Errorf("apply intent %q: %w", in.Name, err)
+				}
+				results = append(results, *res)
+				if g.output == "table" {
+					fmt.Fprintf(cmd.OutOrStdout(), "intent/%s applied: revision %d\n", res.Name, res.Revision)
+				}
+			}
+			if g.output == "json" {
+				return printJSON(cmd.OutOrStdout(), results)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "intent file, directory, or - for stdin (repeatable)")
+	cmd.Flags().Int64Var(&ifMatch, "if-match", -1, "apply only if the intent's current revision is this (0: only if it does not exist)")
+	return cmd
+}
+
+// readIntents parses the documents in a file, a directory or stdin.
+func readIntents(path string) ([]*intent.Intent, error) {
+	if path == "-" {
+		data, err := io.ReadAll(os.Stdin)
+		if err != nil {
+			return nil, fmt.Errorf("read stdin: %w", err)
+		}
+		return parseDocs("stdin", data)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		return parseDocs(path, data)
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []*intent.Intent
+	for _, e := range entries {
+		switch filepath.Ext(e.Name()) {
+		case ".yaml", ".yml", ".json":
+		default:
+			continue
+		}
+		d, err := readIntents(filepath.Join(path, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d...)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no .yaml, .yml or .json files", path)
+	}
+	return out, nil
+}
+
+func parseDocs(name string, data []byte) ([]*intent.Intent, error) {
+	docs, err := intent.ParseAll(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return docs, nil
+}
+
+func newGetCmd(g *globals) *cobra.Command {
+	var stale bool
+	cmd := &cobra.Command{Use: "get", Short: "Show intents"}
+	cmd.PersistentFlags().BoolVar(&stale, "stale", false, "read from the contacted server's replica without confirming leadership (faster, may lag)")
+
+	list := &cobra.Command{
+		Use: "intents", Short: "List intents", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := g.client().ListIntents(cmd.Context(), api.ReadOptions{Stale: stale})
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return printJSON(cmd.OutOrStdout(), res)
+			}
+			tw := table(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "NAME\tREVISION\tRESOURCES\tSELECTOR\tUPDATED")
+			for _, in := range res.Intents {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", in.Name, in.Revision, in.Resources, labels(in.Selector), ago(in.UpdatedAt))
+			}
+			tw.Flush()
+			fmt.Fprintf(cmd.OutOrStdout(), "cluster revision %d\n", res.Revision)
+			return nil
+		},
+	}
+	var rev uint64
+	one := &cobra.Command{
+		Use: "intent NAME", Short: "Show one intent, now or at a revision", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := g.client().GetIntent(cmd.Context(), args[0], api.ReadOptions{Stale: stale, Revision: rev})
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return printJSON(cmd.OutOrStdout(), res)
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "Name:      %s\nRevision:  %d\nUpdated:   %s (%s)\nSelector:  %s\n", res.Name, res.Revision, res.UpdatedAt.Format(time.RFC3339), ago(res.UpdatedAt), labels(res.Intent.Selector))
+			fmt.Fprintln(w, "Resources:")
+			tw := table(w)
+			fmt.Fprintln(tw, "  ID\tTYPE\tCLASS\tDRIFT\tREQUIRES")
+			for _, r := range res.Intent.Resources {
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", r.ID, r.Type, r.EffectiveClass(), r.EffectiveDrift(), strings.Join(r.Requires, ","))
+			}
+			tw.Flush()
+			if len(res.Intent.Rollout) > 0 {
+				b, _ := json.Marshal(res.Intent.Rollout)
+				fmt.Fprintf(w, "Rollout:   %s\n", b)
+			}
+			return nil
+		},
+	}
+	one.Flags().Uint64Var(&rev, "revision", 0, "show the intent as it was at this cluster revision")
+	cmd.AddCommand(list, one)
+	return cmd
+}
+
+func newDeleteCmd(g *globals) *cobra.Command {
+	var ifMatch int64
+	cmd := &cobra.Command{Use: "delete", Short: "Delete intents"}
+	one := &cobra.Command{
+		Use: "intent NAME", Short: "Delete an intent (its history is kept)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var im *uint64
+			if ifMatch >= 0 {
+				v := uint64(ifMatch)
+				im = &v
+			}
+			res, err := g.client().DeleteIntent(cmd.Context(), args[0], im)
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return printJSON(cmd.OutOrStdout(), res)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "intent/%s deleted: revision %d\n", res.Name, res.Revision)
+			return nil
+		},
+	}
+	one.Flags().Int64Var(&ifMatch, "if-match", -1, "delete only if the intent's current revision is this")
+	cmd.AddCommand(one)
+	return cmd
+}
+
+func newMembersCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use: "members", Short: "List the cluster's servers", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := g.client().Members(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return printJSON(cmd.OutOrStdout(), res)
+			}
+			printMembers(cmd.OutOrStdout(), res)
+			return nil
+		},
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use: "remove ID", Short: "Remove a failed server from the Raft configuration", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := g.client().RemoveMember(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "server %s removed\n", args[0])
+			return nil
+		},
+	})
+	return cmd
+}
+
+func printMembers(w io.Writer, res *api.Members) {
+	tw := table(w)
+	fmt.Fprintln(tw, "ID\tREGION\tROLE\tSUFFRAGE\tGOSSIP\tAPPLIED\tRAFT\tHTTP\tNOTE")
+	for _, m := range res.Members {
+		role := m.RaftRole
+		if m.Leader {
+			role = "leader"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", m.ID, m.Region, role, m.Suffrage, m.GossipState, m.AppliedIndex, m.RaftAddr, m.HTTPAddr, m.Error)
+	}
+	tw.Flush()
+}
+
+func newHealthCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use: "health", Short: "Show the contacted server's health", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := g.client()
+			c.RetryNoLeader = 0
+			res, err := c.Health(cmd.Context())
+			if res != nil && res.Node != "" {
+				if g.output == "json" {
+					if perr := printJSON(cmd.OutOrStdout(), res); perr != nil {
+						return perr
+					}
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "node %s (%s): %s, leader %q, applied %d, revision %d, healthy %v %s\n",
+						res.Node, res.Region, res.RaftState, res.Leader, res.AppliedIndex, res.Revision, res.Healthy, res.Message)
+				}
+			}
+			return err
+		},
+	}
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use: "version", Short: "Print the version", Args: cobra.NoArgs,
+		Run: func(cmd *cobra.Command, args []string) { fmt.Fprintln(cmd.OutOrStdout(), "meteor", cluster.Version) },
+	}
+}
+
+func printJSON(w io.Writer, v any) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+
+func labels(m map[string]string) string {
+	if len(m) == 0 {
+		return "(all devices)"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + m[k]
+	}
+	return strings.Join(keys, ",")
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := time.Since(t).Round(time.Second)
+	if d < 0 {
+		d = 0
+	}
+	return d.String() + " ago"
+}

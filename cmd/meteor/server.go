@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
+
+	"github.com/meteor-edge/meteor/cluster"
+)
+
+func newServerCmd() *cobra.Command {
+	cfg := cluster.DefaultConfig()
+	var join, gossipKey, logLevel string
+	var historyLimit int
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run a Meteor server node",
+		Long: `Run a Meteor server node. Start 3 or 5 servers with the same --bootstrap-expect
+and --join pointing at each other's gossip addresses; the cluster forms once
+that many servers see each other. A restarted server rejoins with its data dir.
+With --dev, run a single throw-away server with its data in a temporary dir.`,
+		Example: `  meteor server --node-id s1 --region eu --data-dir /var/lib/meteor \
+    --http-addr 10.0.0.1:8470 --raft-addr 10.0.0.1:8471 --gossip-addr 10.0.0.1:8472 \
+    --join 10.0.0.2:8472,10.0.0.3:8472 --bootstrap-expect 3
+  meteor server --dev`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if join != "" {
+				cfg.Join = strings.Split(join, ",")
+			}
+			if gossipKey != "" {
+				k, err := cluster.ParseGossipKey(gossipKey)
+				if err != nil {
+					return err
+				}
+				cfg.GossipKey = k
+			}
+			cfg.FSM.HistoryLimit = historyLimit
+			if cfg.Dev {
+				if cfg.NodeID == "" {
+					cfg.NodeID = "dev"
+				}
+				if cfg.DataDir == "" {
+					dir, err := os.MkdirTemp("", "meteor-dev-")
+					if err != nil {
+						return err
+					}
+					defer os.RemoveAll(dir)
+					cfg.DataDir = dir
+				}
+			}
+			cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "meteor", Level: hclog.LevelFromString(logLevel), Output: os.Stderr})
+			srv, err := cluster.New(cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "meteor server %s: HTTP API on http://%s (Ctrl-C to stop)\n", cfg.NodeID, srv.HTTPAddr())
+			return srv.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.NodeID, "node-id", "", "unique, stable server ID (required)")
+	f.StringVar(&cfg.Region, "region", cfg.Region, "region this server serves")
+	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the Raft log and snapshots (required unless --dev)")
+	f.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:8470", "HTTP API address")
+	f.StringVar(&cfg.RaftAddr, "raft-addr", "127.0.0.1:8471", "Raft TCP address, reachable by the other servers")
+	f.StringVar(&cfg.GossipAddr, "gossip-addr", "127.0.0.1:8472", "gossip TCP+UDP address, reachable by the other servers")
+	f.StringVar(&join, "join", "", "comma-separated gossip addresses of servers to join")
+	f.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "form a new cluster once this many servers see each other")
+	f.BoolVar(&cfg.Dev, "dev", false, "run a single throw-away server")
+	f.StringVar(&gossipKey, "encrypt", "", "base64 gossip encryption key (16, 24 or 32 bytes), the same on every server")
+	f.IntVar(&historyLimit, "history-limit", cfg.FSM.HistoryLimit, "revisions kept per intent; the same on every server")
+	f.DurationVar(&cfg.ApplyTimeout, "apply-timeout", cfg.ApplyTimeout, "how long a write waits to be committed")
+	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries between Raft snapshots")
+	f.StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	return cmd
+}

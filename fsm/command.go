@@ -1,0 +1,115 @@
+package fsm
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/meteor-edge/meteor/fsm/intent"
+)
+
+// MessageType is the first byte of every command in the Raft log.
+type MessageType uint8
+
+const (
+	// PutIntentType creates or replaces an intent.
+	PutIntentType MessageType = 1
+	// DeleteIntentType deletes an intent, keeping its history.
+	DeleteIntentType MessageType = 2
+	// UpsertDeviceType registers a device or updates its labels.
+	UpsertDeviceType MessageType = 3
+
+	// IgnoreUnknownTypeFlag marks a command that older servers may skip
+	// rather than panic on. Set it only on commands whose loss cannot make
+	// replicas diverge (for example, advisory data). Without it an unknown
+	// type stops the server, which is the safe outcome.
+	IgnoreUnknownTypeFlag MessageType = 128
+)
+
+func (t MessageType) String() string {
+	switch t {
+	case PutIntentType:
+		return "put-intent"
+	case DeleteIntentType:
+		return "delete-intent"
+	case UpsertDeviceType:
+		return "upsert-device"
+	}
+	return fmt.Sprintf("type-%d", uint8(t))
+}
+
+// PutIntentRequest creates or replaces an intent.
+type PutIntentRequest struct {
+	Intent *intent.Intent `json:"intent"`
+	// IfMatch, when set, makes the write conditional: it succeeds only if
+	// the intent's current revision equals *IfMatch. Zero means "only if
+	// the intent does not exist".
+	IfMatch *uint64 `json:"if_match,omitempty"`
+	// Time is the proposer's wall clock (Unix nanoseconds), recorded as the
+	// intent's update time.
+	Time int64 `json:"time"`
+}
+
+// DeleteIntentRequest deletes an intent.
+type DeleteIntentRequest struct {
+	Name    string  `json:"name"`
+	IfMatch *uint64 `json:"if_match,omitempty"`
+	Time    int64   `json:"time"`
+}
+
+// UpsertDeviceRequest registers a device or replaces its labels.
+type UpsertDeviceRequest struct {
+	ID     string            `json:"id"`
+	Labels map[string]string `json:"labels,omitempty"`
+	Time   int64             `json:"time"`
+}
+
+// Encode returns the Raft log payload for a command: the type byte followed
+// by the JSON encoding of req.
+func Encode(t MessageType, req any) ([]byte, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s command: %w", t, err)
+	}
+	buf := make([]byte, 0, len(body)+1)
+	buf = append(buf, byte(t))
+	return append(buf, body...), nil
+}
+
+// ApplyResult is what Apply returns for each command; the Raft apply future
+// of the proposing server carries it back to the caller.
+type ApplyResult struct {
+	// Revision is the revision the command created, or the current
+	// revision if the command was rejected.
+	Revision uint64
+	// Err is non-nil if the command was rejected. It is deterministic:
+	// every replica rejects the same command the same way.
+	Err error
+}
+
+var (
+	// ErrNotFound is returned for an intent or device that does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrCompacted is returned when a historical revision is no longer
+	// retained.
+	ErrCompacted = errors.New("revision compacted")
+)
+
+// ConflictError is returned when a conditional write's If-Match revision
+// does not match the current one.
+type ConflictError struct {
+	Name     string
+	Expected uint64
+	// Current is the intent's current revision; zero if it does not exist.
+	Current uint64
+}
+
+func (e *ConflictError) Error() string {
+	if e.Current == 0 {
+		return fmt.Sprintf("intent %q: expected revision %d but the intent does not exist", e.Name, e.Expected)
+	}
+	if e.Expected == 0 {
+		return fmt.Sprintf("intent %q: expected the intent not to exist but it is at revision %d", e.Name, e.Current)
+	}
+	return fmt.Sprintf("intent %q: expected revision %d but the current revision is %d", e.Name, e.Expected, e.Current)
+}

@@ -1,0 +1,253 @@
+package fsm
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+
+	"github.com/hashicorp/go-memdb"
+)
+
+// handler applies one decoded command inside a write transaction. It
+// returns the result for the proposer; a non-nil error return means the
+// state store itself failed, which is fatal.
+type handler func(f *FSM, txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error)
+
+var handlers = map[MessageType]handler{
+	PutIntentType:    (*FSM).applyPutIntent,
+	DeleteIntentType: (*FSM).applyDeleteIntent,
+	UpsertDeviceType: (*FSM).applyUpsertDevice,
+}
+
+// Apply applies one committed command at Raft index index. It panics on a
+// command it does not understand unless the command is flagged ignorable,
+// because silently skipping it would let replicas diverge.
+func (f *FSM) Apply(index uint64, data []byte) ApplyResult {
+	return f.ApplyBatch([]uint64{index}, [][]byte{data})[0]
+}
+
+// ApplyBatch applies consecutive committed commands in one state-store
+// transaction, so readers and watchers see the batch at once.
+func (f *FSM) ApplyBatch(indexes []uint64, data [][]byte) []ApplyResult {
+	db, _ := f.current()
+	txn := db.Txn(true)
+	defer txn.Abort()
+	out := make([]ApplyResult, len(data))
+	for i, d := range data {
+		out[i] = f.applyLocked(txn, indexes[i], d)
+	}
+	txn.Commit()
+	return out
+}
+
+// applyLocked applies one command in txn. Commands only ever run on the
+// single Raft apply goroutine, so txn is the only writer.
+func (f *FSM) applyLocked(txn *memdb.Txn, index uint64, data []byte) ApplyResult {
+	if len(data) == 0 {
+		panic(fmt.Sprintf("fsm: empty command at index %d", index))
+	}
+	t := MessageType(data[0])
+	ignorable := t&IgnoreUnknownTypeFlag != 0
+	t &^= IgnoreUnknownTypeFlag
+	h, ok := handlers[t]
+	if !ok {
+		if ignorable {
+			return f.touchIndex(txn, index)
+		}
+		panic(fmt.Sprintf("fsm: unknown command type %d at index %d", t, index))
+	}
+	res, err := h(f, txn, index, data[1:])
+	if err != nil {
+		panic(fmt.Sprintf("fsm: apply %s at index %d: %v", t, index, err))
+	}
+	if err := setMeta(txn, metaIndex, index); err != nil {
+		panic(fmt.Sprintf("fsm: %v", err))
+	}
+	return res
+}
+
+// ApplyNoop records that index was applied without changing state (Raft
+// configuration entries and no-ops use it), keeping Index current.
+func (f *FSM) ApplyNoop(index uint64) {
+	db, _ := f.current()
+	txn := db.Txn(true)
+	defer txn.Abort()
+	f.touchIndex(txn, index)
+	txn.Commit()
+}
+
+func (f *FSM) touchIndex(txn *memdb.Txn, index uint64) ApplyResult {
+	if err := setMeta(txn, metaIndex, index); err != nil {
+		panic(fmt.Sprintf("fsm: %v", err))
+	}
+	return ApplyResult{Revision: metaValue(txn, metaRevision)}
+}
+
+// nextRevision bumps and returns the cluster revision.
+func nextRevision(txn *memdb.Txn) (uint64, error) {
+	rev := metaValue(txn, metaRevision) + 1
+	return rev, setMeta(txn, metaRevision, rev)
+}
+
+// rejected is a deterministic rejection: state unchanged.
+func rejected(txn *memdb.Txn, err error) (ApplyResult, error) {
+	return ApplyResult{Revision: metaValue(txn, metaRevision), Err: err}, nil
+}
+
+func (f *FSM) applyPutIntent(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
+	var req PutIntentRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return ApplyResult{}, fmt.Errorf("decode: %w", err)
+	}
+	if req.Intent == nil {
+		return rejected(txn, fmt.Errorf("put intent: no intent in request"))
+	}
+	// Proposers validate before proposing; validating again here keeps a
+	// buggy or old proposer from storing what readers cannot handle. The
+	// validation rules are pure, so every replica decides the same way.
+	if err := req.Intent.Validate(); err != nil {
+		return rejected(txn, err)
+	}
+	name := req.Intent.Name
+	raw, err := txn.First(tableIntents, "id", name)
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	var cur *IntentRecord
+	if raw != nil {
+		cur = raw.(*IntentRecord)
+	}
+	if err := checkIfMatch(name, req.IfMatch, cur); err != nil {
+		return rejected(txn, err)
+	}
+	rev, err := nextRevision(txn)
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	rec := &IntentRecord{
+		Name: name, Intent: req.Intent,
+		CreateRevision: rev, Revision: rev,
+		CreateIndex: index, ModifyIndex: index,
+		UpdatedAt: req.Time,
+	}
+	if cur != nil {
+		rec.CreateRevision, rec.CreateIndex = cur.CreateRevision, cur.CreateIndex
+	}
+	if err := txn.Insert(tableIntents, rec); err != nil {
+		return ApplyResult{}, err
+	}
+	if err := f.appendHistory(txn, &HistoryRecord{Name: name, Revision: rev, Intent: req.Intent, Index: index, Time: req.Time}); err != nil {
+		return ApplyResult{}, err
+	}
+	return ApplyResult{Revision: rev}, nil
+}
+
+func (f *FSM) applyDeleteIntent(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
+	var req DeleteIntentRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return ApplyResult{}, fmt.Errorf("decode: %w", err)
+	}
+	raw, err := txn.First(tableIntents, "id", req.Name)
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	if raw == nil {
+		if req.IfMatch != nil && *req.IfMatch != 0 {
+			return rejected(txn, &ConflictError{Name: req.Name, Expected: *req.IfMatch})
+		}
+		return rejected(txn, fmt.Errorf("intent %q: %w", req.Name, ErrNotFound))
+	}
+	cur := raw.(*IntentRecord)
+	if err := checkIfMatch(req.Name, req.IfMatch, cur); err != nil {
+		return rejected(txn, err)
+	}
+	rev, err := nextRevision(txn)
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	if err := txn.Delete(tableIntents, cur); err != nil {
+		return ApplyResult{}, err
+	}
+	if err := f.appendHistory(txn, &HistoryRecord{Name: req.Name, Revision: rev, Deleted: true, Index: index, Time: req.Time}); err != nil {
+		return ApplyResult{}, err
+	}
+	return ApplyResult{Revision: rev}, nil
+}
+
+func checkIfMatch(name string, ifMatch *uint64, cur *IntentRecord) error {
+	if ifMatch == nil {
+		return nil
+	}
+	var have uint64
+	if cur != nil {
+		have = cur.Revision
+	}
+	if have != *ifMatch {
+		return &ConflictError{Name: name, Expected: *ifMatch, Current: have}
+	}
+	return nil
+}
+
+// appendHistory stores h and trims the intent's history to the limit.
+func (f *FSM) appendHistory(txn *memdb.Txn, h *HistoryRecord) error {
+	if err := txn.Insert(tableHistory, h); err != nil {
+		return err
+	}
+	it, err := txn.LowerBound(tableHistory, "id", h.Name, uint64(0))
+	if err != nil {
+		return err
+	}
+	var recs []*HistoryRecord
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		r := raw.(*HistoryRecord)
+		if r.Name != h.Name {
+			break
+		}
+		recs = append(recs, r)
+	}
+	drop := len(recs) - f.historyLimit
+	if drop <= 0 {
+		return nil
+	}
+	for _, r := range recs[:drop] {
+		if err := txn.Delete(tableHistory, r); err != nil {
+			return err
+		}
+	}
+	// Records are immutable once stored: replace the new oldest with a
+	// copy that says older revisions were dropped.
+	oldest := *recs[drop]
+	oldest.Truncated = true
+	return txn.Insert(tableHistory, &oldest)
+}
+
+func (f *FSM) applyUpsertDevice(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
+	var req UpsertDeviceRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return ApplyResult{}, fmt.Errorf("decode: %w", err)
+	}
+	if req.ID == "" {
+		return rejected(txn, fmt.Errorf("upsert device: empty device ID"))
+	}
+	raw, err := txn.First(tableDevices, "id", req.ID)
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	rec := &DeviceRecord{ID: req.ID, Labels: maps.Clone(req.Labels), CreateIndex: index, ModifyIndex: index, UpdatedAt: req.Time}
+	if raw != nil {
+		cur := raw.(*DeviceRecord)
+		if maps.Equal(cur.Labels, req.Labels) {
+			return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+		}
+		rec.CreateIndex = cur.CreateIndex
+	}
+	rev, err := nextRevision(txn)
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	rec.Revision = rev
+	if err := txn.Insert(tableDevices, rec); err != nil {
+		return ApplyResult{}, err
+	}
+	return ApplyResult{Revision: rev}, nil
+}

@@ -1,0 +1,45 @@
+// Package intent owns the intent document model: the Intent and Resource
+// types, parsing of intent documents written in YAML or JSON, validation, and
+// the canonical encodings (Canonical, Digest) that the rest of the control
+// plane compares and stores.
+//
+// An intent is what an operator applies: a named set of resources that the
+// devices matching its selector must hold, and a rollout strategy that is
+// kept verbatim for the scheduler. See docs/examples for real documents.
+//
+// # Parsing
+//
+// Parse reads one document and ParseAll a stream of documents separated by
+// "---". Both are strict: unknown and duplicate fields are errors, as are
+// merge keys (<<), binary and custom tags, and non-string map keys. Anchors
+// and aliases are expanded, within a budget. Every content error is a
+// *ValidationError naming the intent, the field path and the line, for
+// example
+//
+//	intent "store-net": resources[1].sepc: unknown field (line 9)
+//
+// Parse reports one problem, the first in document order: decoding problems
+// (syntax, unknown or duplicate fields, wrong kinds) before the rules of
+// Validate. A missing field is reported at the line of its parent and
+// counts as coming after what the parent does hold, so a misspelt key is
+// reported as unknown before its correct spelling is reported missing.
+//
+// # Values
+//
+// Spec, Probe and Rollout hold plain values: map[string]any, []any, string,
+// int64, float64, bool and nil. A number decodes as int64 when its value is
+// integral and fits in an int64 (so 5, 5.0 and 5e0 are all int64(5)), and as
+// float64 otherwise. This is a rule on values rather than spelling, because
+// JSON does not tell 5 from 5.0: the same document in YAML and JSON, and an
+// intent re-parsed from its Canonical encoding, give reflect.DeepEqual
+// values. YAML timestamps decode as strings. Code that builds intents by
+// hand may also use int; Canonical and Digest treat it like int64.
+//
+// # Boundaries
+//
+// The package is pure and deterministic: no clock, no randomness, no I/O,
+// no Meteor imports and no network code, so the replicated state machine can
+// call it from Apply. It does not import package net; crypto/x509, used to
+// check certificates, pulls net in only for its address types. Validate does
+// not look at certificate validity dates, because that would need a clock.
+package intent

@@ -1,0 +1,116 @@
+package intent
+
+// Intent is a named, versioned document an operator applies: the resources
+// that devices matching Selector must hold, and how to roll them out.
+//
+// The zero value is not valid; build intents with Parse or fill every
+// required field and call Validate.
+type Intent struct {
+	// Name identifies the intent cluster-wide. It is a DNS label:
+	// lower-case letters, digits and '-', at most 63 characters.
+	Name string `json:"name" yaml:"name"`
+
+	// Selector picks devices by label. A device matches when it carries
+	// every label listed here with the same value; the value "*" matches
+	// any value as long as the label is present. An empty selector matches
+	// every device.
+	Selector map[string]string `json:"selector,omitempty" yaml:"selector,omitempty"`
+
+	// Resources is the declarative state the intent asks for, in document
+	// order. Resource IDs are unique within an intent.
+	Resources []Resource `json:"resources" yaml:"resources"`
+
+	// Rollout is the rollout strategy. It is parsed and kept verbatim for
+	// now; the scheduler gives it meaning.
+	Rollout map[string]any `json:"rollout,omitempty" yaml:"rollout,omitempty"`
+}
+
+// Resource is one unit of state on a device, handled by the driver named by
+// Type. Applying a resource is idempotent: it means "bring to this state",
+// never "run this once".
+type Resource struct {
+	// ID is unique within its intent (a DNS label).
+	ID string `json:"id" yaml:"id"`
+	// Type names the agent driver: file, exec, certificate or sim.
+	Type string `json:"type" yaml:"type"`
+	// Class names the reconcile class (cadence and risk profile). Empty
+	// means DefaultClass.
+	Class string `json:"class,omitempty" yaml:"class,omitempty"`
+	// Spec is the driver-specific desired state.
+	Spec map[string]any `json:"spec" yaml:"spec"`
+	// Probe is the driver-specific effective-state check; nil means the
+	// driver's default probe.
+	Probe map[string]any `json:"probe,omitempty" yaml:"probe,omitempty"`
+	// Drift is the policy when the device's state moves away from the
+	// applied one: correct (default), tolerate or report.
+	Drift string `json:"drift,omitempty" yaml:"drift,omitempty"`
+	// Requires lists IDs of resources of the same intent that must be
+	// applied (and effective) before this one.
+	Requires []string `json:"requires,omitempty" yaml:"requires,omitempty"`
+}
+
+// Built-in resource types, the values of Resource.Type.
+const (
+	TypeFile        = "file"
+	TypeExec        = "exec"
+	TypeCertificate = "certificate"
+	TypeSim         = "sim"
+)
+
+// Drift policies, the values of Resource.Drift. An empty Drift means
+// DriftCorrect.
+const (
+	// DriftCorrect re-applies the resource when the device drifts.
+	DriftCorrect = "correct"
+	// DriftTolerate records the local change as an expected override.
+	DriftTolerate = "tolerate"
+	// DriftReport flags the drift without touching the device.
+	DriftReport = "report"
+)
+
+// DefaultClass is the reconcile class of a resource that names none.
+const DefaultClass = "default"
+
+// Limits on intent documents.
+const (
+	// MaxDocumentSize bounds the input of Parse and ParseAll, and the
+	// Canonical encoding of a valid intent, in bytes.
+	MaxDocumentSize = 1 << 20
+	// MaxStringSize bounds every string value in Spec, Probe and Rollout,
+	// in bytes.
+	MaxStringSize = 256 << 10
+	// MaxResources bounds the number of resources in one intent.
+	MaxResources = 256
+)
+
+// Matches reports whether a device with the given labels is selected by
+// the intent: every selector label must be present with the same value,
+// or with any value when the selector says "*". An empty selector matches
+// every device.
+func (in *Intent) Matches(labels map[string]string) bool {
+	for key, want := range in.Selector {
+		got, ok := labels[key]
+		if !ok || (want != "*" && got != want) {
+			return false
+		}
+	}
+	return true
+}
+
+// EffectiveClass returns the resource's reconcile class, DefaultClass when
+// none is set.
+func (r *Resource) EffectiveClass() string {
+	if r.Class == "" {
+		return DefaultClass
+	}
+	return r.Class
+}
+
+// EffectiveDrift returns the resource's drift policy, DriftCorrect when none
+// is set.
+func (r *Resource) EffectiveDrift() string {
+	if r.Drift == "" {
+		return DriftCorrect
+	}
+	return r.Drift
+}

@@ -1,0 +1,97 @@
+package fsm
+
+import (
+	"github.com/hashicorp/go-memdb"
+
+	"github.com/meteor-edge/meteor/fsm/intent"
+)
+
+const (
+	tableIntents = "intents"
+	tableHistory = "intent_history"
+	tableDevices = "devices"
+	tableMeta    = "meta"
+)
+
+// IntentRecord is the current version of an intent.
+type IntentRecord struct {
+	Name   string         `json:"name"`
+	Intent *intent.Intent `json:"intent"`
+	// CreateRevision is the revision that created this incarnation of the
+	// intent; Revision the one that last changed it.
+	CreateRevision uint64 `json:"create_revision"`
+	Revision       uint64 `json:"revision"`
+	// CreateIndex and ModifyIndex are the Raft indexes of those commands.
+	CreateIndex uint64 `json:"create_index"`
+	ModifyIndex uint64 `json:"modify_index"`
+	// UpdatedAt is the proposer's time of the last change, Unix nanoseconds.
+	UpdatedAt int64 `json:"updated_at"`
+}
+
+// HistoryRecord is one revision of an intent: what it said then, or that it
+// was deleted.
+type HistoryRecord struct {
+	Name     string         `json:"name"`
+	Revision uint64         `json:"revision"`
+	Deleted  bool           `json:"deleted,omitempty"`
+	Intent   *intent.Intent `json:"intent,omitempty"`
+	Index    uint64         `json:"index"`
+	Time     int64          `json:"time"`
+	// Truncated marks the oldest retained record of an intent whose
+	// older revisions were dropped by the history limit.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// DeviceRecord is a device the cluster knows.
+type DeviceRecord struct {
+	ID          string            `json:"id"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	CreateIndex uint64            `json:"create_index"`
+	ModifyIndex uint64            `json:"modify_index"`
+	// Revision is the cluster revision of the last change to the device.
+	Revision  uint64 `json:"revision"`
+	UpdatedAt int64  `json:"updated_at"`
+}
+
+// metaRecord holds the cluster-wide counters.
+type metaRecord struct {
+	Key   string `json:"key"`
+	Value uint64 `json:"value"`
+}
+
+const (
+	metaRevision = "revision"
+	metaIndex    = "index"
+)
+
+func schema() *memdb.DBSchema {
+	return &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
+		tableIntents: {
+			Name: tableIntents,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
+			},
+		},
+		tableHistory: {
+			Name: tableHistory,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
+					&memdb.StringFieldIndex{Field: "Name"},
+					&memdb.UintFieldIndex{Field: "Revision"},
+				}}},
+			},
+		},
+		tableDevices: {
+			Name: tableDevices,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "ID"}},
+			},
+		},
+		tableMeta: {
+			Name: tableMeta,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Key"}},
+			},
+		},
+	}}
+}

@@ -1,0 +1,171 @@
+package fsm
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/hashicorp/go-memdb"
+)
+
+// Snapshot format. A snapshot is a stream of JSON values: a header, then one
+// entry per record, tables in a fixed order and records in index order, so
+// the same state always gives the same bytes.
+const (
+	snapshotFormat = "meteor-fsm"
+	// SnapshotVersion is the version this code writes. Restore reads every
+	// version up to it and refuses newer ones.
+	SnapshotVersion = 1
+)
+
+type snapshotHeader struct {
+	Format       string `json:"format"`
+	Version      int    `json:"version"`
+	Index        uint64 `json:"index"`
+	Revision     uint64 `json:"revision"`
+	HistoryLimit int    `json:"history_limit"`
+}
+
+// snapshotEntry is one record; exactly one field is set.
+type snapshotEntry struct {
+	Intent  *IntentRecord  `json:"intent,omitempty"`
+	History *HistoryRecord `json:"history,omitempty"`
+	Device  *DeviceRecord  `json:"device,omitempty"`
+}
+
+// Snapshot is a point-in-time copy of the state, cheap to take (memdb is
+// immutable underneath) and written out later, off the apply goroutine.
+type Snapshot struct {
+	txn          *memdb.Txn
+	historyLimit int
+}
+
+// Snapshot captures the current state.
+func (f *FSM) Snapshot() *Snapshot {
+	db, _ := f.current()
+	return &Snapshot{txn: db.Txn(false), historyLimit: f.historyLimit}
+}
+
+// WriteTo writes the snapshot to w.
+func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
+	cw := &countingWriter{w: bufio.NewWriterSize(w, 64<<10)}
+	enc := json.NewEncoder(cw)
+	hdr := snapshotHeader{
+		Format: snapshotFormat, Version: SnapshotVersion,
+		Index: metaValue(s.txn, metaIndex), Revision: metaValue(s.txn, metaRevision),
+		HistoryLimit: s.historyLimit,
+	}
+	if err := enc.Encode(hdr); err != nil {
+		return cw.n, fmt.Errorf("write snapshot header: %w", err)
+	}
+	for _, table := range []string{tableIntents, tableHistory, tableDevices} {
+		it, err := s.txn.Get(table, "id")
+		if err != nil {
+			return cw.n, fmt.Errorf("snapshot %s: %w", table, err)
+		}
+		for raw := it.Next(); raw != nil; raw = it.Next() {
+			var e snapshotEntry
+			switch r := raw.(type) {
+			case *IntentRecord:
+				e.Intent = r
+			case *HistoryRecord:
+				e.History = r
+			case *DeviceRecord:
+				e.Device = r
+			}
+			if err := enc.Encode(&e); err != nil {
+				return cw.n, fmt.Errorf("write snapshot %s: %w", table, err)
+			}
+		}
+	}
+	if err := cw.w.(*bufio.Writer).Flush(); err != nil {
+		return cw.n, fmt.Errorf("flush snapshot: %w", err)
+	}
+	return cw.n, nil
+}
+
+// Hash returns a SHA-256 over the snapshot encoding of the state: equal on
+// two replicas exactly when their states are equal.
+func (f *FSM) Hash() (string, error) {
+	h := sha256.New()
+	if _, err := f.Snapshot().WriteTo(h); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Restore replaces the whole state with the snapshot read from r. On error
+// the current state is left as it was.
+func (f *FSM) Restore(r io.Reader) error {
+	dec := json.NewDecoder(bufio.NewReaderSize(r, 64<<10))
+	var hdr snapshotHeader
+	if err := dec.Decode(&hdr); err != nil {
+		return fmt.Errorf("read snapshot header: %w", err)
+	}
+	if hdr.Format != snapshotFormat {
+		return fmt.Errorf("restore snapshot: format %q is not a Meteor state snapshot", hdr.Format)
+	}
+	if hdr.Version < 1 || hdr.Version > SnapshotVersion {
+		return fmt.Errorf("restore snapshot: version %d is not supported by this server (it reads 1 to %d); upgrade the server", hdr.Version, SnapshotVersion)
+	}
+	db, err := memdb.NewMemDB(schema())
+	if err != nil {
+		return fmt.Errorf("restore snapshot: %w", err)
+	}
+	txn := db.Txn(true)
+	defer txn.Abort()
+	if err := setMeta(txn, metaIndex, hdr.Index); err != nil {
+		return err
+	}
+	if err := setMeta(txn, metaRevision, hdr.Revision); err != nil {
+		return err
+	}
+	for n := 0; ; n++ {
+		var e snapshotEntry
+		err := dec.Decode(&e)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("restore snapshot: entry %d: %w", n, err)
+		}
+		var table string
+		var obj any
+		switch {
+		case e.Intent != nil:
+			table, obj = tableIntents, e.Intent
+		case e.History != nil:
+			table, obj = tableHistory, e.History
+		case e.Device != nil:
+			table, obj = tableDevices, e.Device
+		default:
+			return fmt.Errorf("restore snapshot: entry %d: empty or of an unknown kind", n)
+		}
+		if err := txn.Insert(table, obj); err != nil {
+			return fmt.Errorf("restore snapshot: entry %d: %w", n, err)
+		}
+	}
+	txn.Commit()
+
+	f.mu.Lock()
+	old := f.abandonCh
+	f.db, f.abandonCh = db, make(chan struct{})
+	f.mu.Unlock()
+	close(old)
+	return nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}

@@ -1,0 +1,247 @@
+package fsm
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/hashicorp/go-memdb"
+)
+
+// Config configures an FSM.
+type Config struct {
+	// HistoryLimit is how many revisions of each intent are kept, the
+	// current one included. Every server of a cluster must use the same
+	// value: it changes what Apply stores. Zero means DefaultHistoryLimit.
+	HistoryLimit int
+}
+
+// DefaultHistoryLimit is the default number of revisions kept per intent.
+const DefaultHistoryLimit = 16
+
+// DefaultConfig returns the default FSM configuration.
+func DefaultConfig() Config { return Config{HistoryLimit: DefaultHistoryLimit} }
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.HistoryLimit < 0 || c.HistoryLimit > 100000 {
+		return fmt.Errorf("history limit %d: must be between 1 and 100000 (0 means the default, %d)", c.HistoryLimit, DefaultHistoryLimit)
+	}
+	return nil
+}
+
+// FSM is one replica of Meteor's replicated state. Apply, Snapshot and
+// Restore are called by the Raft glue; readers call the query methods from
+// any goroutine.
+type FSM struct {
+	historyLimit int
+
+	mu sync.RWMutex // guards db and abandonCh, swapped by Restore
+	db *memdb.MemDB
+	// abandonCh is closed when Restore replaces db, waking blocking
+	// queries whose watch channels belong to the old database.
+	abandonCh chan struct{}
+}
+
+// New returns an empty FSM.
+func New(cfg Config) (*FSM, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.HistoryLimit == 0 {
+		cfg.HistoryLimit = DefaultHistoryLimit
+	}
+	db, err := memdb.NewMemDB(schema())
+	if err != nil {
+		return nil, fmt.Errorf("create state store: %w", err)
+	}
+	return &FSM{historyLimit: cfg.HistoryLimit, db: db, abandonCh: make(chan struct{})}, nil
+}
+
+func (f *FSM) current() (*memdb.MemDB, chan struct{}) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.db, f.abandonCh
+}
+
+// Read is a consistent, point-in-time view of the state. It is cheap to
+// create and holds no locks; use one for every read that must see a single
+// revision.
+type Read struct {
+	txn       *memdb.Txn
+	abandonCh chan struct{}
+}
+
+// Read returns a read view of the current state.
+func (f *FSM) Read() *Read {
+	db, ab := f.current()
+	return &Read{txn: db.Txn(false), abandonCh: ab}
+}
+
+// watch adds ch and the abandon channel to ws, if ws is non-nil.
+func (r *Read) watch(ws memdb.WatchSet, ch <-chan struct{}) {
+	if ws != nil {
+		ws.Add(ch)
+		ws.Add(r.abandonCh)
+	}
+}
+
+// Revision returns the cluster revision: the number of successful
+// mutations applied so far.
+func (r *Read) Revision() uint64 { return metaValue(r.txn, metaRevision) }
+
+// Index returns the Raft index of the last applied command.
+func (r *Read) Index() uint64 { return metaValue(r.txn, metaIndex) }
+
+// WatchRevision adds to ws a channel that fires when the revision changes.
+func (r *Read) WatchRevision(ws memdb.WatchSet) uint64 {
+	ch, raw, err := r.txn.FirstWatch(tableMeta, "id", metaRevision)
+	if err != nil {
+		panic(fmt.Sprintf("fsm: read meta: %v", err))
+	}
+	r.watch(ws, ch)
+	if raw == nil {
+		return 0
+	}
+	return raw.(*metaRecord).Value
+}
+
+// Intent returns the current version of an intent, or ErrNotFound.
+func (r *Read) Intent(ws memdb.WatchSet, name string) (*IntentRecord, error) {
+	ch, raw, err := r.txn.FirstWatch(tableIntents, "id", name)
+	if err != nil {
+		return nil, fmt.Errorf("read intent %q: %w", name, err)
+	}
+	r.watch(ws, ch)
+	if raw == nil {
+		return nil, fmt.Errorf("intent %q: %w", name, ErrNotFound)
+	}
+	return raw.(*IntentRecord), nil
+}
+
+// Intents returns every current intent, ordered by name.
+func (r *Read) Intents(ws memdb.WatchSet) ([]*IntentRecord, error) {
+	it, err := r.txn.Get(tableIntents, "id")
+	if err != nil {
+		return nil, fmt.Errorf("list intents: %w", err)
+	}
+	r.watch(ws, it.WatchCh())
+	var out []*IntentRecord
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*IntentRecord))
+	}
+	return out, nil
+}
+
+// IntentAt answers "what did intent name say at revision rev": the newest
+// history record at or before rev. It returns ErrNotFound if the intent did
+// not exist then (or was deleted), and ErrCompacted if that revision is
+// older than the history kept.
+func (r *Read) IntentAt(name string, rev uint64) (*HistoryRecord, error) {
+	it, err := r.txn.ReverseLowerBound(tableHistory, "id", name, rev)
+	if err != nil {
+		return nil, fmt.Errorf("read intent %q at revision %d: %w", name, rev, err)
+	}
+	raw := it.Next()
+	if raw == nil || raw.(*HistoryRecord).Name != name {
+		oldest, ok := r.oldestHistory(name)
+		if ok && oldest.Revision > rev && oldest.Truncated {
+			return nil, fmt.Errorf("intent %q at revision %d: %w (oldest kept is %d)", name, rev, ErrCompacted, oldest.Revision)
+		}
+		return nil, fmt.Errorf("intent %q at revision %d: %w", name, rev, ErrNotFound)
+	}
+	h := raw.(*HistoryRecord)
+	if h.Deleted {
+		return nil, fmt.Errorf("intent %q at revision %d: %w (deleted at revision %d)", name, rev, ErrNotFound, h.Revision)
+	}
+	return h, nil
+}
+
+// History returns the retained revisions of an intent, oldest first.
+func (r *Read) History(name string) ([]*HistoryRecord, error) {
+	it, err := r.txn.LowerBound(tableHistory, "id", name, uint64(0))
+	if err != nil {
+		return nil, fmt.Errorf("read history of %q: %w", name, err)
+	}
+	var out []*HistoryRecord
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		h := raw.(*HistoryRecord)
+		if h.Name != name {
+			break
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+func (r *Read) oldestHistory(name string) (*HistoryRecord, bool) {
+	it, err := r.txn.LowerBound(tableHistory, "id", name, uint64(0))
+	if err != nil {
+		return nil, false
+	}
+	raw := it.Next()
+	if raw == nil || raw.(*HistoryRecord).Name != name {
+		return nil, false
+	}
+	return raw.(*HistoryRecord), true
+}
+
+// Device returns a device, or ErrNotFound.
+func (r *Read) Device(ws memdb.WatchSet, id string) (*DeviceRecord, error) {
+	ch, raw, err := r.txn.FirstWatch(tableDevices, "id", id)
+	if err != nil {
+		return nil, fmt.Errorf("read device %q: %w", id, err)
+	}
+	r.watch(ws, ch)
+	if raw == nil {
+		return nil, fmt.Errorf("device %q: %w", id, ErrNotFound)
+	}
+	return raw.(*DeviceRecord), nil
+}
+
+// Devices returns every device, ordered by ID.
+func (r *Read) Devices(ws memdb.WatchSet) ([]*DeviceRecord, error) {
+	it, err := r.txn.Get(tableDevices, "id")
+	if err != nil {
+		return nil, fmt.Errorf("list devices: %w", err)
+	}
+	r.watch(ws, it.WatchCh())
+	var out []*DeviceRecord
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*DeviceRecord))
+	}
+	return out, nil
+}
+
+// IntentsFor returns the current intents whose selector matches labels,
+// ordered by name.
+func (r *Read) IntentsFor(ws memdb.WatchSet, labels map[string]string) ([]*IntentRecord, error) {
+	all, err := r.Intents(ws)
+	if err != nil {
+		return nil, err
+	}
+	var out []*IntentRecord
+	for _, rec := range all {
+		if rec.Intent.Matches(labels) {
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+func metaValue(txn *memdb.Txn, key string) uint64 {
+	raw, err := txn.First(tableMeta, "id", key)
+	if err != nil {
+		panic(fmt.Sprintf("fsm: read meta %q: %v", key, err))
+	}
+	if raw == nil {
+		return 0
+	}
+	return raw.(*metaRecord).Value
+}
+
+func setMeta(txn *memdb.Txn, key string, v uint64) error {
+	if err := txn.Insert(tableMeta, &metaRecord{Key: key, Value: v}); err != nil {
+		return fmt.Errorf("write meta %q: %w", key, err)
+	}
+	return nil
+}

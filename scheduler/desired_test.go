@@ -1,0 +1,110 @@
+package scheduler
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/fsm/intent"
+)
+
+func put(t *testing.T, f *fsm.FSM, idx uint64, in *intent.Intent) {
+	t.Helper()
+	b, err := fsm.Encode(fsm.PutIntentType, &fsm.PutIntentRequest{Intent: in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := f.Apply(idx, b); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+}
+
+func fileIntent(name string, sel map[string]string, files map[string]string) *intent.Intent {
+	in := &intent.Intent{Name: name, Selector: sel}
+	for id, content := range files {
+		in.Resources = append(in.Resources, intent.Resource{ID: id, Type: "file", Spec: map[string]any{"path": "/etc/" + id, "content": content}})
+	}
+	return in
+}
+
+func keys(rs []*Resource) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.Key)
+	}
+	return out
+}
+
+func TestDesiredSelectsByLabels(t *testing.T) {
+	f, _ := fsm.New(fsm.DefaultConfig())
+	put(t, f, 1, fileIntent("eu-net", map[string]string{"region": "eu"}, map[string]string{"a": "1", "b": "2"}))
+	put(t, f, 2, fileIntent("us-net", map[string]string{"region": "us"}, map[string]string{"a": "1"}))
+	put(t, f, 3, fileIntent("all", nil, map[string]string{"motd": "hi"}))
+	p := NewPlanner()
+	d, err := p.Desired(f.Read(), map[string]string{"region": "eu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"all/motd", "eu-net/a", "eu-net/b"}, keys(d.Resources)); diff != "" {
+		t.Fatalf("keys (-want +got):\n%s", diff)
+	}
+	if d.Revision != 3 {
+		t.Fatalf("revision %d", d.Revision)
+	}
+	r := d.Resources[1]
+	if r.Digest != sha256.Sum256(r.Body) || r.Revision != 1 {
+		t.Fatalf("resource %+v", r)
+	}
+	body, err := DecodeBody(r.Body)
+	if err != nil || body.Intent != "eu-net" || body.Resource.ID != "a" {
+		t.Fatalf("body %+v %v", body, err)
+	}
+}
+
+// TestDeltaFollowsChangeNotHistory checks invariant 5: after 100 revisions
+// that changed 3 of 50 resources, the delta holds exactly those 3.
+func TestDeltaFollowsChangeNotHistory(t *testing.T) {
+	f, _ := fsm.New(fsm.DefaultConfig())
+	files := map[string]string{}
+	for i := range 50 {
+		files[fmt.Sprintf("r%02d", i)] = "v0"
+	}
+	put(t, f, 1, fileIntent("big", nil, files))
+	p := NewPlanner()
+	before, _ := p.Desired(f.Read(), nil)
+	var applied []Applied
+	for _, r := range before.Resources {
+		applied = append(applied, Applied{Key: r.Key, Digest: r.Digest})
+	}
+	applied = append(applied, Applied{Key: "gone/x"})
+	for i := range 100 {
+		// Revisions churn r00..r02 and rewrite the same values for the rest.
+		files[fmt.Sprintf("r%02d", i%3)] = fmt.Sprintf("v%d", i+1)
+		put(t, f, uint64(i+2), fileIntent("big", nil, files))
+	}
+	after, _ := p.Desired(f.Read(), nil)
+	d := ComputeDelta(after, applied)
+	if diff := cmp.Diff([]string{"big/r00", "big/r01", "big/r02"}, keys(d.Upserts)); diff != "" {
+		t.Fatalf("upserts (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"gone/x"}, d.Deletes); diff != "" {
+		t.Fatalf("deletes (-want +got):\n%s", diff)
+	}
+	if d.Revision != 101 {
+		t.Fatalf("revision %d", d.Revision)
+	}
+	// Holding exactly the desired state gives an empty delta.
+	var all []Applied
+	for _, r := range after.Resources {
+		all = append(all, Applied{Key: r.Key, Digest: r.Digest})
+	}
+	if d := ComputeDelta(after, all); len(d.Upserts)+len(d.Deletes) != 0 {
+		t.Fatalf("delta for a converged device: %+v", d)
+	}
+	if before.Fingerprint() == after.Fingerprint() {
+		t.Fatal("fingerprint did not change with the desired state")
+	}
+}

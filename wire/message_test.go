@@ -1,0 +1,347 @@
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func digest(s string) Digest { return DigestOf([]byte(s)) }
+
+// sampleMessages returns, for every message type, a zero message and one
+// with every field set (including extreme values). They also seed the fuzz
+// corpus, so they must stay deterministic.
+func sampleMessages() []Message {
+	body := []byte(`{"intent":"pos","type":"file","id":"tls-cert","spec":{"path":"/etc/pos/tls.crt"}}`)
+	applied := []AppliedResource{
+		{Key: "pos/tls-cert", Digest: digest("a"), Revision: 7},
+		{Key: "net/firewall", Digest: digest("b"), Revision: math.MaxUint64},
+	}
+	return []Message{
+		&Hello{},
+		&Hello{
+			Major: ProtocolMajor, Minor: ProtocolMinor, AgentVersion: "meteor-agent 1.2.3",
+			SessionID:   SessionID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
+			ResumeToken: []byte{0x01, 0xff, 0x00}, Labels: map[string]string{"region": "eu", "link": "cellular", "site": "store-42"},
+			AckedRevision: 41, AckedReportSeq: 300, Inventory: true, Applied: applied, Early: true,
+			Extensions: []Extension{{Type: 1, Data: []byte("x")}, {Type: 1 << 40}},
+		},
+		&Welcome{},
+		&Welcome{
+			Major: 1, Minor: 3, ServerID: "s-eu-1", SessionID: SessionID{0xaa},
+			ResumeToken: bytes.Repeat([]byte{7}, 80), DesiredRevision: 42, AcceptedReportSeq: 299,
+			ServerTimeUnixNano: -1, PullInterval: 5 * time.Minute,
+			Extensions: []Extension{{Type: 0, Data: []byte{0}}},
+		},
+		&Reject{Code: CodeVersionUnsupported},
+		&Reject{Code: CodeLagging, Reason: "behind revision 42", RetryAfter: 1500 * time.Millisecond, Redirect: []string{"10.0.0.2:7443", "s2.example:7443"}},
+		&GoAway{Code: CodeShuttingDown, Reason: "draining", RetryAfter: time.Second},
+		&Notify{},
+		&Notify{Revision: 1 << 63},
+		&Pull{},
+		&Pull{KnownRevision: 40, Inventory: true},
+		&Pull{KnownRevision: 40, Inventory: true, Applied: applied},
+		&Delta{},
+		&Delta{
+			BaseRevision: 40, TargetRevision: 42, Complete: true,
+			Upserts: []Upsert{{Key: "pos/tls-cert", Revision: 42, Digest: DigestOf(body), Body: body}, {Key: "pos/empty", Revision: 41, Digest: DigestOf(nil)}},
+			Deletes: []string{"pos/old", "net/legacy"},
+		},
+		&Ack{Revision: 42},
+		&Report{},
+		&Report{
+			Seq: 301, DesiredRevision: 42, Full: true, Status: "blocked", BlockedReason: "lock held by pos-sync since 2024-05-01T10:00:00Z",
+			Resources: []ResourceReport{
+				{Key: "pos/tls-cert", AppliedDigest: digest("a"), AppliedRevision: 42, Effective: EffectiveMismatch,
+					Detail: "port 8443 serves cert v6", LastError: "", Attempts: math.MaxUint32, UpdatedAtUnixNano: 1714557600000000000},
+				{Key: "net/firewall", Effective: EffectiveUnknown, LastError: "iptables: exit 1", Attempts: 1, UpdatedAtUnixNano: math.MinInt64},
+			},
+		},
+		&ReportAck{Seq: 301},
+	}
+}
+
+var cmpOpts = cmp.Options{cmpopts.EquateEmpty()}
+
+func TestRoundTrip(t *testing.T) {
+	for i, m := range sampleMessages() {
+		t.Run(fmt.Sprintf("%d-%s", i, m.Type()), func(t *testing.T) {
+			payload := m.Append(nil)
+			if got := m.Len(); got != len(payload) {
+				t.Errorf("Len() = %d, encoded %d bytes", got, len(payload))
+			}
+			got, err := DecodeMessage(m.Type(), payload)
+			if err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			if diff := cmp.Diff(m, got, cmpOpts); diff != "" {
+				t.Errorf("round trip (-want +got):\n%s", diff)
+			}
+			if again := got.Append(nil); !bytes.Equal(again, payload) {
+				t.Errorf("re-encoding differs:\n got %x\nwant %x", again, payload)
+			}
+
+			// Through a frame.
+			var buf bytes.Buffer
+			if err := WriteMessage(&buf, m); err != nil {
+				t.Fatal(err)
+			}
+			if buf.Len() != FrameLen(m) {
+				t.Errorf("FrameLen = %d, wrote %d", FrameLen(m), buf.Len())
+			}
+			r := NewReader(&buf)
+			fm, err := r.Read()
+			if err != nil {
+				t.Fatalf("read frame: %v", err)
+			}
+			if diff := cmp.Diff(m, fm, cmpOpts); diff != "" {
+				t.Errorf("frame round trip (-want +got):\n%s", diff)
+			}
+			if _, err := r.Read(); err != io.EOF {
+				t.Errorf("read after last frame: %v, want io.EOF", err)
+			}
+		})
+	}
+}
+
+// TestTruncated decodes every strict prefix of every payload and frame:
+// each must fail cleanly, frames with io.ErrUnexpectedEOF (io.EOF when
+// empty).
+func TestTruncated(t *testing.T) {
+	for i, m := range sampleMessages() {
+		payload := m.Append(nil)
+		for n := range len(payload) {
+			if _, err := DecodeMessage(m.Type(), payload[:n]); !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Errorf("msg %d (%s) payload prefix %d/%d: err = %v, want io.ErrUnexpectedEOF", i, m.Type(), n, len(payload), err)
+			}
+		}
+		frame := AppendFrame(nil, m)
+		for n := range len(frame) {
+			want := io.ErrUnexpectedEOF
+			if n == 0 {
+				want = io.EOF
+			}
+			_, err := ReadMessage(bufio.NewReader(bytes.NewReader(frame[:n])), 0)
+			if err != want {
+				t.Errorf("msg %d (%s) frame prefix %d/%d: err = %v, want %v", i, m.Type(), n, len(frame), err, want)
+			}
+		}
+	}
+}
+
+func TestMalformed(t *testing.T) {
+	hello := (&Hello{Labels: map[string]string{"a": "1", "b": "2"}}).Append(nil)
+	// Offset of the label count: major(2) minor(2) flags(1) version(1) session(16) token(1).
+	const labels = 2 + 2 + 1 + 1 + 16 + 1
+	swapped := bytes.Clone(hello)
+	copy(swapped[labels+1:], []byte{1, 'b', 1, '2', 1, 'a', 1, '1'})
+	dup := bytes.Clone(hello)
+	copy(dup[labels+1:], []byte{1, 'a', 1, '1', 1, 'a', 1, '2'})
+
+	for _, tc := range []struct {
+		name    string
+		t       MessageType
+		payload []byte
+	}{
+		{"trailing byte", TypeAck, []byte{1, 0}},
+		{"non-minimal varint", TypeAck, []byte{0x81, 0x00}},
+		{"varint overflow", TypeAck, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02}},
+		{"undefined hello flag", TypeHello, func() []byte { b := (&Hello{}).Append(nil); b[4] = 0x80; return b }()},
+		{"applied without inventory", TypePull, append([]byte{0, 0, 1, 1, 'k'}, make([]byte, 33)...)},
+		{"unsorted labels", TypeHello, swapped},
+		{"duplicate labels", TypeHello, dup},
+		{"undefined refusal code", TypeReject, []byte{9, 0, 0, 0}},
+		{"zero refusal code", TypeGoAway, []byte{0, 0, 0, 0}},
+		{"too many redirects", TypeReject, []byte{1, 0, 0, MaxRedirects + 1}},
+		{"invalid UTF-8", TypeReject, []byte{1, 1, 0xff, 0, 0}},
+		{"undefined effective", TypeReport, func() []byte {
+			b := (&Report{Resources: []ResourceReport{{}}}).Append(nil)
+			b[3+1+1+1+1+32+1] = 3
+			return b
+		}()},
+		{"delta flag", TypeDelta, []byte{0, 0, 2, 0, 0}},
+		{"unsorted extensions", TypeWelcome, func() []byte {
+			return (&Welcome{Extensions: []Extension{{Type: 2}, {Type: 1}}}).Append(nil)
+		}()},
+		{"key too long", TypeDelta, append([]byte{0, 0, 0, 0, 1, 0x81, 0x04}, make([]byte, 513)...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := DecodeMessage(tc.t, tc.payload); !errors.Is(err, ErrMalformed) {
+				t.Errorf("err = %v, want ErrMalformed", err)
+			}
+		})
+	}
+}
+
+// limitedReader fails the test if the frame reader reads beyond what it
+// has been given.
+type limitedReader struct {
+	t    *testing.T
+	data []byte
+}
+
+func (r *limitedReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		r.t.Error("reader read past the announced frame header")
+		return 0, io.EOF
+	}
+	n := copy(p, r.data)
+	r.data = r.data[n:]
+	return n, nil
+}
+
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+func TestFrameTooLarge(t *testing.T) {
+	header := appendUvarint(nil, 1<<30) // a 1 GiB frame, never sent
+	var err error
+	n := allocated(func() {
+		_, err = ReadMessage(bufio.NewReader(&limitedReader{t: t, data: header}), DefaultMaxFrameSize)
+	})
+	if !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("err = %v, want ErrFrameTooLarge", err)
+	}
+	if n > 1<<20 {
+		t.Errorf("rejecting an oversize frame allocated %d bytes", n)
+	}
+
+	// Under the limit but truncated: allocation follows the data, not the
+	// announcement.
+	frame := append(appendUvarint(nil, 3<<20), byte(TypeDelta), 1, 2, 3)
+	n = allocated(func() {
+		_, err = ReadMessage(bufio.NewReader(bytes.NewReader(frame)), DefaultMaxFrameSize)
+	})
+	if err != io.ErrUnexpectedEOF {
+		t.Fatalf("err = %v, want io.ErrUnexpectedEOF", err)
+	}
+	if n > 1<<20 {
+		t.Errorf("truncated 3 MiB frame allocated %d bytes", n)
+	}
+
+	// A configurable limit, and the writer's own check.
+	r := NewReader(bytes.NewReader(AppendFrame(nil, &Report{Status: strings.Repeat("x", 200)})))
+	r.MaxFrameSize = 100
+	if _, err := r.Read(); !errors.Is(err, ErrFrameTooLarge) {
+		t.Errorf("reader with limit 100: err = %v, want ErrFrameTooLarge", err)
+	}
+	w := NewWriter(io.Discard)
+	w.MaxFrameSize = 100
+	if err := w.Write(&Report{Status: strings.Repeat("x", 200)}); !errors.Is(err, ErrFrameTooLarge) {
+		t.Errorf("writer with limit 100: err = %v, want ErrFrameTooLarge", err)
+	}
+}
+
+func TestFrameErrors(t *testing.T) {
+	// An unknown type is skipped whole: the next frame still reads.
+	stream := append([]byte{4, 0x7f, 1, 2, 3}, AppendFrame(nil, &Ack{Revision: 9})...)
+	r := NewReader(bytes.NewReader(stream))
+	if _, err := r.Read(); !errors.Is(err, ErrUnknownMessage) {
+		t.Fatalf("err = %v, want ErrUnknownMessage", err)
+	}
+	m, err := r.Read()
+	if err != nil || m.(*Ack).Revision != 9 {
+		t.Fatalf("after unknown frame: %v, %v", m, err)
+	}
+	for name, frame := range map[string][]byte{
+		"empty frame":         {0},
+		"non-minimal length":  {0x82, 0x00, byte(TypeAck), 1},
+		"length overflow":     {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f},
+		"malformed payload":   {3, byte(TypeAck), 0x81, 0x00},
+		"reserved type 0 len": {1, 0},
+	} {
+		_, err := ReadMessage(bufio.NewReader(bytes.NewReader(frame)), 0)
+		want := ErrMalformed
+		if name == "reserved type 0 len" {
+			want = ErrUnknownMessage
+		}
+		if !errors.Is(err, want) {
+			t.Errorf("%s: err = %v, want %v", name, err, want)
+		}
+	}
+}
+
+func TestSplitDelta(t *testing.T) {
+	d := &Delta{BaseRevision: 10, TargetRevision: 20, Complete: true}
+	for i := range 50 {
+		body := bytes.Repeat([]byte{byte(i)}, 100+i)
+		d.Upserts = append(d.Upserts, Upsert{Key: fmt.Sprintf("i/r%02d", i), Revision: uint64(11 + i%9), Digest: DigestOf(body), Body: body})
+		d.Deletes = append(d.Deletes, fmt.Sprintf("i/gone%02d", i))
+	}
+	const max = 1000
+	parts, err := SplitDelta(d, max)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parts) < 6 {
+		t.Fatalf("%d parts, want several", len(parts))
+	}
+	joined := &Delta{BaseRevision: 10, TargetRevision: 20}
+	for i, p := range parts {
+		if p.Len()+1 > max {
+			t.Errorf("part %d: frame of %d bytes exceeds %d", i, p.Len()+1, max)
+		}
+		if p.Complete != (i == len(parts)-1) {
+			t.Errorf("part %d: Complete = %v", i, p.Complete)
+		}
+		if p.BaseRevision != 10 || p.TargetRevision != 20 {
+			t.Errorf("part %d: revisions %d..%d", i, p.BaseRevision, p.TargetRevision)
+		}
+		if err := p.Verify(); err != nil {
+			t.Error(err)
+		}
+		joined.Upserts = append(joined.Upserts, p.Upserts...)
+		joined.Deletes = append(joined.Deletes, p.Deletes...)
+	}
+	joined.Complete = true
+	if diff := cmp.Diff(d, joined, cmpOpts); diff != "" {
+		t.Errorf("joined parts differ (-want +got):\n%s", diff)
+	}
+
+	if parts, err := SplitDelta(d, 0); err != nil || len(parts) != 1 || parts[0] != d {
+		t.Errorf("SplitDelta under the default limit: %d parts, %v", len(parts), err)
+	}
+	big := &Delta{Upserts: []Upsert{{Key: "i/big", Body: make([]byte, 2*max)}}}
+	if _, err := SplitDelta(big, max); !errors.Is(err, ErrFrameTooLarge) {
+		t.Errorf("oversize upsert: err = %v, want ErrFrameTooLarge", err)
+	}
+	d.Upserts[3].Body = []byte("tampered")
+	if err := d.Verify(); !errors.Is(err, ErrMalformed) {
+		t.Errorf("Verify on a tampered body: %v", err)
+	}
+}
+
+func TestMessageTable(t *testing.T) {
+	early := map[MessageType]bool{TypeHello: true, TypePull: true}
+	fromAgent := map[MessageType]bool{TypeHello: true, TypePull: true, TypeAck: true, TypeReport: true}
+	for t8 := range 256 {
+		mt := MessageType(t8)
+		if got := AllowedInEarlyData(mt); got != early[mt] {
+			t.Errorf("AllowedInEarlyData(%s) = %v", mt, got)
+		}
+		if got := SentByAgent(mt); got != fromAgent[mt] {
+			t.Errorf("SentByAgent(%s) = %v", mt, got)
+		}
+		if m := NewMessage(mt); (m != nil) != mt.Known() || m != nil && m.Type() != mt {
+			t.Errorf("NewMessage(%s) = %T", mt, m)
+		}
+	}
+	if got := MessageType(0x42).String(); got != "MessageType(0x42)" {
+		t.Errorf("String = %q", got)
+	}
+}

@@ -1,0 +1,96 @@
+package wire
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/quic-go/quic-go"
+)
+
+// QUIC timing shared by servers and agents.
+const (
+	// KeepAlivePeriod is how often an idle agent sends a keep-alive, well
+	// inside MaxIdleTimeout and typical NAT binding timeouts (~30 s for UDP).
+	KeepAlivePeriod = 10 * time.Second
+	// MaxIdleTimeout closes a connection after this long without any packet
+	// from the peer: three missed keep-alives.
+	MaxIdleTimeout = 30 * time.Second
+	// HandshakeIdleTimeout allows for slow, lossy links (quic-go's default
+	// is 5 s).
+	HandshakeIdleTimeout = 10 * time.Second
+	// MaxControlStreams bounds the bidirectional streams an agent may have
+	// open at once. Version 1 uses one control stream per connection; the
+	// headroom lets a later minor add streams without lowering a limit,
+	// which would make servers refuse 0-RTT for tickets issued before.
+	MaxControlStreams = 4
+)
+
+// ServerQUICConfig returns the QUIC configuration of a server: 0-RTT
+// allowed (only Hello and Pull may be acted on before the handshake
+// completes, see AllowedInEarlyData), MaxIdleTimeout, and up to
+// MaxControlStreams bidirectional and no unidirectional streams from the
+// agent. Servers send no keep-alives; agents do. Every server of a cluster
+// must use the same limits: quic-go accepts 0-RTT only if the server's
+// current transport parameters are at least those remembered in the
+// session ticket, which may come from another server.
+func ServerQUICConfig() *quic.Config {
+	return &quic.Config{
+		HandshakeIdleTimeout:  HandshakeIdleTimeout,
+		MaxIdleTimeout:        MaxIdleTimeout,
+		MaxIncomingStreams:    MaxControlStreams,
+		MaxIncomingUniStreams: -1,
+		Allow0RTT:             true,
+	}
+}
+
+// ClientQUICConfig returns the QUIC configuration of an agent:
+// keep-alives every KeepAlivePeriod, MaxIdleTimeout, and no streams opened
+// by the server (it pushes on the agent's control stream). Dial with
+// quic.DialAddrEarly (or Transport.DialEarly) to send Hello and Pull in
+// 0-RTT when a session ticket is cached.
+func ClientQUICConfig() *quic.Config {
+	return &quic.Config{
+		HandshakeIdleTimeout:  HandshakeIdleTimeout,
+		MaxIdleTimeout:        MaxIdleTimeout,
+		KeepAlivePeriod:       KeepAlivePeriod,
+		MaxIncomingStreams:    -1,
+		MaxIncomingUniStreams: -1,
+	}
+}
+
+// PeerDeviceID returns the device ID of the agent on a server-side
+// connection. On a resumed connection the client certificate comes from
+// the session ticket and is known at once, while 0-RTT data is being read;
+// otherwise it waits for the handshake to complete. Before the handshake
+// completes the ID is provisional: the ticket's certificate has not yet
+// passed tls.Config.VerifyConnection (e.g. a deny-list check), which is
+// one more reason to commit nothing before HandshakeComplete.
+func PeerDeviceID(ctx context.Context, conn *quic.Conn) (string, error) {
+	cs := conn.ConnectionState().TLS
+	if !cs.DidResume || len(cs.PeerCertificates) == 0 {
+		select {
+		case <-conn.HandshakeComplete():
+		case <-conn.Context().Done():
+			return "", fmt.Errorf("wire: peer device ID: %w", context.Cause(conn.Context()))
+		case <-ctx.Done():
+			return "", fmt.Errorf("wire: peer device ID: %w", context.Cause(ctx))
+		}
+		cs = conn.ConnectionState().TLS
+	}
+	if len(cs.PeerCertificates) == 0 {
+		return "", fmt.Errorf("%w: no client certificate", ErrNoIdentity)
+	}
+	return DeviceIDFromCert(cs.PeerCertificates[0])
+}
+
+// HandshakeDone reports whether conn's handshake has completed, i.e.
+// whether a message written now is no longer 0-RTT data (Hello.Early).
+func HandshakeDone(conn *quic.Conn) bool {
+	select {
+	case <-conn.HandshakeComplete():
+		return true
+	default:
+		return false
+	}
+}
