@@ -1,0 +1,296 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// levelParams describe one measured run of a system.
+type levelParams struct {
+	clients  int
+	warmup   time.Duration
+	duration time.Duration
+}
+
+// clientResult is what one simulated client saw inside the window.
+type clientResult struct {
+	latencies []time.Duration // successful writes only
+	errors    map[string]int  // error kind -> count
+	samples   map[string]string
+}
+
+// levelResult is one row of the results.
+type levelResult struct {
+	System  string `json:"system"`
+	Clients int    `json:"clients"`
+
+	Writes       int     `json:"writes"`
+	Errors       int     `json:"errors"`
+	WindowSec    float64 `json:"window_s"`
+	WritesPerSec float64 `json:"writes_per_s"`
+	P50ms        float64 `json:"p50_ms"`
+	P90ms        float64 `json:"p90_ms"`
+	P99ms        float64 `json:"p99_ms"`
+	Maxms        float64 `json:"max_ms"`
+
+	// ErrorKinds counts errors by kind; ErrorSamples holds one message
+	// of each kind.
+	ErrorKinds   map[string]int    `json:"error_kinds,omitempty"`
+	ErrorSamples map[string]string `json:"error_samples,omitempty"`
+
+	// ServerCPUms is the CPU time all three servers used in the window,
+	// per successful write; DriverCPUms the same for this process (the
+	// load generator), which shares the machine.
+	ServerCPUms   float64            `json:"server_cpu_ms_per_write"`
+	ServerCPUmsBy map[string]float64 `json:"server_cpu_ms_per_write_by_server"`
+	DriverCPUms   float64            `json:"driver_cpu_ms_per_write"`
+	// Elections counts the leader elections won during the window, from
+	// the servers' logs.
+	Elections int `json:"leader_elections"`
+	// Load1 is the 1-minute load average when the level started.
+	Load1 float64 `json:"load1_at_start"`
+}
+
+// runLevel drives w with p.clients closed-loop clients: each sends a write,
+// waits for the answer, and sends the next, round-robin over the servers.
+// Writes that complete during the window [warmup, warmup+duration) count;
+// the rest is warm-up or drain.
+func runLevel(ctx context.Context, hc *http.Client, w *workload, sys *system, p levelParams) (*levelResult, error) {
+	procs := sys.procs
+	keys := len(w.bodies)
+	if keys < p.clients {
+		return nil, fmt.Errorf("%d keys cannot give %d clients distinct keys", keys, p.clients)
+	}
+	begin := time.Now()
+	start := begin.Add(p.warmup)
+	end := start.Add(p.duration)
+	results := make([]clientResult, p.clients)
+	var wg sync.WaitGroup
+	for c := range p.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[c] = runClient(ctx, hc, w, c, p.clients, start, end)
+		}()
+	}
+
+	res := &levelResult{System: w.system, Clients: p.clients, WindowSec: p.duration.Seconds(), Load1: load1()}
+	cpuAtStart, drvAtStart, werr := sleepThenCPU(ctx, start, procs)
+	electionsAtStart := sys.elections()
+	var cpuAtEnd map[string]time.Duration
+	var drvAtEnd time.Duration
+	if werr == nil {
+		cpuAtEnd, drvAtEnd, werr = sleepThenCPU(ctx, end, procs)
+		res.Elections = sys.elections() - electionsAtStart
+	}
+	wg.Wait()
+	if werr != nil {
+		return nil, werr
+	}
+
+	var all []time.Duration
+	for _, r := range results {
+		all = append(all, r.latencies...)
+		for k, n := range r.errors {
+			if res.ErrorKinds == nil {
+				res.ErrorKinds, res.ErrorSamples = map[string]int{}, map[string]string{}
+			}
+			res.ErrorKinds[k] += n
+			res.Errors += n
+			res.ErrorSamples[k] = r.samples[k]
+		}
+	}
+	slices.Sort(all)
+	res.Writes = len(all)
+	res.WritesPerSec = float64(len(all)) / p.duration.Seconds()
+	res.P50ms = ms(percentile(all, 50))
+	res.P90ms = ms(percentile(all, 90))
+	res.P99ms = ms(percentile(all, 99))
+	res.Maxms = ms(percentile(all, 100))
+	if res.Writes > 0 {
+		res.ServerCPUmsBy = map[string]float64{}
+		for name, t := range cpuAtEnd {
+			used := ms(t-cpuAtStart[name]) / float64(res.Writes)
+			res.ServerCPUmsBy[name] = used
+			res.ServerCPUms += used
+		}
+		res.DriverCPUms = ms(drvAtEnd-drvAtStart) / float64(res.Writes)
+	}
+	return res, nil
+}
+
+// sleepThenCPU waits until t, then returns the CPU time each server and
+// this process have used so far.
+func sleepThenCPU(ctx context.Context, t time.Time, procs []*proc) (servers map[string]time.Duration, driver time.Duration, err error) {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	case <-timer.C:
+	}
+	servers = map[string]time.Duration{}
+	for _, p := range procs {
+		d, err := p.cpuTime()
+		if err != nil {
+			return nil, 0, fmt.Errorf("%s: read CPU time: %w (did it exit? log: %s)", p.name, err, p.logPath)
+		}
+		servers[p.name] = d
+	}
+	driver, err = procCPUTime("self")
+	return servers, driver, err
+}
+
+// runClient is one closed-loop client.
+func runClient(ctx context.Context, hc *http.Client, w *workload, c, clients int, start, end time.Time) clientResult {
+	r := clientResult{latencies: make([]time.Duration, 0, 1024)}
+	keys := len(w.bodies)
+	server := c % len(w.urls)
+	for j := 0; ; j++ {
+		if ctx.Err() != nil || !time.Now().Before(end) {
+			return r
+		}
+		k := clientKey(c, clients, j, keys)
+		t0 := time.Now()
+		err := send(ctx, hc, w.method, w.contentType, w.urls[server][k], w.bodies[k])
+		t1 := time.Now()
+		server = (server + 1) % len(w.urls)
+		if ctx.Err() != nil {
+			return r // interrupted: the outcome of this write says nothing
+		}
+		inWindow := !t1.Before(start) && t1.Before(end)
+		if err == nil {
+			if inWindow {
+				r.latencies = append(r.latencies, t1.Sub(t0))
+			}
+			continue
+		}
+		if inWindow {
+			kind, msg := classify(err)
+			if r.errors == nil {
+				r.errors, r.samples = map[string]int{}, map[string]string{}
+			}
+			r.errors[kind]++
+			r.samples[kind] = msg
+		}
+		// Do not spin on a server that refuses connections.
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// statusError is a write answered with a status other than 200.
+type statusError struct {
+	status int
+	code   string // the body's error code, if it has one
+	body   string
+}
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("HTTP %d: %s", e.status, e.body)
+}
+
+// send performs one write and reads the whole answer, so the connection
+// goes back to the pool for the next request.
+func send(ctx context.Context, hc *http.Client, method, contentType, url string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", contentType)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	_, _ = io.Copy(io.Discard, resp.Body)
+	e := &statusError{status: resp.StatusCode, body: strings.TrimSpace(string(b))}
+	// Meteor answers {"code": "no_leader", ...}; etcd's gateway
+	// {"error": ..., "code": 14, "message": ...}.
+	var v struct {
+		Code any `json:"code"`
+	}
+	if json.Unmarshal(b, &v) == nil && v.Code != nil {
+		e.code = fmt.Sprint(v.Code)
+	}
+	return e
+}
+
+// classify returns a short, stable kind for err and a sample message.
+func classify(err error) (kind, msg string) {
+	msg = strings.Join(strings.Fields(err.Error()), " ")
+	if len(msg) > 300 {
+		msg = msg[:300] + "..."
+	}
+	var se *statusError
+	switch {
+	case errors.As(err, &se):
+		kind = fmt.Sprintf("HTTP %d", se.status)
+		if se.code != "" {
+			kind += " " + se.code
+		}
+	case isTimeout(err):
+		kind = "timeout"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		kind = "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		kind = "connection reset"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		kind = "connection closed"
+	default:
+		kind = "transport error"
+	}
+	return kind, msg
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// percentile returns the p-th percentile (0 < p <= 100) of sorted by the
+// nearest-rank method: the smallest value with at least p% of the values
+// at or below it. It returns 0 for no values.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	rank = min(max(rank, 1), len(sorted))
+	return sorted[rank-1]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// load1 returns the 1-minute load average, or -1 if it cannot be read.
+func load1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	var v float64
+	if _, err := fmt.Sscan(string(b), &v); err != nil {
+		return -1
+	}
+	return v
+}

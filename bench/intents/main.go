@@ -1,0 +1,379 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// modulePath identifies the module root, found by walking up from the
+// working directory.
+const modulePath = "github.com/meteor-edge/meteor"
+
+// config is the command line.
+type config struct {
+	clients    []int
+	warmup     time.Duration
+	duration   time.Duration
+	keys       int
+	docSize    int
+	timeout    time.Duration
+	meteorBin  string
+	etcdBin    string
+	skipEtcd   bool
+	install    bool
+	outDir     string
+	keep       bool
+	cpuProfile string
+	perfLeader bool
+	leaderOnly bool
+}
+
+func parseFlags(args []string, errOut io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("intents", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	fs.Usage = func() {
+		fmt.Fprintf(errOut, "Usage: go run ./bench/intents [flags]\n\nStarts a 3-server Meteor cluster and a 3-member etcd cluster on loopback,\ndrives both with the same closed-loop HTTP write load, and writes\nbench/results/intents.{json,md}.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	clients := fs.String("clients", "1,16,64", "comma-separated concurrency levels (closed-loop clients)")
+	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "warm-up before each measured window")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured window per system and level")
+	fs.IntVar(&c.keys, "keys", 10000, "distinct intent names (etcd keys) written, cyclically")
+	fs.IntVar(&c.docSize, "doc-size", 512, "bytes of each intent document (etcd value)")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "per-request timeout")
+	fs.StringVar(&c.meteorBin, "meteor-bin", "", "meteor binary to run (default: build ./cmd/meteor into the run's temporary dir)")
+	fs.StringVar(&c.etcdBin, "etcd-bin", "", "etcd binary (default: etcd on PATH or /usr/bin/etcd)")
+	fs.BoolVar(&c.skipEtcd, "skip-etcd", false, "measure Meteor only")
+	fs.BoolVar(&c.install, "install-etcd", true, "install Debian's etcd-server with bench/install-etcd.sh if etcd is missing (root only)")
+	fs.StringVar(&c.outDir, "out", "", "results directory (default: bench/results in the module)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the temporary dir (data, server logs, profiles) after a successful run")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of this driver (the load generator) to `file`")
+	fs.BoolVar(&c.leaderOnly, "leader-only", false, "send every write to the leader found at start instead of round-robin over all servers (isolates forwarding)")
+	fs.BoolVar(&c.perfLeader, "perf-leader", false, "record each system's leader with perf during the highest level (implies -keep; perturbs that level)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if c.clients, err = parseLevels(*clients); err != nil {
+		return nil, err
+	}
+	switch {
+	case c.duration <= 0 || c.warmup < 0 || c.timeout <= 0:
+		return nil, errors.New("-duration and -timeout must be positive, -warmup not negative")
+	case c.keys < slices.Max(c.clients):
+		return nil, fmt.Errorf("-keys %d: need at least as many keys as clients (%d)", c.keys, slices.Max(c.clients))
+	case c.docSize < docOverhead(keyName(0, c.keys)):
+		return nil, fmt.Errorf("-doc-size %d: the smallest document is %d bytes", c.docSize, docOverhead(keyName(0, c.keys)))
+	case c.docSize > 512<<10:
+		return nil, errors.New("-doc-size: at most 512 KiB (Meteor's document limit is 1 MiB)")
+	}
+	if c.perfLeader {
+		c.keep = true
+	}
+	// Servers run in their data dirs, so relative paths would break.
+	for _, p := range []*string{&c.meteorBin, &c.etcdBin, &c.outDir, &c.cpuProfile} {
+		if *p != "" {
+			if *p, err = filepath.Abs(*p); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return c, nil
+}
+
+// parseLevels parses "1,16,64" into sorted, distinct positive levels.
+func parseLevels(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 4096 {
+			return nil, fmt.Errorf("-clients %q: %q is not a count between 1 and 4096", s, f)
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-intents:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		<-ctx.Done()
+		// Restore default handling: a second Ctrl-C ends the driver at
+		// once, and Pdeathsig still takes the servers along.
+		stop()
+	}()
+	err = run(ctx, cfg, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-intents:", err)
+		os.Exit(1)
+	}
+}
+
+// run does the whole benchmark. Every process it starts is stopped before
+// it returns, whatever happens.
+func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
+	root, err := moduleRoot()
+	if err != nil && (cfg.outDir == "" || cfg.meteorBin == "") {
+		return fmt.Errorf("%w (or pass -out and -meteor-bin)", err)
+	}
+	if cfg.outDir == "" {
+		cfg.outDir = filepath.Join(root, "bench", "results")
+	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	tmp, err := os.MkdirTemp("", "meteor-bench-intents-")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if ctx.Err() != nil {
+			err = errors.New("interrupted")
+		}
+		if (err != nil && ctx.Err() == nil) || cfg.keep {
+			fmt.Fprintf(log, "data, logs and profiles kept in %s\n", tmp)
+			return
+		}
+		if rerr := os.RemoveAll(tmp); rerr != nil {
+			fmt.Fprintf(log, "remove %s: %v\n", tmp, rerr)
+		}
+	}()
+	procs := &procGroup{}
+	defer func() {
+		fmt.Fprintln(log, "stopping servers")
+		// The data is thrown away, so a member still shutting down
+		// gracefully (etcd tries to hand its leadership over) after a
+		// few seconds is killed.
+		procs.stopAll(3 * time.Second)
+	}()
+
+	maxClients := slices.Max(cfg.clients)
+	hc := &http.Client{
+		Timeout: cfg.timeout,
+		Transport: &http.Transport{
+			// Every client keeps one connection per server alive.
+			MaxIdleConns:        0,
+			MaxIdleConnsPerHost: maxClients + 8,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true,
+		},
+	}
+	defer hc.CloseIdleConnections()
+
+	rep := &report{
+		Date:    time.Now().UTC().Format(time.RFC3339),
+		Machine: readMachine(),
+		Leaders: map[string]any{},
+		Params: paramInfo{
+			Clients: cfg.clients, WarmupSec: cfg.warmup.Seconds(), DurationSec: cfg.duration.Seconds(),
+			Keys: cfg.keys, DocBytes: cfg.docSize, Servers: 3, Profiled: cfg.perfLeader,
+		},
+	}
+
+	meteorBin := cfg.meteorBin
+	if meteorBin == "" {
+		fmt.Fprintln(log, "building ./cmd/meteor")
+		if meteorBin, err = buildMeteor(ctx, root, tmp); err != nil {
+			return err
+		}
+	}
+	var etcdBin string
+	if cfg.skipEtcd {
+		rep.Versions.EtcdSkipped = "-skip-etcd"
+	} else {
+		var reason string
+		etcdBin, reason, err = findEtcd(ctx, cfg.etcdBin, filepath.Join(root, "bench", "install-etcd.sh"), cfg.install)
+		if err != nil {
+			return err
+		}
+		if etcdBin == "" {
+			rep.Versions.EtcdSkipped = reason
+			fmt.Fprintf(log, "SKIPPING etcd: %s. Meteor's figures follow; there are no ratios.\n", reason)
+		} else if rep.Versions.Etcd, err = etcdVersion(ctx, etcdBin); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintln(log, "starting 3 Meteor servers")
+	met, err := startMeteor(ctx, procs, hc, meteorBin, filepath.Join(tmp, "meteor"))
+	if err != nil {
+		return err
+	}
+	rep.Versions.Meteor = met.version
+	systems := []*system{met}
+	var etcdPut string
+	if etcdBin != "" {
+		fmt.Fprintf(log, "starting 3 etcd %s members\n", rep.Versions.Etcd)
+		ets, putPath, err := startEtcd(ctx, procs, hc, etcdBin, filepath.Join(tmp, "etcd"))
+		if err != nil {
+			return err
+		}
+		rep.Versions.EtcdGateway = putPath
+		systems = append(systems, ets)
+		etcdPut = putPath
+	}
+	workloads := map[string]*workload{}
+	for _, s := range systems {
+		leader, err := s.leader(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: find the leader: %w", s.name, err)
+		}
+		rep.Leaders[s.name] = map[string]any{"at_start": leader, "pid": s.procOf(leader).pid()}
+		fmt.Fprintf(log, "%s: leader %s (pid %d)\n", s.name, leader, s.procOf(leader).pid())
+		bases := s.bases
+		if cfg.leaderOnly {
+			bases = []string{s.bases[slices.Index(s.ids, leader)]}
+		}
+		var w *workload
+		if s.name == "meteor" {
+			w, err = meteorWorkload(bases, cfg.keys, cfg.docSize)
+		} else {
+			w, err = etcdWorkload(bases, etcdPut, cfg.keys, cfg.docSize)
+		}
+		if err != nil {
+			return err
+		}
+		workloads[s.name] = w
+	}
+	rep.Params.MeteorRequestBytes = len(workloads["meteor"].bodies[0])
+	if w := workloads["etcd"]; w != nil {
+		rep.Params.EtcdRequestBytes = len(w.bodies[0])
+	}
+	rep.Params.LeaderOnly = cfg.leaderOnly
+
+	fmt.Fprintf(out, "Intent writes, %d-byte documents, %s per level after %s warm-up; load average %s\n",
+		cfg.docSize, cfg.duration, cfg.warmup, loadavg())
+	rowHeader(out)
+	for _, n := range cfg.clients {
+		// Interleave the systems level by level, so a change in the
+		// machine's background load hits both alike.
+		for _, s := range systems {
+			var rec *perfRecorder
+			if cfg.perfLeader && n == maxClients {
+				leader, err := s.leader(ctx)
+				if err != nil {
+					return err
+				}
+				if rec, err = startPerf(tmp, s.name, s.procOf(leader).pid()); err != nil {
+					return err
+				}
+			}
+			res, err := runLevel(ctx, hc, workloads[s.name], s, levelParams{clients: n, warmup: cfg.warmup, duration: cfg.duration})
+			if rec != nil {
+				summary, perr := rec.stop(context.WithoutCancel(ctx))
+				if perr != nil {
+					fmt.Fprintf(log, "%s: profile: %v\n", s.name, perr)
+				} else {
+					fmt.Fprintf(log, "%s leader profile: %s (perf report -i %s)\n", s.name, summary, rec.data)
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("%s at %d clients: %w", s.name, n, err)
+			}
+			rep.Results = append(rep.Results, res)
+			row(out, res)
+		}
+	}
+	for _, s := range systems {
+		if leader, err := s.leader(ctx); err == nil {
+			rep.Leaders[s.name].(map[string]any)["at_end"] = leader
+		}
+	}
+	rep.Machine.LoadAvgEnd = loadavg()
+	rep.Ratios = ratios(rep.Results)
+	rep.Verdict = verdict(rep.Ratios)
+	if rep.Versions.EtcdSkipped != "" {
+		rep.Verdict = "goal not evaluated: etcd was skipped (" + rep.Versions.EtcdSkipped + ")"
+	}
+	rep.Notes = notes(rep)
+	printSummary(out, rep)
+	if err := writeResults(cfg.outDir, rep); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "results: %s, %s\n", filepath.Join(cfg.outDir, "intents.json"), filepath.Join(cfg.outDir, "intents.md"))
+	return nil
+}
+
+// notes say how to read the figures.
+func notes(rep *report) []string {
+	p := rep.Params
+	spread := "Each client sends one write at a time and spreads its writes round-robin over the three servers of a system. " +
+		"A Meteor follower forwards a write to the leader over HTTP (a second HTTP hop for two writes in three); " +
+		"an etcd follower forwards the proposal to the leader internally over its peer connection."
+	if p.LeaderOnly {
+		spread = "Each client sends one write at a time, every write to the server that led at the start (-leader-only): no follower forwarding unless leadership moved."
+	}
+	n := []string{
+		spread,
+		fmt.Sprintf("Meteor receives PUT /v1/intents/{name} with the %d-byte intent document (JSON). ", p.DocBytes) +
+			fmt.Sprintf("etcd receives POST %s through its gRPC-JSON gateway with the same document bytes as the value of key %s{name}, base64-encoded as the gateway requires (%d-byte body). ", rep.Versions.EtcdGateway, etcdKeyPrefix, p.EtcdRequestBytes) +
+			"Both systems are driven over HTTP/1.1 with keep-alive connections from one client.",
+		"Both systems sync to disk before acknowledging: Meteor through raft-boltdb, etcd with its default WAL fsync (no --unsafe-no-fsync).",
+		fmt.Sprintf("Each client writes only its own keys, cycling through %d names in all; overwrites are the common case once the key space is full.", p.Keys),
+		"Both clusters run throughout on the same machine as the load generator; levels run Meteor then etcd, level by level. " +
+			"Server CPU ms/write is the CPU time of all three servers in the window divided by the writes it completed.",
+		fmt.Sprintf("The machine is shared: load average %s at start, %s at end (1-minute load per row in the JSON).", rep.Machine.LoadAvgStart, rep.Machine.LoadAvgEnd),
+	}
+	if p.Profiled {
+		n = append(n, "The leaders were sampled with perf during the highest level, which perturbs that level's figures.")
+	}
+	if rep.Versions.EtcdSkipped != "" {
+		n = append(n, "etcd was skipped: "+rep.Versions.EtcdSkipped)
+	}
+	return n
+}
+
+// moduleRoot walks up from the working directory to this module's go.mod.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.Contains(string(b), "module "+modulePath+"\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("not inside the %s module", modulePath)
+		}
+		dir = parent
+	}
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meteor-edge/meteor/fsm/intent"
+)
+
+func TestPercentileNearestRank(t *testing.T) {
+	var hundred []time.Duration
+	for i := 1; i <= 100; i++ {
+		hundred = append(hundred, time.Duration(i)*time.Millisecond)
+	}
+	tests := []struct {
+		name   string
+		sorted []time.Duration
+		p      float64
+		want   time.Duration
+	}{
+		{"empty", nil, 50, 0},
+		{"single p50", []time.Duration{7}, 50, 7},
+		{"single p99", []time.Duration{7}, 99, 7},
+		{"p50 of 1..100", hundred, 50, 50 * time.Millisecond},
+		{"p99 of 1..100", hundred, 99, 99 * time.Millisecond},
+		{"p100 is the max", hundred, 100, 100 * time.Millisecond},
+		{"p1 of 1..100", hundred, 1, 1 * time.Millisecond},
+		{"tiny p is the min", hundred, 0.001, 1 * time.Millisecond},
+		{"p50 of four rounds down", []time.Duration{1, 2, 3, 4}, 50, 2},
+		{"p51 of four", []time.Duration{1, 2, 3, 4}, 51, 3},
+		{"p99 of ten is the max", []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 99, 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := percentile(tt.sorted, tt.p); got != tt.want {
+				t.Errorf("percentile(%v, %v) = %v, want %v", tt.sorted, tt.p, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestIntentDocIsExactSizeAndValid(t *testing.T) {
+	for _, keys := range []int{1, 10, 10000, 123456} {
+		for _, i := range []int{0, keys / 2, keys - 1} {
+			name := keyName(i, keys)
+			for _, size := range []int{docOverhead(name), 200, 512, 4096} {
+				doc, err := intentDoc(name, size)
+				if err != nil {
+					t.Fatalf("intentDoc(%q, %d): %v", name, size, err)
+				}
+				if len(doc) != size {
+					t.Errorf("intentDoc(%q, %d) is %d bytes", name, size, len(doc))
+				}
+				in, err := intent.Parse(doc)
+				if err != nil {
+					t.Fatalf("intentDoc(%q, %d) does not parse: %v\n%s", name, size, err, doc)
+				}
+				if in.Name != name {
+					t.Errorf("parsed name %q, want %q", in.Name, name)
+				}
+			}
+		}
+	}
+}
+
+func TestIntentDocTooSmall(t *testing.T) {
+	name := keyName(3, 10000)
+	if _, err := intentDoc(name, docOverhead(name)-1); err == nil {
+		t.Fatal("intentDoc below the overhead: no error")
+	}
+}
+
+func TestIntentDocsDifferByName(t *testing.T) {
+	a, _ := intentDoc(keyName(1, 10000), 512)
+	b, _ := intentDoc(keyName(2, 10000), 512)
+	pa := a[len(docPrefix)+len(keyName(1, 10000))+len(docMiddle):]
+	pb := b[len(docPrefix)+len(keyName(2, 10000))+len(docMiddle):]
+	if string(pa) == string(pb) {
+		t.Error("two names got the same payload")
+	}
+}
+
+func TestKeyNamesHaveOneLength(t *testing.T) {
+	if got, want := keyName(7, 10000), "bench-0007"; got != want {
+		t.Errorf("keyName(7, 10000) = %q, want %q", got, want)
+	}
+	if got, want := keyName(0, 1), "bench-0"; got != want {
+		t.Errorf("keyName(0, 1) = %q, want %q", got, want)
+	}
+}
+
+func TestClientKeysAreDisjointAndInRange(t *testing.T) {
+	for _, tc := range []struct{ clients, keys int }{{1, 10}, {16, 10000}, {64, 10000}, {64, 64}, {3, 10}} {
+		owner := map[int]int{}
+		for c := range tc.clients {
+			for j := range 3 * tc.keys {
+				k := clientKey(c, tc.clients, j, tc.keys)
+				if k < 0 || k >= tc.keys {
+					t.Fatalf("clients %d keys %d: client %d request %d got key %d", tc.clients, tc.keys, c, j, k)
+				}
+				if o, ok := owner[k]; ok && o != c {
+					t.Fatalf("clients %d keys %d: key %d used by clients %d and %d", tc.clients, tc.keys, k, o, c)
+				}
+				owner[k] = c
+			}
+		}
+		if want := tc.keys / tc.clients * tc.clients; len(owner) != want {
+			t.Errorf("clients %d keys %d: %d keys used, want %d", tc.clients, tc.keys, len(owner), want)
+		}
+	}
+}
+
+func TestEtcdBodyCarriesTheDocument(t *testing.T) {
+	w, err := etcdWorkload([]string{"http://a", "http://b"}, "/v3/kv/put", 100, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := meteorWorkload([]string{"http://a", "http://b"}, 100, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req etcdPutRequest
+	if err := json.Unmarshal(w.bodies[42], &req); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := base64.StdEncoding.DecodeString(req.Key)
+	val, _ := base64.StdEncoding.DecodeString(req.Value)
+	if string(key) != etcdKeyPrefix+"bench-42" {
+		t.Errorf("key %q", key)
+	}
+	if string(val) != string(m.bodies[42]) {
+		t.Errorf("etcd value differs from Meteor's document:\n%s\n%s", val, m.bodies[42])
+	}
+	if got, want := m.urls[1][42], "http://b/v1/intents/bench-42"; got != want {
+		t.Errorf("meteor url %q, want %q", got, want)
+	}
+	if got, want := w.urls[0][42], "http://a/v3/kv/put"; got != want {
+		t.Errorf("etcd url %q, want %q", got, want)
+	}
+}
+
+func TestParseLevels(t *testing.T) {
+	got, err := parseLevels("64, 1,16,16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{1, 16, 64}; len(got) != len(want) || got[0] != 1 || got[1] != 16 || got[2] != 64 {
+		t.Errorf("parseLevels = %v, want %v", got, want)
+	}
+	for _, bad := range []string{"", "0", "1,x", "-3"} {
+		if _, err := parseLevels(bad); err == nil {
+			t.Errorf("parseLevels(%q): no error", bad)
+		}
+	}
+}
+
+func TestParseFlagsRejectsTooFewKeys(t *testing.T) {
+	if _, err := parseFlags([]string{"-clients", "64", "-keys", "10"}, io.Discard); err == nil {
+		t.Error("64 clients over 10 keys: no error")
+	}
+	if _, err := parseFlags([]string{"-doc-size", "20"}, io.Discard); err == nil {
+		t.Error("20-byte documents: no error")
+	}
+}
+
+func TestRatiosAndVerdict(t *testing.T) {
+	rs := ratios([]*levelResult{
+		{System: "meteor", Clients: 1, WritesPerSec: 100, P99ms: 4},
+		{System: "etcd", Clients: 1, WritesPerSec: 200, P99ms: 2},
+		{System: "meteor", Clients: 64, WritesPerSec: 3000, P99ms: 30},
+		{System: "etcd", Clients: 64, WritesPerSec: 2000, P99ms: 60},
+	})
+	if len(rs) != 2 || rs[0].Throughput != 0.5 || rs[0].P99 != 2 || rs[1].Throughput != 1.5 || rs[1].P99 != 0.5 {
+		t.Fatalf("ratios = %+v", rs)
+	}
+	if v := verdict(rs); !strings.HasPrefix(v, "goal MET") {
+		t.Errorf("verdict = %q", v)
+	}
+	if v := verdict(rs[:1]); !strings.HasPrefix(v, "goal not evaluated") {
+		t.Errorf("verdict without 64 = %q", v)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	kind, _ := classify(&statusError{status: 503, code: "no_leader", body: "x"})
+	if kind != "HTTP 503 no_leader" {
+		t.Errorf("kind %q", kind)
+	}
+}

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+)
+
+// report is everything a run found; it is written as intents.json.
+type report struct {
+	Date     string         `json:"date"`
+	Machine  machineInfo    `json:"machine"`
+	Versions versionInfo    `json:"versions"`
+	Params   paramInfo      `json:"params"`
+	Leaders  map[string]any `json:"leaders"`
+	Results  []*levelResult `json:"results"`
+	Ratios   []ratio        `json:"ratios"`
+	Verdict  string         `json:"verdict"`
+	Notes    []string       `json:"notes"`
+}
+
+type machineInfo struct {
+	NProc        int    `json:"nproc"`
+	CPUModel     string `json:"cpu_model"`
+	GoVersion    string `json:"go_version"`
+	Kernel       string `json:"kernel"`
+	LoadAvgStart string `json:"loadavg_start"`
+	LoadAvgEnd   string `json:"loadavg_end"`
+}
+
+type versionInfo struct {
+	Meteor      string `json:"meteor"`
+	Etcd        string `json:"etcd"`
+	EtcdGateway string `json:"etcd_gateway_put"`
+	EtcdSkipped string `json:"etcd_skipped,omitempty"`
+}
+
+type paramInfo struct {
+	Clients            []int   `json:"clients"`
+	WarmupSec          float64 `json:"warmup_s"`
+	DurationSec        float64 `json:"duration_s"`
+	Keys               int     `json:"keys"`
+	DocBytes           int     `json:"doc_bytes"`
+	MeteorRequestBytes int     `json:"meteor_request_bytes"`
+	EtcdRequestBytes   int     `json:"etcd_request_bytes,omitempty"`
+	Servers            int     `json:"servers_per_system"`
+	Profiled           bool    `json:"leaders_profiled_with_perf"`
+	LeaderOnly         bool    `json:"leader_only"`
+}
+
+// ratio compares Meteor with etcd at one level: Throughput is Meteor's
+// writes/s over etcd's (higher is better for Meteor), P99 Meteor's p99
+// over etcd's (lower is better for Meteor).
+type ratio struct {
+	Clients    int     `json:"clients"`
+	Throughput float64 `json:"throughput_meteor_over_etcd"`
+	P99        float64 `json:"p99_meteor_over_etcd"`
+}
+
+// goalClients and goalRatio state the goal: at 64 clients Meteor writes
+// at least as fast as etcd.
+const (
+	goalClients = 64
+	goalRatio   = 1.0
+)
+
+// ratios pairs each level's Meteor and etcd rows.
+func ratios(results []*levelResult) []ratio {
+	var out []ratio
+	for _, m := range results {
+		if m.System != "meteor" {
+			continue
+		}
+		for _, e := range results {
+			if e.System == "etcd" && e.Clients == m.Clients && e.WritesPerSec > 0 {
+				r := ratio{Clients: m.Clients, Throughput: m.WritesPerSec / e.WritesPerSec}
+				if e.P99ms > 0 {
+					r.P99 = m.P99ms / e.P99ms
+				}
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// verdict is the one-line answer for the goal level.
+func verdict(rs []ratio) string {
+	for _, r := range rs {
+		if r.Clients != goalClients {
+			continue
+		}
+		state := "NOT MET"
+		if r.Throughput >= goalRatio {
+			state = "MET"
+		}
+		return fmt.Sprintf("goal %s: at %d clients Meteor writes %.2fx etcd's throughput (goal >= %.1fx); p99 %.2fx etcd's",
+			state, goalClients, r.Throughput, goalRatio, r.P99)
+	}
+	return fmt.Sprintf("goal not evaluated: no Meteor and etcd rows at %d clients", goalClients)
+}
+
+// rowHeader and row print the stdout table one row at a time.
+func rowHeader(w io.Writer) {
+	fmt.Fprintf(w, "%-7s %7s %10s %8s %8s %7s %14s %9s\n", "system", "clients", "writes/s", "p50 ms", "p99 ms", "errors", "srv cpu ms/wr", "elections")
+}
+
+func row(w io.Writer, r *levelResult) {
+	fmt.Fprintf(w, "%-7s %7d %10.0f %8.2f %8.2f %7d %14.3f %9d\n", r.System, r.Clients, r.WritesPerSec, r.P50ms, r.P99ms, r.Errors, r.ServerCPUms, r.Elections)
+	for k, n := range r.ErrorKinds {
+		fmt.Fprintf(w, "        %d x %s, e.g. %s\n", n, k, r.ErrorSamples[k])
+	}
+}
+
+func printSummary(w io.Writer, rep *report) {
+	if len(rep.Ratios) > 0 {
+		fmt.Fprintf(w, "\n%-7s %22s %18s\n", "clients", "meteor/etcd writes/s", "meteor/etcd p99")
+		for _, r := range rep.Ratios {
+			fmt.Fprintf(w, "%-7d %22.2f %18.2f\n", r.Clients, r.Throughput, r.P99)
+		}
+	}
+	fmt.Fprintln(w)
+	for _, n := range rep.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	fmt.Fprintf(w, "verdict: %s\n", rep.Verdict)
+}
+
+// writeResults writes intents.json and intents.md into dir.
+func writeResults(dir string, rep *report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create results dir: %w", err)
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "intents.json"), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "intents.md"), []byte(markdown(rep)), 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	return nil
+}
+
+func markdown(rep *report) string {
+	var b strings.Builder
+	p, m := rep.Params, rep.Machine
+	fmt.Fprintf(&b, "# Intent writes: Meteor vs etcd\n\n")
+	fmt.Fprintf(&b, "Measured %s on %d CPUs (%s), %s, kernel %s. Load average at start %s, at end %s.\n\n",
+		rep.Date, m.NProc, m.CPUModel, m.GoVersion, m.Kernel, m.LoadAvgStart, m.LoadAvgEnd)
+	etcd := rep.Versions.Etcd
+	if rep.Versions.EtcdSkipped != "" {
+		etcd = "skipped: " + rep.Versions.EtcdSkipped
+	}
+	fmt.Fprintf(&b, "Meteor %s and etcd %s, three servers each on 127.0.0.1. %.0f s measured after %.0f s warm-up per level; %d keys; %d-byte documents (Meteor request %d bytes",
+		rep.Versions.Meteor, etcd, p.DurationSec, p.WarmupSec, p.Keys, p.DocBytes, p.MeteorRequestBytes)
+	if p.EtcdRequestBytes > 0 {
+		fmt.Fprintf(&b, ", etcd request %d bytes", p.EtcdRequestBytes)
+	}
+	fmt.Fprintf(&b, ").\n\n")
+	fmt.Fprintf(&b, "| system | clients | writes/s | p50 ms | p99 ms | errors | server CPU ms/write | leader elections | load1 |\n")
+	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rep.Results {
+		fmt.Fprintf(&b, "| %s | %d | %.0f | %.2f | %.2f | %d | %.3f | %d | %.2f |\n", r.System, r.Clients, r.WritesPerSec, r.P50ms, r.P99ms, r.Errors, r.ServerCPUms, r.Elections, r.Load1)
+	}
+	if len(rep.Ratios) > 0 {
+		fmt.Fprintf(&b, "\n| clients | Meteor/etcd writes/s | Meteor/etcd p99 |\n|---:|---:|---:|\n")
+		for _, r := range rep.Ratios {
+			fmt.Fprintf(&b, "| %d | %.2f | %.2f |\n", r.Clients, r.Throughput, r.P99)
+		}
+	}
+	fmt.Fprintf(&b, "\n**Verdict:** %s\n\n", rep.Verdict)
+	for _, n := range rep.Notes {
+		fmt.Fprintf(&b, "- %s\n", n)
+	}
+	return b.String()
+}
+
+// readMachine describes the machine the run shares with everything else
+// on it.
+func readMachine() machineInfo {
+	m := machineInfo{NProc: runtime.NumCPU(), GoVersion: runtime.Version(), LoadAvgStart: loadavg()}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+// loadavg returns the three load averages of /proc/loadavg.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,0 +1,448 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/meteor-edge/meteor/cluster/api"
+)
+
+// system is a running three-server cluster under test.
+type system struct {
+	name    string
+	version string
+	procs   []*proc
+	ids     []string // server names, in the order of bases
+	bases   []string // "http://127.0.0.1:PORT" client endpoints
+	// leader reports the current leader's server name.
+	leader func(ctx context.Context) (string, error)
+	// electionMarker is the log line a server writes when it wins an
+	// election.
+	electionMarker string
+}
+
+// elections counts the elections won so far, from the servers' logs.
+func (s *system) elections() int {
+	n := 0
+	for _, p := range s.procs {
+		b, err := os.ReadFile(p.logPath)
+		if err != nil {
+			continue
+		}
+		n += bytes.Count(b, []byte(s.electionMarker))
+	}
+	return n
+}
+
+// procOf returns the process of the named server.
+func (s *system) procOf(id string) *proc {
+	for i, x := range s.ids {
+		if x == id {
+			return s.procs[i]
+		}
+	}
+	return nil
+}
+
+// freePorts returns n distinct loopback ports that are free for TCP and,
+// with udp, for UDP as well (memberlist gossips over both). The ports are
+// released before returning, so another process could take one first;
+// server start-up then fails with a clear "address in use".
+func freePorts(n int, udp bool) ([]int, error) {
+	var closers []io.Closer
+	defer func() {
+		for _, c := range closers {
+			c.Close()
+		}
+	}()
+	var ports []int
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 100*n {
+			return nil, errors.New("cannot find free loopback ports")
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		closers = append(closers, ln)
+		port := ln.Addr().(*net.TCPAddr).Port
+		if udp {
+			pc, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err != nil {
+				continue
+			}
+			closers = append(closers, pc)
+		}
+		ports = append(ports, port)
+	}
+	return ports, nil
+}
+
+func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+// buildMeteor compiles ./cmd/meteor from the module at root into dir.
+func buildMeteor(ctx context.Context, root, dir string) (string, error) {
+	bin := filepath.Join(dir, "bin", "meteor")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/meteor")
+	cmd.Dir = root
+	cmd.SysProcAttr = childAttr()
+	// Stop the whole build (the go command and its compilers) on Ctrl-C.
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/meteor: %w\n%s", err, out.String())
+	}
+	return bin, nil
+}
+
+// startMeteor starts three `meteor server` processes that form a cluster
+// through --bootstrap-expect 3 and waits until each reports a leader.
+func startMeteor(ctx context.Context, g *procGroup, hc *http.Client, bin, dir string) (*system, error) {
+	const n = 3
+	// One call, so the ports are distinct; gossip (the last n) needs UDP
+	// too, and asking it of all of them costs nothing.
+	ports, err := freePorts(3*n, true)
+	if err != nil {
+		return nil, err
+	}
+	gossipPorts := ports[2*n:]
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	// hashicorp/raft logs this on the winner.
+	sys := &system{name: "meteor", electionMarker: "entering leader state"}
+	extra, err := meteorSecretArgs(ctx, bin, dir)
+	if err != nil {
+		return nil, err
+	}
+	gossip := make([]string, n)
+	for i := range n {
+		gossip[i] = loopback(gossipPorts[i])
+	}
+	for i := range n {
+		id := fmt.Sprintf("meteor-%d", i+1)
+		var join []string
+		for j := range n {
+			if j != i {
+				join = append(join, gossip[j])
+			}
+		}
+		httpAddr := loopback(ports[2*i])
+		args := []string{
+			"server",
+			"--node-id", id,
+			"--region", "eu",
+			"--data-dir", filepath.Join(dir, id),
+			"--http-addr", httpAddr,
+			"--raft-addr", loopback(ports[2*i+1]),
+			"--gossip-addr", gossip[i],
+			"--join", strings.Join(join, ","),
+			"--bootstrap-expect", strconv.Itoa(n),
+		}
+		args = append(args, extra...)
+		p, err := g.start(id, bin, args, dir, filepath.Join(dir, id+".log"))
+		if err != nil {
+			return nil, err
+		}
+		sys.procs = append(sys.procs, p)
+		sys.ids = append(sys.ids, id)
+		sys.bases = append(sys.bases, "http://"+httpAddr)
+	}
+	health := func(ctx context.Context, base string) (*api.Health, int, error) {
+		var h api.Health
+		code, err := getJSON(ctx, hc, base+"/v1/health", &h)
+		return &h, code, err
+	}
+	for i, base := range sys.bases {
+		err := waitFor(ctx, 60*time.Second, sys.procs[i], func(ctx context.Context) error {
+			h, code, err := health(ctx, base)
+			if err != nil {
+				return err
+			}
+			if code != http.StatusOK {
+				return fmt.Errorf("health: HTTP %d: %s", code, h.Message)
+			}
+			sys.version = h.Version
+			return nil
+		})
+		if err != nil {
+			return sys, fmt.Errorf("meteor server %s: %w", sys.ids[i], err)
+		}
+	}
+	sys.leader = func(ctx context.Context) (string, error) {
+		h, _, err := health(ctx, sys.bases[0])
+		if err != nil {
+			return "", err
+		}
+		if h.Leader == "" {
+			return "", errors.New("no leader known")
+		}
+		return h.Leader, nil
+	}
+	return sys, nil
+}
+
+// meteorSecretArgs returns the flags that give the servers a shared
+// cluster secret, written to dir (it signs the commands followers forward
+// to the leader).
+func meteorSecretArgs(ctx context.Context, bin, dir string) ([]string, error) {
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "cluster.secret")
+	if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(secret)+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	return []string{"--cluster-secret-file", path}, nil
+}
+
+// findEtcd returns the etcd binary: the flag's path, etcd on PATH, or
+// /usr/bin/etcd. If there is none and install is set, it runs
+// install-etcd.sh (Debian's etcd-server package; root only) first. It
+// returns "" with a reason when etcd cannot be had.
+func findEtcd(ctx context.Context, flagPath, installScript string, install bool) (bin, reason string, err error) {
+	if flagPath != "" {
+		if _, err := os.Stat(flagPath); err != nil {
+			return "", "", fmt.Errorf("-etcd-bin: %w", err)
+		}
+		return flagPath, "", nil
+	}
+	look := func() string {
+		if p, err := exec.LookPath("etcd"); err == nil {
+			return p
+		}
+		if _, err := os.Stat("/usr/bin/etcd"); err == nil {
+			return "/usr/bin/etcd"
+		}
+		return ""
+	}
+	if p := look(); p != "" {
+		return p, "", nil
+	}
+	if !install {
+		return "", "etcd is not installed (apt-get install -y etcd-server) and -install-etcd=false", nil
+	}
+	fmt.Fprintf(os.Stderr, "etcd not found: running %s\n", installScript)
+	cmd := exec.CommandContext(ctx, "sh", installScript)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return "", "", ctx.Err()
+		}
+		return "", fmt.Sprintf("etcd could not be installed (%v); see the message above", err), nil
+	}
+	if p := look(); p != "" {
+		return p, "", nil
+	}
+	return "", "etcd is still missing after installing etcd-server", nil
+}
+
+// etcdVersion returns the version `etcd --version` prints.
+func etcdVersion(ctx context.Context, bin string) (string, error) {
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", bin, err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "etcd Version:"); ok {
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", fmt.Errorf("%s --version: no version in %q", bin, out)
+}
+
+// etcdQuotaBytes is the backend quota: etcd's maximum (8 GiB), so that a
+// long run of overwrites never raises the NOSPACE alarm before
+// compaction would have been needed anyway.
+const etcdQuotaBytes = 8 << 30
+
+// startEtcd starts a three-member etcd cluster with a static initial
+// cluster on loopback ports, default durability (fsync on), and waits until
+// every member is healthy. It returns the gateway's put path too.
+func startEtcd(ctx context.Context, g *procGroup, hc *http.Client, bin, dir string) (*system, string, error) {
+	const n = 3
+	ports, err := freePorts(2*n, false)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, "", err
+	}
+	// etcd's raft logs "<id> became leader at term <n>" on the winner.
+	sys := &system{name: "etcd", electionMarker: "became leader at term"}
+	var initial []string
+	for i := range n {
+		initial = append(initial, fmt.Sprintf("etcd-%d=http://%s", i+1, loopback(ports[2*i+1])))
+	}
+	token := fmt.Sprintf("bench-%d-%d", os.Getpid(), time.Now().UnixNano())
+	for i := range n {
+		id := fmt.Sprintf("etcd-%d", i+1)
+		client := "http://" + loopback(ports[2*i])
+		peer := "http://" + loopback(ports[2*i+1])
+		args := []string{
+			"--name", id,
+			"--data-dir", filepath.Join(dir, id),
+			"--listen-client-urls", client,
+			"--advertise-client-urls", client,
+			"--listen-peer-urls", peer,
+			"--initial-advertise-peer-urls", peer,
+			"--initial-cluster", strings.Join(initial, ","),
+			"--initial-cluster-state", "new",
+			"--initial-cluster-token", token,
+			"--quota-backend-bytes", strconv.FormatInt(etcdQuotaBytes, 10),
+			"--logger", "zap",
+		}
+		p, err := g.start(id, bin, args, dir, filepath.Join(dir, id+".log"))
+		if err != nil {
+			return nil, "", err
+		}
+		sys.procs = append(sys.procs, p)
+		sys.ids = append(sys.ids, id)
+		sys.bases = append(sys.bases, client)
+	}
+	for i, base := range sys.bases {
+		err := waitFor(ctx, 60*time.Second, sys.procs[i], func(ctx context.Context) error {
+			var h struct {
+				Health string `json:"health"`
+			}
+			code, err := getJSON(ctx, hc, base+"/health", &h)
+			if err != nil {
+				return err
+			}
+			if code != http.StatusOK || h.Health != "true" {
+				return fmt.Errorf("health: HTTP %d, health %q", code, h.Health)
+			}
+			return nil
+		})
+		if err != nil {
+			return sys, "", fmt.Errorf("etcd member %s: %w", sys.ids[i], err)
+		}
+	}
+	putPath, err := etcdGatewayPath(ctx, hc, sys.bases[0])
+	if err != nil {
+		return sys, "", err
+	}
+	prefix := strings.TrimSuffix(putPath, "/kv/put")
+	sys.leader = func(ctx context.Context) (string, error) {
+		// IDs are uint64s, which the gateway encodes as strings.
+		var st struct {
+			Header struct {
+				MemberID string `json:"member_id"`
+			} `json:"header"`
+			Leader string `json:"leader"`
+		}
+		for i, base := range sys.bases {
+			if _, err := postJSON(ctx, hc, base+prefix+"/maintenance/status", []byte("{}"), &st); err != nil {
+				return "", err
+			}
+			if st.Leader != "" && st.Header.MemberID == st.Leader {
+				return sys.ids[i], nil
+			}
+		}
+		return "", errors.New("no member reports itself as leader")
+	}
+	return sys, putPath, nil
+}
+
+// etcdGatewayPath finds the gateway's put endpoint: /v3/kv/put on etcd
+// 3.4 and later, /v3beta/kv/put on 3.3. It writes one probe key.
+func etcdGatewayPath(ctx context.Context, hc *http.Client, base string) (string, error) {
+	body, err := etcdPutBody("/meteor/bench-probe", []byte("probe"))
+	if err != nil {
+		return "", err
+	}
+	var errs []error
+	for _, path := range []string{"/v3/kv/put", "/v3beta/kv/put"} {
+		var out struct {
+			Header *struct {
+				Revision string `json:"revision"`
+			} `json:"header"`
+		}
+		code, err := postJSON(ctx, hc, base+path, body, &out)
+		if err == nil && code == http.StatusOK && out.Header != nil {
+			return path, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: HTTP %d: %v", path, code, err))
+	}
+	return "", fmt.Errorf("etcd's JSON gateway answers no known put path: %w", errors.Join(errs...))
+}
+
+// waitFor calls check every 200ms until it succeeds, p exits, or timeout.
+func waitFor(ctx context.Context, timeout time.Duration, p *proc, check func(context.Context) error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := check(cctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if p.exited() {
+			return fmt.Errorf("exited (%v); last log lines from %s:\n%s", p.err, p.logPath, p.logTail(20))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %s: %v; last log lines from %s:\n%s", timeout, err, p.logPath, p.logTail(20))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func getJSON(ctx context.Context, hc *http.Client, url string, out any) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	return doJSON(hc, req, out)
+}
+
+func postJSON(ctx context.Context, hc *http.Client, url string, body []byte, out any) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return doJSON(hc, req, out)
+}
+
+// doJSON sends req and decodes the answer into out whatever its status.
+func doJSON(hc *http.Client, req *http.Request, out any) (int, error) {
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return resp.StatusCode, fmt.Errorf("decode %s: %w: %.200s", req.URL.Path, err, b)
+	}
+	return resp.StatusCode, nil
+}
