@@ -39,8 +39,9 @@ const (
 	// KindDrop is a Raft or memberlist message dropped by a drop rate
 	// (Network.SetDropRate).
 	KindDrop = "drop"
-	// KindPartition is a change of a partition table: a partition, an
-	// isolation, a one-way cut, a delay or drop rate set, or a heal.
+	// KindPartition is a change of connectivity ordered by a test: a
+	// partition, an isolation, a one-way cut, a delay or drop rate set, a
+	// blackhole or proxy partition switched on or off, or a heal.
 	KindPartition = "partition"
 )
 

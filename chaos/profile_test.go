@@ -71,7 +71,7 @@ func runEngine(t *testing.T, p LinkProfile, seed uint64, n int, log *FaultLog) [
 
 func TestBurstLossDropsRuns(t *testing.T) {
 	log := NewFaultLog()
-	got := runEngine(t, LinkProfile{BurstLoss: 0.02, BurstLen: 10}, 99, 5000, log)
+	got := runEngine(t, LinkProfile{BurstLoss: 0.03, BurstLen: 10}, 99, 2000, log)
 	var runs, lost int
 	for i, ok := range got {
 		if !ok {
@@ -92,7 +92,7 @@ func TestBurstLossDropsRuns(t *testing.T) {
 		t.Fatalf("logged %d burst losses, lost %d", log.Count(KindBurstLoss), lost)
 	}
 	// Same seed, same bursts.
-	again := runEngine(t, LinkProfile{BurstLoss: 0.02, BurstLen: 10}, 99, 5000, nil)
+	again := runEngine(t, LinkProfile{BurstLoss: 0.03, BurstLen: 10}, 99, 2000, nil)
 	for i := range got {
 		if got[i] != again[i] {
 			t.Fatalf("datagram %d fared differently with the same seed", i)

@@ -13,6 +13,7 @@ import (
 	"math/big"
 	mrand "math/rand/v2"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,6 +69,17 @@ func TestQUICOverLossyPacketConn(t *testing.T) {
 	clientPC := NewPacketConn(listenUDP(t), lossy, 12, log)
 	defer serverPC.Close()
 	defer clientPC.Close()
+
+	// quic-go must take its plain ReadFrom/WriteTo path: with either of
+	// these it would reach the socket directly and bypass the faults.
+	if _, ok := any(serverPC).(quic.OOBCapablePacketConn); ok {
+		t.Fatal("PacketConn implements quic.OOBCapablePacketConn")
+	}
+	if _, ok := any(serverPC).(interface {
+		SyscallConn() (syscall.RawConn, error)
+	}); ok {
+		t.Fatal("PacketConn exposes SyscallConn")
+	}
 
 	serverTLS, clientTLS := selfSignedTLS(t)
 	qconf := &quic.Config{MaxIdleTimeout: 10 * time.Second, HandshakeIdleTimeout: 10 * time.Second}
@@ -146,9 +158,14 @@ func TestQUICOverLossyPacketConn(t *testing.T) {
 			t.Errorf("no %s faults injected: %s", k, log)
 		}
 	}
-	st := clientPC.Stats().Out
-	if st.Dropped == 0 || st.Sent == 0 {
-		t.Errorf("client stats %+v", st)
+	for _, pc := range []*PacketConn{clientPC, serverPC} {
+		st := pc.Stats()
+		if st.Out.Sent == 0 || st.In.Packets == 0 || st.In.Sent == 0 {
+			t.Errorf("%s: traffic bypassed the wrapper: %+v", pc.LocalAddr(), st)
+		}
+	}
+	if clientPC.Stats().Out.Dropped+serverPC.Stats().Out.Dropped == 0 {
+		t.Error("nothing dropped at 5% loss")
 	}
 	t.Logf("faults: %s", log)
 }

@@ -40,6 +40,12 @@ func (s *Server) Propose(ctx context.Context, t fsm.MessageType, req any) (fsm.A
 	if err != nil {
 		return fsm.ApplyResult{}, 0, err
 	}
+	return s.proposeRaw(ctx, t, data)
+}
+
+// proposeRaw commits an encoded command (see Propose).
+func (s *Server) proposeRaw(ctx context.Context, t fsm.MessageType, data []byte) (fsm.ApplyResult, uint64, error) {
+	var err error
 	if s.raft.State() != raft.Leader {
 		return fsm.ApplyResult{}, 0, ErrNotLeader
 	}

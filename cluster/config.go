@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -47,6 +49,29 @@ type Config struct {
 	// GossipKey, if set, encrypts gossip (16, 24 or 32 bytes, AES).
 	GossipKey []byte
 
+	// AgentAddr, if set, is the UDP host:port agents connect to over QUIC.
+	// It needs AgentTLS.
+	AgentAddr string
+	// AgentTLS holds the cluster CA and this server's certificate.
+	AgentTLS *AgentTLS
+	// ClusterSecret, shared by every server, derives the keys of resume
+	// tokens and TLS session tickets, and signs server-to-server requests.
+	// At least 16 bytes; required with AgentAddr.
+	ClusterSecret []byte
+	// TokenLifetime is how long a resume token stays valid; TicketPeriod
+	// how often session ticket and token keys rotate.
+	TokenLifetime time.Duration
+	TicketPeriod  time.Duration
+	// PullInterval is the pull cadence servers suggest to agents.
+	PullInterval time.Duration
+	// LagWait is how long a server whose replica is behind an agent's
+	// acknowledged revision waits to catch up before sending the agent
+	// elsewhere.
+	LagWait time.Duration
+	// AgentPacketConn, if set, wraps the agents' UDP socket (fault
+	// injection in tests).
+	AgentPacketConn func(net.PacketConn) net.PacketConn
+
 	// FSM configures the state machine. Every server must use the same
 	// history limit.
 	FSM fsm.Config
@@ -56,6 +81,11 @@ type Config struct {
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64
+
+	// RaftMultiplier scales Raft's heartbeat, election and leader-lease
+	// timeouts (1 s, 1 s, 500 ms) for slow or shared hosts, where a busy
+	// leader would otherwise step down. 0 or 1 keeps the defaults.
+	RaftMultiplier int
 
 	// ApplyTimeout bounds how long a write waits to be committed.
 	ApplyTimeout time.Duration
@@ -89,7 +119,18 @@ func DefaultConfig() Config {
 		TrailingLogs:      10240,
 		ApplyTimeout:      10 * time.Second,
 		ReconcileInterval: 5 * time.Second,
+		TokenLifetime:     24 * time.Hour,
+		TicketPeriod:      time.Hour,
+		PullInterval:      30 * time.Second,
+		LagWait:           2 * time.Second,
 	}
+}
+
+// AgentTLS is the TLS material for serving agents: the cluster CA that
+// signs device certificates, and this server's certificate.
+type AgentTLS struct {
+	ClientCAs   *x509.CertPool
+	Certificate tls.Certificate
 }
 
 var nodeIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
@@ -120,8 +161,25 @@ func (c *Config) Validate() error {
 	if k := len(c.GossipKey); k != 0 && k != 16 && k != 24 && k != 32 {
 		errs = append(errs, fmt.Errorf("gossip key: %d bytes, must be 16, 24 or 32", k))
 	}
+	if c.AgentAddr != "" {
+		if err := checkAddr(c.AgentAddr); err != nil {
+			errs = append(errs, fmt.Errorf("agent addr: %w", err))
+		}
+		if c.AgentTLS == nil {
+			errs = append(errs, errors.New("agent addr: serving agents needs the cluster CA and a server certificate (--ca-file, --cert-file, --key-file)"))
+		}
+		if len(c.ClusterSecret) < 16 {
+			errs = append(errs, errors.New("agent addr: serving agents needs a cluster secret of at least 16 bytes, the same on every server (--cluster-secret-file)"))
+		}
+		if c.TicketPeriod < time.Minute || c.TokenLifetime < c.TicketPeriod || c.PullInterval <= 0 || c.LagWait <= 0 {
+			errs = append(errs, errors.New("agent timings: ticket period at least 1m, token lifetime at least the ticket period, pull interval and lag wait positive"))
+		}
+	}
 	if err := c.FSM.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.RaftMultiplier < 0 || c.RaftMultiplier > 10 {
+		errs = append(errs, fmt.Errorf("raft multiplier %d: must be between 1 and 10", c.RaftMultiplier))
 	}
 	if c.ApplyTimeout <= 0 || c.ReconcileInterval <= 0 {
 		errs = append(errs, errors.New("apply timeout and reconcile interval must be positive"))

@@ -19,6 +19,7 @@ type nodeMeta struct {
 	Region          string `json:"region"`
 	RaftAddr        string `json:"raft"`
 	HTTPAddr        string `json:"http"`
+	AgentAddr       string `json:"agent,omitempty"`
 	BootstrapExpect int    `json:"expect,omitempty"`
 	Version         string `json:"version"`
 	// Leaving is set just before a graceful leave, so that others can
@@ -145,7 +146,7 @@ func (s *Server) setupGossip() (*memberlist.Memberlist, error) {
 	port, _ := strconv.Atoi(portStr)
 	s.gossipMeta = &gossipDelegate{meta: nodeMeta{
 		ID: s.config.NodeID, Region: s.config.Region, RaftAddr: s.raftAddr,
-		HTTPAddr: s.httpAddr, BootstrapExpect: s.config.BootstrapExpect, Version: Version,
+		HTTPAddr: s.httpAddr, AgentAddr: s.agentAddr, BootstrapExpect: s.config.BootstrapExpect, Version: Version,
 	}}
 	if meta := s.gossipMeta.NodeMeta(0); len(meta) > memberlist.MetaMaxSize-32 {
 		return nil, fmt.Errorf("gossip metadata is %d bytes, over memberlist's limit of %d: shorten the node ID or region", len(meta), memberlist.MetaMaxSize)

@@ -27,13 +27,16 @@ const maxBodyBytes = 2 << 20
 
 func (s *Server) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("PUT /v1/intents/{name}", s.onLeader(s.handlePutIntent))
-	mux.HandleFunc("DELETE /v1/intents/{name}", s.onLeader(s.handleDeleteIntent))
+	mux.HandleFunc("PUT /v1/intents/{name}", s.handlePutIntent)
+	mux.HandleFunc("DELETE /v1/intents/{name}", s.handleDeleteIntent)
 	mux.HandleFunc("GET /v1/intents", s.reader(s.handleListIntents))
 	mux.HandleFunc("GET /v1/intents/{name}", s.reader(s.handleGetIntent))
+	mux.HandleFunc("GET /v1/devices", s.reader(s.handleListDevices))
+	mux.HandleFunc("GET /v1/devices/{id}", s.reader(s.handleGetDevice))
 	mux.HandleFunc("GET /v1/cluster/members", s.handleMembers)
 	mux.HandleFunc("DELETE /v1/cluster/members/{id}", s.onLeader(s.handleRemoveMember))
 	mux.HandleFunc("GET /v1/health", s.handleHealth)
+	mux.HandleFunc("POST /v1/internal/apply", s.handleInternalApply)
 	mux.HandleFunc("GET /v1/internal/self", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.self()) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &api.Error{StatusCode: http.StatusNotFound, Code: api.CodeNotFound, Message: fmt.Sprintf("no such endpoint: %s %s (see docs/api.md)", r.Method, r.URL.Path)})
@@ -158,7 +161,7 @@ func (s *Server) handleDeleteIntent(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) writeResult(w http.ResponseWriter, r *http.Request, name string, t fsm.MessageType, req any) {
-	res, index, err := s.Propose(r.Context(), t, req)
+	res, index, err := s.apply(r.Context(), t, req)
 	if err == nil {
 		err = res.Err
 	}
@@ -308,7 +311,5 @@ func writeError(w http.ResponseWriter, e *api.Error) {
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	_ = json.NewEncoder(w).Encode(v)
 }

@@ -138,6 +138,11 @@ func (s *Server) setupRaft() (*raftParts, error) {
 	})
 
 	rc := raft.DefaultConfig()
+	if m := s.config.RaftMultiplier; m > 1 {
+		rc.HeartbeatTimeout *= time.Duration(m)
+		rc.ElectionTimeout *= time.Duration(m)
+		rc.LeaderLeaseTimeout *= time.Duration(m)
+	}
 	rc.LocalID = raft.ServerID(s.config.NodeID)
 	rc.Logger = s.logger.Named("raft")
 	rc.SnapshotThreshold = s.config.SnapshotThreshold
@@ -164,7 +169,13 @@ func (s *Server) setupRaft() (*raftParts, error) {
 			return nil, fmt.Errorf("bootstrap dev server: %w", err)
 		}
 	}
-	p.raft, err = raft.NewRaft(rc, &raftFSM{state: s.fsm, logger: s.logger.Named("fsm")}, store, store, snaps, p.transport)
+	// Keep the newest entries in memory: the leader reads them back to
+	// replicate, and would otherwise go to disk for each.
+	logs, err := raft.NewLogCache(1024, store)
+	if err != nil {
+		return nil, fmt.Errorf("raft log cache: %w", err)
+	}
+	p.raft, err = raft.NewRaft(rc, &raftFSM{state: s.fsm, logger: s.logger.Named("fsm")}, logs, store, snaps, p.transport)
 	if err != nil {
 		return nil, fmt.Errorf("start raft: %w", err)
 	}

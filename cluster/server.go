@@ -16,6 +16,7 @@ import (
 
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/scheduler"
 )
 
 // Version is the Meteor server version reported in gossip and the API.
@@ -38,7 +39,13 @@ type Server struct {
 	client  *http.Client // for forwarding to the leader and peer status
 
 	// Addresses actually bound (ports resolved).
-	httpAddr, raftAddr, gossipAddr string
+	httpAddr, raftAddr, gossipAddr, agentAddr string
+
+	// agents serves device agents; nil unless Config.AgentAddr is set.
+	agents *agentServer
+	// planner serves the device API when no agents are served here.
+	plannerOnce sync.Once
+	planner     *scheduler.Planner
 
 	// readyForReads is set by the leader loop once a barrier has applied
 	// every entry of earlier terms; linearizable reads wait for it.
@@ -99,6 +106,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.raft = s.rparts.raft
 
+	if cfg.AgentAddr != "" {
+		if s.agents, err = s.listenAgents(); err != nil {
+			return nil, err
+		}
+	}
 	if s.gossip, err = s.setupGossip(); err != nil {
 		return nil, err
 	}
@@ -112,6 +124,9 @@ func New(cfg Config) (*Server, error) {
 		}
 	}()
 
+	if s.agents != nil {
+		s.agents.start()
+	}
 	s.wg.Add(3)
 	go s.joinLoop()
 	go s.bootstrapLoop()
@@ -136,6 +151,9 @@ func (s *Server) Shutdown() error {
 	s.shutdownOnce.Do(func() {
 		close(s.shutdownCh)
 		var errs []error
+		if s.agents != nil {
+			s.agents.close()
+		}
 		if s.httpSrv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			if err := s.httpSrv.Shutdown(ctx); err != nil {
@@ -259,6 +277,9 @@ func (s *Server) ID() string { return s.config.NodeID }
 
 // HTTPAddr returns the bound HTTP API address.
 func (s *Server) HTTPAddr() string { return s.httpAddr }
+
+// AgentAddr returns the bound agent (QUIC) address, or "".
+func (s *Server) AgentAddr() string { return s.agentAddr }
 
 // RaftAddr returns the bound Raft address.
 func (s *Server) RaftAddr() string { return s.raftAddr }

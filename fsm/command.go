@@ -18,6 +18,12 @@ const (
 	DeleteIntentType MessageType = 2
 	// UpsertDeviceType registers a device or updates its labels.
 	UpsertDeviceType MessageType = 3
+	// DeviceSessionType records a device's session: which server it is
+	// connected to, its labels and its acknowledged desired revision.
+	DeviceSessionType MessageType = 4
+	// DeviceReportType records an agent's report of applied and effective
+	// state, at most once per report sequence number.
+	DeviceReportType MessageType = 5
 
 	// IgnoreUnknownTypeFlag marks a command that older servers may skip
 	// rather than panic on. Set it only on commands whose loss cannot make
@@ -34,6 +40,10 @@ func (t MessageType) String() string {
 		return "delete-intent"
 	case UpsertDeviceType:
 		return "upsert-device"
+	case DeviceSessionType:
+		return "device-session"
+	case DeviceReportType:
+		return "device-report"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }
@@ -62,6 +72,52 @@ type UpsertDeviceRequest struct {
 	ID     string            `json:"id"`
 	Labels map[string]string `json:"labels,omitempty"`
 	Time   int64             `json:"time"`
+}
+
+// DeviceSessionRequest records a session event of a device. Connecting
+// registers the device (with its labels) if it is new.
+type DeviceSessionRequest struct {
+	ID        string            `json:"id"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	SessionID string            `json:"session_id"`
+	// Server is the server the device is connected to.
+	Server    string `json:"server"`
+	Connected bool   `json:"connected"`
+	// AckedRevision is the desired revision the agent has journaled; the
+	// stored value never goes backwards.
+	AckedRevision uint64 `json:"acked_revision"`
+	Time          int64  `json:"time"`
+}
+
+// ResourceStatus is what an agent reports for one resource.
+type ResourceStatus struct {
+	Key string `json:"key"`
+	// AppliedDigest is the hex SHA-256 of the resource body applied.
+	AppliedDigest   string `json:"applied_digest,omitempty"`
+	AppliedRevision uint64 `json:"applied_revision,omitempty"`
+	// Effective is ok, mismatch or unknown.
+	Effective string `json:"effective"`
+	Detail    string `json:"detail,omitempty"`
+	LastError string `json:"last_error,omitempty"`
+	Attempts  uint32 `json:"attempts,omitempty"`
+	UpdatedAt int64  `json:"updated_at,omitempty"`
+}
+
+// DeviceReportRequest records an agent's report.
+type DeviceReportRequest struct {
+	ID string `json:"id"`
+	// Seq is the report's sequence number; a report at or below the
+	// stored one is a duplicate and is ignored.
+	Seq             uint64 `json:"seq"`
+	DesiredRevision uint64 `json:"desired_revision"`
+	// Full reports list every resource the agent has; others only those
+	// that changed.
+	Full          bool             `json:"full"`
+	Status        string           `json:"status,omitempty"`
+	BlockedReason string           `json:"blocked_reason,omitempty"`
+	Resources     []ResourceStatus `json:"resources,omitempty"`
+	Server        string           `json:"server"`
+	Time          int64            `json:"time"`
 }
 
 // Encode returns the Raft log payload for a command: the type byte followed

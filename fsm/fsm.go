@@ -14,9 +14,11 @@ import (
 type handler func(f *FSM, txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error)
 
 var handlers = map[MessageType]handler{
-	PutIntentType:    (*FSM).applyPutIntent,
-	DeleteIntentType: (*FSM).applyDeleteIntent,
-	UpsertDeviceType: (*FSM).applyUpsertDevice,
+	PutIntentType:     (*FSM).applyPutIntent,
+	DeleteIntentType:  (*FSM).applyDeleteIntent,
+	UpsertDeviceType:  (*FSM).applyUpsertDevice,
+	DeviceSessionType: (*FSM).applyDeviceSession,
+	DeviceReportType:  (*FSM).applyDeviceReport,
 }
 
 // Apply applies one committed command at Raft index index. It panics on a

@@ -168,7 +168,7 @@ func randomLog(t testing.TB, seed uint64, n int) [][]byte {
 	var log [][]byte
 	for i := range n {
 		name := fmt.Sprintf("intent-%d", rng.IntN(6))
-		switch rng.IntN(5) {
+		switch rng.IntN(6) {
 		case 0, 1:
 			in := testIntent(name, fmt.Sprintf("v%d", i))
 			in.Selector = map[string]string{"region": []string{"eu", "us"}[rng.IntN(2)]}
@@ -179,6 +179,11 @@ func randomLog(t testing.TB, seed uint64, n int) [][]byte {
 			log = append(log, mustEncode(t, PutIntentType, req))
 		case 2:
 			log = append(log, mustEncode(t, DeleteIntentType, &DeleteIntentRequest{Name: name, Time: int64(i)}))
+		case 3:
+			log = append(log, mustEncode(t, DeviceReportType, &DeviceReportRequest{
+				ID: fmt.Sprintf("dev-%d", rng.IntN(20)), Seq: uint64(rng.IntN(i + 1)), Full: rng.IntN(2) == 0,
+				Resources: []ResourceStatus{{Key: name + "/motd", AppliedDigest: fmt.Sprint(i), Effective: "ok"}}, Time: int64(i),
+			}))
 		default:
 			log = append(log, mustEncode(t, UpsertDeviceType, &UpsertDeviceRequest{
 				ID: fmt.Sprintf("dev-%d", rng.IntN(20)), Labels: map[string]string{"site": fmt.Sprint(rng.IntN(3)), "region": "eu"}, Time: int64(i),

@@ -42,15 +42,33 @@ type HistoryRecord struct {
 	Truncated bool `json:"truncated,omitempty"`
 }
 
-// DeviceRecord is a device the cluster knows.
+// DeviceRecord is a device the cluster knows: its labels, its session and
+// what its agent last reported.
 type DeviceRecord struct {
 	ID          string            `json:"id"`
 	Labels      map[string]string `json:"labels,omitempty"`
 	CreateIndex uint64            `json:"create_index"`
 	ModifyIndex uint64            `json:"modify_index"`
-	// Revision is the cluster revision of the last change to the device.
+	// Revision is the cluster revision of the last change to the device's
+	// labels (which changes its desired state).
 	Revision  uint64 `json:"revision"`
 	UpdatedAt int64  `json:"updated_at"`
+
+	SessionID string `json:"session_id,omitempty"`
+	// Server is the server the device is (or was last) connected to.
+	Server    string `json:"server,omitempty"`
+	Connected bool   `json:"connected"`
+	// AckedRevision is the highest desired revision the agent journaled.
+	AckedRevision uint64 `json:"acked_revision"`
+	// ReportSeq is the highest report sequence number applied.
+	ReportSeq      uint64 `json:"report_seq"`
+	ReportRevision uint64 `json:"report_revision,omitempty"`
+	AgentStatus    string `json:"agent_status,omitempty"`
+	BlockedReason  string `json:"blocked_reason,omitempty"`
+	// LastSeen is when the device last connected, disconnected or
+	// reported (proposer's clock, Unix nanoseconds).
+	LastSeen  int64            `json:"last_seen"`
+	Resources []ResourceStatus `json:"resources,omitempty"`
 }
 
 // metaRecord holds the cluster-wide counters.

@@ -108,3 +108,30 @@ func TestDeltaFollowsChangeNotHistory(t *testing.T) {
 		t.Fatal("fingerprint did not change with the desired state")
 	}
 }
+
+func TestCompareThreeStates(t *testing.T) {
+	f, _ := fsm.New(fsm.DefaultConfig())
+	put(t, f, 1, fileIntent("net", nil, map[string]string{"a": "1", "b": "2", "c": "3", "d": "4", "e": "5"}))
+	d, _ := NewPlanner().Desired(f.Read(), nil)
+	dg := func(i int) string { return fmt.Sprintf("%x", d.Resources[i].Digest) }
+	rec := &fsm.DeviceRecord{ID: "x", AckedRevision: 1, Resources: []fsm.ResourceStatus{
+		{Key: "net/a", AppliedDigest: dg(0), Effective: "ok"},
+		{Key: "net/b", AppliedDigest: dg(1), Effective: "mismatch", Detail: "served old"},
+		{Key: "net/c", AppliedDigest: "old", LastError: "disk full"},
+		{Key: "net/d", AppliedDigest: dg(3), Effective: "unknown"},
+		{Key: "gone/z", AppliedDigest: "zz", Effective: "ok"},
+	}}
+	v := Compare(d, rec)
+	got := map[string]string{}
+	for _, r := range v.Resources {
+		got[r.Key] = r.State
+	}
+	want := map[string]string{"net/a": StateConverged, "net/b": StateDrifted, "net/c": StateFailed, "net/d": StateApplied, "net/e": StateProgressing, "gone/z": StateRemoving}
+	if diff := cmp.Diff(want, got); diff != "" || v.Converged {
+		t.Fatalf("states (-want +got):\n%s", diff)
+	}
+	rec.AckedRevision = 0
+	if v := Compare(d, rec); v.Resources[len(v.Resources)-1].State != StatePending {
+		t.Fatalf("unacknowledged resource: %+v", v.Resources[len(v.Resources)-1])
+	}
+}

@@ -144,3 +144,14 @@ func readDesired(tx *bolt.Tx) (DesiredSet, error) {
 	})
 	return set, err
 }
+
+// DesiredRevision returns the recorded desired revision, 0 when none,
+// without reading the resources.
+func (j *Journal) DesiredRevision() (uint64, error) {
+	var rev uint64
+	err := j.view("read desired revision", func(tx *bolt.Tx) error {
+		rev = desiredRevision(tx)
+		return nil
+	})
+	return rev, err
+}

@@ -7,11 +7,14 @@
 //   - the session: session ID, resume token, the highest desired revision
 //     acknowledged to the control plane, and report sequence numbers;
 //   - pending reports: queued but not yet acknowledged by a server, resent
-//     after a reconnect;
+//     after a reconnect (ReplaceReports keeps only the newest, for reports
+//     that supersede the earlier ones);
 //   - the desired set: its revision and, per resource key, the digest,
 //     resource revision and body (so the agent can keep converging offline);
 //   - one applied record per resource key: the digest and revision last
-//     applied successfully, when, the last error and the attempt count;
+//     applied successfully, when, the last error and the attempt count,
+//     and the body that digest stands for (AppliedBody), so the agent can
+//     go back to what is applied when a newer desired body never applied;
 //   - in-flight steps: BeginStep is committed before a driver runs and
 //     EndStep after it returns, in the same transaction as the applied
 //     record it updates.

@@ -28,12 +28,13 @@ var (
 	bucketDesired  = []byte("desired")  // key → DesiredResource (JSON)
 	bucketApplied  = []byte("applied")  // key → Applied (JSON)
 	bucketSteps    = []byte("steps")    // key → Step (JSON)
+	bucketBodies   = []byte("bodies")   // key → AppliedBody (JSON)
 
 	keyVersion  = []byte("version")
 	keySession  = []byte("session")
 	keyRevision = []byte("revision")
 
-	allBuckets = [][]byte{bucketMeta, bucketSession, bucketReports, bucketDesiredM, bucketDesired, bucketApplied, bucketSteps}
+	allBuckets = [][]byte{bucketMeta, bucketSession, bucketReports, bucketDesiredM, bucketDesired, bucketApplied, bucketSteps, bucketBodies}
 )
 
 var (

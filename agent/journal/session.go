@@ -146,3 +146,31 @@ func (j *Journal) PendingReports() ([]Report, error) {
 	})
 	return out, err
 }
+
+// ReplaceReports stores body as the next report and drops every pending
+// one, for reports that supersede all earlier ones (full reports). The new
+// sequence number is above both the last one queued and after, so a server
+// that already applied reports up to after (its accepted seq) applies this
+// one. It returns the new sequence number.
+func (j *Journal) ReplaceReports(after uint64, body []byte) (seq uint64, err error) {
+	err = j.update("replace reports", func(tx *bolt.Tx) error {
+		s, err := readSession(tx)
+		if err != nil {
+			return err
+		}
+		b := tx.Bucket(bucketReports)
+		c := b.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.First() {
+			if err := c.Delete(); err != nil {
+				return err
+			}
+		}
+		s.LastReportSeq = max(s.LastReportSeq, after) + 1
+		seq = s.LastReportSeq
+		if err := b.Put(encodeU64(seq), body); err != nil {
+			return err
+		}
+		return writeSession(tx, s)
+	})
+	return seq, err
+}

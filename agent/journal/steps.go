@@ -98,6 +98,9 @@ func (j *Journal) EndStep(key, digest string, rev uint64, stepErr error) error {
 		}
 		if stepErr == nil {
 			a.Digest, a.Revision, a.At, a.LastError = digest, rev, j.stamp(), ""
+			if err := keepAppliedBodyLocked(tx, key, digest, rev); err != nil {
+				return err
+			}
 		} else {
 			a.LastError = stepErr.Error()
 			if a.LastError == "" {
@@ -179,6 +182,9 @@ func (j *Journal) ForgetApplied(key string) error {
 		if err := tx.Bucket(bucketSteps).Delete([]byte(key)); err != nil {
 			return err
 		}
+		if err := tx.Bucket(bucketBodies).Delete([]byte(key)); err != nil {
+			return err
+		}
 		return tx.Bucket(bucketApplied).Delete([]byte(key))
 	})
 }
@@ -237,4 +243,41 @@ func (j *Journal) Progress() (Progress, error) {
 		return nil
 	})
 	return p, err
+}
+
+// AppliedBody is the desired resource a successful step applied: the body
+// the applied record's digest stands for. The agent needs it when the
+// control plane goes back to what is applied while a newer desired body
+// was still pending (a rollback of a change that never applied).
+type AppliedBody struct {
+	Digest   string `json:"digest"`
+	Revision uint64 `json:"revision"`
+	Body     []byte `json:"body"`
+}
+
+// keepAppliedBodyLocked copies the desired body of key into the bodies
+// bucket when it is the one the step applied (same digest). A step whose
+// body is not in the desired set any more leaves no body.
+func keepAppliedBodyLocked(tx *bolt.Tx, key, digest string, rev uint64) error {
+	bodies := tx.Bucket(bucketBodies)
+	var d DesiredResource
+	ok, err := getJSON(tx.Bucket(bucketDesired), []byte(key), &d)
+	if err != nil {
+		return err
+	}
+	if !ok || d.Digest != digest {
+		return bodies.Delete([]byte(key))
+	}
+	return putJSON(bodies, []byte(key), AppliedBody{Digest: digest, Revision: rev, Body: d.Body})
+}
+
+// AppliedBody returns the body last applied successfully for key; ok is
+// false when none is known (never applied, or applied by a journal that
+// did not keep bodies).
+func (j *Journal) AppliedBody(key string) (b AppliedBody, ok bool, err error) {
+	err = j.view(fmt.Sprintf("read applied body %q", key), func(tx *bolt.Tx) error {
+		ok, err = getJSON(tx.Bucket(bucketBodies), []byte(key), &b)
+		return err
+	})
+	return b, ok, err
 }

@@ -182,3 +182,17 @@ func (c *Client) once(ctx context.Context, method, path string, q url.Values, h 
 	}
 	return nil
 }
+
+// ListDevices lists the devices the cluster knows.
+func (c *Client) ListDevices(ctx context.Context, o ReadOptions) (*DeviceList, error) {
+	var out DeviceList
+	err := c.do(ctx, http.MethodGet, "/v1/devices", o.query(), nil, nil, &out)
+	return &out, err
+}
+
+// GetDevice reads one device with its resources' three states.
+func (c *Client) GetDevice(ctx context.Context, id string, o ReadOptions) (*Device, error) {
+	var out Device
+	err := c.do(ctx, http.MethodGet, "/v1/devices/"+url.PathEscape(id), o.query(), nil, nil, &out)
+	return &out, err
+}

@@ -130,3 +130,53 @@ const (
 	HeaderConsistency = "X-Meteor-Consistency" // linearizable or stale
 	HeaderServedBy    = "X-Meteor-Served-By"   // node that produced the answer
 )
+
+// DeviceSummary is one line of a device listing.
+type DeviceSummary struct {
+	ID     string            `json:"id"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// Connected says whether the device has a session now; Server names
+	// the server it is (or was last) connected to.
+	Connected       bool      `json:"connected"`
+	Server          string    `json:"server,omitempty"`
+	DesiredRevision uint64    `json:"desired_revision"`
+	AckedRevision   uint64    `json:"acked_revision"`
+	Converged       bool      `json:"converged"`
+	Resources       int       `json:"resources"`
+	LastSeen        time.Time `json:"last_seen"`
+	// Counts of resources per state (see ResourceState).
+	Counts map[string]int `json:"counts,omitempty"`
+}
+
+// DeviceList is the answer to GET /v1/devices.
+type DeviceList struct {
+	Revision uint64          `json:"revision"`
+	Devices  []DeviceSummary `json:"devices"`
+}
+
+// ResourceState puts a resource's intended, applied and effective states
+// side by side. State is pending, progressing, failed, applied, converged,
+// drifted or removing.
+type ResourceState struct {
+	Key              string     `json:"key"`
+	State            string     `json:"state"`
+	IntendedDigest   string     `json:"intended_digest,omitempty"`
+	IntendedRevision uint64     `json:"intended_revision,omitempty"`
+	AppliedDigest    string     `json:"applied_digest,omitempty"`
+	AppliedRevision  uint64     `json:"applied_revision,omitempty"`
+	Effective        string     `json:"effective,omitempty"`
+	Detail           string     `json:"detail,omitempty"`
+	LastError        string     `json:"last_error,omitempty"`
+	Attempts         uint32     `json:"attempts,omitempty"`
+	UpdatedAt        *time.Time `json:"updated_at,omitempty"`
+}
+
+// Device is the answer to GET /v1/devices/{id}.
+type Device struct {
+	DeviceSummary
+	SessionID     string          `json:"session_id,omitempty"`
+	ReportSeq     uint64          `json:"report_seq"`
+	AgentStatus   string          `json:"agent_status,omitempty"`
+	BlockedReason string          `json:"blocked_reason,omitempty"`
+	States        []ResourceState `json:"resource_states"`
+}

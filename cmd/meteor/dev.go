@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -62,6 +63,19 @@ func runDev(ctx context.Context, out io.Writer, n, basePort int, dataDir, exampl
 	defer logFile.Close()
 	logger := hclog.New(&hclog.LoggerOptions{Name: "meteor", Level: hclog.Info, Output: logFile})
 
+	pkiDir := filepath.Join(dataDir, "pki")
+	if err := initCA(io.Discard, pkiDir, 365*24*time.Hour); err != nil {
+		return fmt.Errorf("create the development PKI: %w", err)
+	}
+	ca, err := loadCA(pkiDir)
+	if err != nil {
+		return err
+	}
+	secret, err := readSecret(filepath.Join(pkiDir, clusterSecret))
+	if err != nil {
+		return err
+	}
+
 	fmt.Fprintf(out, "Starting a %d-server Meteor cluster on loopback (data and logs in %s)\n", n, dataDir)
 	var srvs []*cluster.Server
 	defer func() {
@@ -83,6 +97,13 @@ func runDev(ctx context.Context, out io.Writer, n, basePort int, dataDir, exampl
 		cfg.HTTPAddr = hostPort(port)
 		cfg.RaftAddr = hostPort(port + 1)
 		cfg.GossipAddr = hostPort(port + 2)
+		cfg.AgentAddr = hostPort(port + 3)
+		cert, err := ca.IssueServer(cfg.NodeID, []string{"127.0.0.1"})
+		if err != nil {
+			return err
+		}
+		cfg.AgentTLS = &cluster.AgentTLS{ClientCAs: ca.Pool(), Certificate: cert}
+		cfg.ClusterSecret = secret
 		cfg.Logger = logger
 		if n == 1 {
 			cfg.Dev = true
@@ -100,7 +121,7 @@ func runDev(ctx context.Context, out io.Writer, n, basePort int, dataDir, exampl
 		if firstGossip == "" {
 			firstGossip = s.GossipAddr()
 		}
-		fmt.Fprintf(out, "  %s  region %-8s  HTTP http://%s  raft %s  gossip %s\n", cfg.NodeID, cfg.Region, s.HTTPAddr(), s.RaftAddr(), s.GossipAddr())
+		fmt.Fprintf(out, "  %s  region %-8s  HTTP http://%s  raft %s  gossip %s  agents udp %s\n", cfg.NodeID, cfg.Region, s.HTTPAddr(), s.RaftAddr(), s.GossipAddr(), s.AgentAddr())
 	}
 
 	c := api.NewClient(srvs[0].HTTPAddr(), nil)
@@ -117,7 +138,7 @@ func runDev(ctx context.Context, out io.Writer, n, basePort int, dataDir, exampl
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "\nApplying %d intents from %s through %s (a follower forwards to the leader):\n", len(docs), examples, srvs[len(srvs)-1].ID())
+		fmt.Fprintf(out, "\nApplying %d intents from %s through %s (any server accepts writes):\n", len(docs), examples, srvs[len(srvs)-1].ID())
 		last := api.NewClient(srvs[len(srvs)-1].HTTPAddr(), nil)
 		for _, in := range docs {
 			body, err := json.Marshal(in)
@@ -135,7 +156,21 @@ func runDev(ctx context.Context, out io.Writer, n, basePort int, dataDir, exampl
 	if err := showCluster(ctx, out, c); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\nTry it from another terminal:\n  bin/meteor get intents --addr %s\n  bin/meteor members --addr %s\n\nPress Ctrl-C to stop.\n", srvs[0].HTTPAddr(), srvs[0].HTTPAddr())
+	var agentAddrs []string
+	for _, s := range srvs {
+		agentAddrs = append(agentAddrs, s.AgentAddr())
+	}
+	devCert, err := ca.IssueDevice("pos-1")
+	if err != nil {
+		return err
+	}
+	if err := writeCert(io.Discard, pkiDir, "device-pos-1", devCert); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nTry it from another terminal:\n  bin/meteor get intents --addr %s\n  bin/meteor members --addr %s\n", srvs[0].HTTPAddr(), srvs[0].HTTPAddr())
+	fmt.Fprintf(out, "\nRun a device agent (files go under %s):\n  bin/meteor agent --servers %s --device-id pos-1 --labels role=pos-terminal,region=eu-west \\\n    --data-dir %s --root %s \\\n    --ca-file %s --cert-file %s --key-file %s\n  bin/meteor get device pos-1 --addr %s\n\nPress Ctrl-C to stop.\n",
+		filepath.Join(dataDir, "pos-1-root"), strings.Join(agentAddrs, ","), filepath.Join(dataDir, "pos-1-agent"), filepath.Join(dataDir, "pos-1-root"),
+		filepath.Join(pkiDir, caCertFile), filepath.Join(pkiDir, "device-pos-1.pem"), filepath.Join(pkiDir, "device-pos-1-key.pem"), srvs[0].HTTPAddr())
 	<-ctx.Done()
 	return nil
 }

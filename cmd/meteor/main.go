@@ -58,12 +58,14 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	root.AddCommand(
 		newServerCmd(),
+		newAgentCmd(),
 		newDevCmd(),
 		newApplyCmd(g),
 		newGetCmd(g),
 		newDeleteCmd(g),
 		newMembersCmd(g),
 		newHealthCmd(g),
+		newCACmd(),
 		newVersionCmd(),
 	)
 	return root

@@ -130,7 +130,7 @@ func parseDocs(name string, data []byte) ([]*intent.Intent, error) {
 
 func newGetCmd(g *globals) *cobra.Command {
 	var stale bool
-	cmd := &cobra.Command{Use: "get", Short: "Show intents"}
+	cmd := &cobra.Command{Use: "get", Short: "Show intents and devices"}
 	cmd.PersistentFlags().BoolVar(&stale, "stale", false, "read from the contacted server's replica without confirming leadership (faster, may lag)")
 
 	list := &cobra.Command{
@@ -181,8 +181,102 @@ func newGetCmd(g *globals) *cobra.Command {
 		},
 	}
 	one.Flags().Uint64Var(&rev, "revision", 0, "show the intent as it was at this cluster revision")
-	cmd.AddCommand(list, one)
+
+	devices := &cobra.Command{
+		Use: "devices", Short: "List devices and whether they converged", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := g.client().ListDevices(cmd.Context(), api.ReadOptions{Stale: stale})
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return printJSON(cmd.OutOrStdout(), res)
+			}
+			tw := table(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "ID\tCONNECTED\tSERVER\tDESIRED\tACKED\tCONVERGED\tRESOURCES\tLAST SEEN\tLABELS")
+			for _, d := range res.Devices {
+				fmt.Fprintf(tw, "%s\t%v\t%s\t%d\t%d\t%v\t%s\t%s\t%s\n", d.ID, d.Connected, d.Server, d.DesiredRevision, d.AckedRevision, d.Converged, counts(d.Resources, d.Counts), ago(d.LastSeen), labels(d.Labels))
+			}
+			return tw.Flush()
+		},
+	}
+	device := &cobra.Command{
+		Use: "device ID", Short: "Show a device: each resource's intended, applied and effective state", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := g.client().GetDevice(cmd.Context(), args[0], api.ReadOptions{Stale: stale})
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return printJSON(cmd.OutOrStdout(), d)
+			}
+			printDevice(cmd.OutOrStdout(), d)
+			return nil
+		},
+	}
+	cmd.AddCommand(list, one, devices, device)
 	return cmd
+}
+
+func printDevice(w io.Writer, d *api.Device) {
+	conn := "no"
+	if d.Connected {
+		conn = "yes, to " + d.Server
+	} else if d.Server != "" {
+		conn = "no (last on " + d.Server + ")"
+	}
+	fmt.Fprintf(w, "Device:     %s\nLabels:     %s\nConnected:  %s\nLast seen:  %s\nRevisions:  desired %d, acknowledged %d\nConverged:  %v  (%s)\n",
+		d.ID, labels(d.Labels), conn, ago(d.LastSeen), d.DesiredRevision, d.AckedRevision, d.Converged, counts(d.Resources, d.Counts))
+	if d.BlockedReason != "" {
+		fmt.Fprintf(w, "Blocked:    %s\n", d.BlockedReason)
+	}
+	fmt.Fprintln(w, "Resources:")
+	tw := table(w)
+	fmt.Fprintln(tw, "  KEY\tSTATE\tINTENDED\tAPPLIED\tEFFECTIVE\tDETAIL")
+	for _, r := range d.States {
+		detail := r.Detail
+		if r.LastError != "" {
+			detail = "error: " + r.LastError
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", r.Key, r.State, short(r.IntendedDigest, r.IntendedRevision), short(r.AppliedDigest, r.AppliedRevision), orDash(r.Effective), detail)
+	}
+	tw.Flush()
+}
+
+func counts(total int, c map[string]int) string {
+	if len(c) == 0 {
+		return fmt.Sprintf("%d", total)
+	}
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d %s", c[k], k)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func short(digest string, rev uint64) string {
+	if digest == "" {
+		return "-"
+	}
+	if len(digest) > 8 {
+		digest = digest[:8]
+	}
+	if rev == 0 {
+		return digest
+	}
+	return fmt.Sprintf("%s@%d", digest, rev)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func newDeleteCmd(g *globals) *cobra.Command {

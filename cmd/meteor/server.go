@@ -14,6 +14,7 @@ import (
 func newServerCmd() *cobra.Command {
 	cfg := cluster.DefaultConfig()
 	var join, gossipKey, logLevel string
+	var caFile, certFile, keyFile, secretFile string
 	var historyLimit int
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -39,6 +40,19 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 				cfg.GossipKey = k
 			}
 			cfg.FSM.HistoryLimit = historyLimit
+			if cfg.AgentAddr != "" {
+				t, secret, err := loadAgentTLS(caFile, certFile, keyFile, secretFile)
+				if err != nil {
+					return fmt.Errorf("--agent-addr: %w", err)
+				}
+				cfg.AgentTLS, cfg.ClusterSecret = t, secret
+			} else if cmd.Flags().Changed("cluster-secret-file") {
+				secret, err := readSecret(secretFile)
+				if err != nil {
+					return err
+				}
+				cfg.ClusterSecret = secret
+			}
 			if cfg.Dev {
 				if cfg.NodeID == "" {
 					cfg.NodeID = "dev"
@@ -73,8 +87,15 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 	f.BoolVar(&cfg.Dev, "dev", false, "run a single throw-away server")
 	f.StringVar(&gossipKey, "encrypt", "", "base64 gossip encryption key (16, 24 or 32 bytes), the same on every server")
 	f.IntVar(&historyLimit, "history-limit", cfg.FSM.HistoryLimit, "revisions kept per intent; the same on every server")
+	f.IntVar(&cfg.RaftMultiplier, "raft-multiplier", 1, "scale Raft timeouts (1-10) on slow or shared hosts")
 	f.DurationVar(&cfg.ApplyTimeout, "apply-timeout", cfg.ApplyTimeout, "how long a write waits to be committed")
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries between Raft snapshots")
+	f.StringVar(&cfg.AgentAddr, "agent-addr", "", "UDP address to serve device agents on (QUIC); needs the TLS flags below")
+	f.StringVar(&caFile, "ca-file", "pki/ca.pem", "cluster CA certificate (PEM), which signs device certificates")
+	f.StringVar(&certFile, "cert-file", "", "this server's certificate (PEM), from 'meteor ca issue-server'")
+	f.StringVar(&keyFile, "key-file", "", "this server's private key (PEM)")
+	f.StringVar(&secretFile, "cluster-secret-file", "pki/cluster.secret", "cluster secret shared by all servers (from 'meteor ca init')")
+	f.DurationVar(&cfg.PullInterval, "pull-interval", cfg.PullInterval, "how often agents are told to pull even without a push")
 	f.StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	return cmd
 }

@@ -1,0 +1,153 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/quic-go/quic-go"
+
+	"github.com/meteor-edge/meteor/agent/driver"
+	"github.com/meteor-edge/meteor/agent/journal"
+)
+
+// Agent is a device agent: it keeps a session with the nearest server,
+// journals the desired state it is given, reconciles the device towards
+// it and reports what is applied and effective. Create it with New and
+// run it with Run, once.
+type Agent struct {
+	cfg      Config // with defaults
+	deviceID string
+	log      hclog.Logger
+	drivers  *driver.Registry
+	st       *statusStore
+	running  atomic.Bool
+	// refused0RTT counts connections whose 0-RTT data a server refused.
+	refused0RTT atomic.Int64
+
+	// Set by Run before its goroutines start, read by them.
+	j   *journal.Journal
+	rp  *reporter
+	rec *reconciler
+
+	// jnl is j while Run runs, for Status from any goroutine.
+	jnl atomic.Pointer[journal.Journal]
+}
+
+// New validates cfg and returns an agent ready to Run.
+func New(cfg Config) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	id, err := certDeviceID(cfg.Certificate)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, deviceID: id, drivers: cfg.Drivers}
+	a.log = cfg.Logger.Named("agent").With("device", id)
+	if a.drivers == nil {
+		a.drivers, err = driver.NewRegistry(driver.Config{Root: cfg.Root, Clock: cfg.Clock, Logger: a.log})
+		if err != nil {
+			return nil, fmt.Errorf("agent drivers: %w", err)
+		}
+	}
+	a.st = newStatusStore(id)
+	return a, nil
+}
+
+// DeviceID returns the device ID of the agent's certificate.
+func (a *Agent) DeviceID() string { return a.deviceID }
+
+// Run opens the journal and the agent's socket, then reconciles and keeps
+// a session until ctx ends. It returns nil after ctx ended and every
+// goroutine it started has exited and the journal is closed, or an error
+// if it could not start. An Agent runs once.
+func (a *Agent) Run(ctx context.Context) error {
+	if !a.running.CompareAndSwap(false, true) {
+		return errors.New("agent: Run called twice")
+	}
+	j, err := journal.Open(a.cfg.DataDir, journal.Options{Logger: a.log, Now: a.cfg.Clock.Now})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	defer j.Close()
+	sess, err := j.Session()
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	rev, err := j.DesiredRevision()
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.st.update(func(s *Status) {
+		s.SessionID, s.AckedRevision, s.DesiredRevision = sess.ID, sess.AckedRevision, rev
+	})
+
+	listen := a.cfg.ListenPacket
+	if listen == nil {
+		listen = defaultListener(a.cfg.Servers)
+	}
+	pc, err := listen()
+	if err != nil {
+		return fmt.Errorf("agent: open socket: %w", err)
+	}
+	defer pc.Close()
+	tr := &quic.Transport{Conn: pc}
+	defer tr.Close()
+
+	a.j = j
+	a.rp = newReporter(j, a.st, a.cfg.Clock, a.cfg.ReportInterval, a.log.Named("report"))
+	a.rec = newReconciler(&a.cfg, j, a.drivers, a.st, a.rp, a.log.Named("reconcile"))
+	cm := newConnManager(a, tr)
+	a.jnl.Store(j)
+	defer a.jnl.Store(nil)
+
+	a.log.Info("agent starting", "servers", a.cfg.Servers, "data_dir", a.cfg.DataDir, "socket", pc.LocalAddr().String(),
+		"session", sess.ID, "acked_revision", sess.AckedRevision, "desired_revision", rev)
+	var wg sync.WaitGroup
+	wg.Go(func() { a.rec.run(ctx) })
+	wg.Go(func() { cm.run(ctx) })
+	wg.Wait()
+	a.log.Info("agent stopped")
+	return nil
+}
+
+// Status returns a snapshot of the agent's state. It is safe to call at
+// any time from any goroutine; before Run the report fields are zero.
+func (a *Agent) Status() Status {
+	s := a.st.snapshot()
+	if j := a.jnl.Load(); j != nil {
+		if sess, err := j.Session(); err == nil {
+			s.SessionID, s.AckedRevision = sess.ID, sess.AckedRevision
+			s.LastReportSeq, s.AckedReportSeq = sess.LastReportSeq, sess.AckedReportSeq
+		}
+		if pending, err := j.PendingReports(); err == nil {
+			s.PendingReports = len(pending)
+		}
+	}
+	return s
+}
+
+// defaultListener returns a listener on UDP port 0: on 127.0.0.1 when
+// every server is an IPv4 loopback address, else on every address.
+func defaultListener(servers []string) func() (net.PacketConn, error) {
+	loopback := true
+	for _, s := range servers {
+		host, _, err := net.SplitHostPort(s)
+		ip := net.ParseIP(host)
+		if err != nil || ip == nil || ip.To4() == nil || !ip.IsLoopback() {
+			loopback = false
+		}
+	}
+	return func() (net.PacketConn, error) {
+		if loopback {
+			return net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		}
+		return net.ListenUDP("udp", &net.UDPAddr{})
+	}
+}

@@ -1,0 +1,277 @@
+package agent
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/quic-go/quic-go"
+
+	"github.com/meteor-edge/meteor/agent/driver"
+	"github.com/meteor-edge/meteor/wire"
+)
+
+// Clock is the agent's time source: reconcile cadences, retry backoff,
+// report and pull intervals, connection backoff and RTT re-probes. It is
+// the drivers' clock too. Inside a testing/synctest bubble
+// driver.SystemClock() is the bubble's fake clock.
+type Clock = driver.Clock
+
+// Config configures an Agent. Build it from DefaultConfig, fill the
+// identity and servers, and pass it to New, which validates it.
+type Config struct {
+	// Servers are the UDP addresses (host:port) of the cluster's agent
+	// endpoints. The agent connects to the nearest and fails over to the
+	// others. Required.
+	Servers []string
+	// DataDir holds the journal (journal.db). Required; created 0700 when
+	// missing.
+	DataDir string
+	// Labels are sent in every Hello; the server registers the device with
+	// them.
+	Labels map[string]string
+	// RootCAs verifies the servers (the cluster CA). Required.
+	RootCAs *x509.CertPool
+	// Certificate is the device certificate and key. The device ID is the
+	// certificate's meteor://device/ URI SAN and nothing else. Required.
+	Certificate tls.Certificate
+	// AgentVersion is reported in Hello, for operators; empty means
+	// "meteor-agent".
+	AgentVersion string
+
+	// Drivers runs resources; nil means driver.NewRegistry with Root,
+	// Clock and Logger.
+	Drivers *driver.Registry
+	// Root confines the paths of file and certificate resources under a
+	// directory (driver.Config.Root), for demos and tests; empty means the
+	// real paths. Ignored when Drivers is set.
+	Root string
+
+	// Logger receives the agent's logs, named "agent"; nil means none.
+	Logger hclog.Logger
+	// Clock is the time source; nil means driver.SystemClock().
+	Clock Clock
+
+	// PullInterval is how often the agent pulls without a Notify, unless
+	// the server's Welcome names one. Default 30 s.
+	PullInterval time.Duration
+	// ReportInterval bounds the time between two full reports while
+	// nothing changes. Default 60 s.
+	ReportInterval time.Duration
+	// ProbeInterval is the default cadence at which applied resources are
+	// re-read (drift) and re-probed (effective state). Default 60 s.
+	ProbeInterval time.Duration
+	// ClassIntervals overrides ProbeInterval per reconcile class (e.g.
+	// "network-policy": 15 s).
+	ClassIntervals map[string]time.Duration
+	// RetryMin and RetryMax bound the exponential backoff of a failing
+	// apply, and of re-probes of an applied resource that is not yet
+	// effective. Defaults 1 s and 5 min.
+	RetryMin, RetryMax time.Duration
+
+	// BackoffMin and BackoffMax bound the jittered exponential backoff
+	// between connection attempts once every server failed. Defaults
+	// 500 ms and 30 s.
+	BackoffMin, BackoffMax time.Duration
+	// DialTimeout bounds one connection attempt (handshake, or Hello to
+	// Welcome). Default wire.HandshakeIdleTimeout.
+	DialTimeout time.Duration
+	// RTTProbeInterval is how often, while connected, the agent measures
+	// the round-trip time to every server with a short handshake. Default
+	// 60 s; negative disables re-probing.
+	RTTProbeInterval time.Duration
+	// SwitchRatio and SwitchMargin are the hysteresis of the nearest-server
+	// choice: the agent moves only to a server whose RTT is lower than the
+	// current one's by more than SwitchRatio (a fraction) and by more than
+	// SwitchMargin, in SwitchProbes consecutive probe rounds. Defaults
+	// 0.3, 5 ms and 3.
+	SwitchRatio  float64
+	SwitchMargin time.Duration
+	SwitchProbes int
+
+	// ListenPacket opens the agent's UDP socket; every connection and
+	// probe of the agent shares it through one quic.Transport. nil means
+	// UDP on 0.0.0.0:0 (127.0.0.1:0 when every server is on loopback).
+	// Tests wrap the socket to inject faults.
+	ListenPacket func() (net.PacketConn, error)
+	// QUIC is the QUIC configuration of connections; nil means
+	// wire.ClientQUICConfig(). Tests shorten its idle timeout.
+	QUIC *quic.Config
+}
+
+// Defaults of Config.
+const (
+	DefaultPullInterval     = 30 * time.Second
+	DefaultReportInterval   = 60 * time.Second
+	DefaultProbeInterval    = 60 * time.Second
+	DefaultRetryMin         = time.Second
+	DefaultRetryMax         = 5 * time.Minute
+	DefaultBackoffMin       = 500 * time.Millisecond
+	DefaultBackoffMax       = 30 * time.Second
+	DefaultRTTProbeInterval = 60 * time.Second
+	DefaultSwitchRatio      = 0.3
+	DefaultSwitchMargin     = 5 * time.Millisecond
+	DefaultSwitchProbes     = 3
+)
+
+// DefaultConfig returns a Config with every interval at its default and no
+// identity, servers or data directory.
+func DefaultConfig() Config {
+	return Config{
+		PullInterval:     DefaultPullInterval,
+		ReportInterval:   DefaultReportInterval,
+		ProbeInterval:    DefaultProbeInterval,
+		RetryMin:         DefaultRetryMin,
+		RetryMax:         DefaultRetryMax,
+		BackoffMin:       DefaultBackoffMin,
+		BackoffMax:       DefaultBackoffMax,
+		DialTimeout:      wire.HandshakeIdleTimeout,
+		RTTProbeInterval: DefaultRTTProbeInterval,
+		SwitchRatio:      DefaultSwitchRatio,
+		SwitchMargin:     DefaultSwitchMargin,
+		SwitchProbes:     DefaultSwitchProbes,
+	}
+}
+
+// Validate reports whether the config is usable. Zero intervals are
+// accepted and mean their defaults.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Servers) == 0 {
+		errs = append(errs, errors.New("no servers"))
+	}
+	for _, s := range c.Servers {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			errs = append(errs, fmt.Errorf("server %q: %w", s, err))
+		}
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("no data dir"))
+	}
+	if c.RootCAs == nil {
+		errs = append(errs, errors.New("no root CAs"))
+	}
+	if _, err := certDeviceID(c.Certificate); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Root != "" && !filepath.IsAbs(c.Root) {
+		errs = append(errs, fmt.Errorf("root %q must be absolute", c.Root))
+	}
+	if len(c.Labels) > wire.MaxLabels {
+		errs = append(errs, fmt.Errorf("%d labels, at most %d", len(c.Labels), wire.MaxLabels))
+	}
+	for k, v := range c.Labels {
+		if k == "" || len(k) > wire.MaxNameLen || len(v) > wire.MaxNameLen {
+			errs = append(errs, fmt.Errorf("label %q: key must be 1-%d bytes and value at most %d", k, wire.MaxNameLen, wire.MaxNameLen))
+		}
+	}
+	for name, d := range map[string]time.Duration{
+		"pull interval": c.PullInterval, "report interval": c.ReportInterval,
+		"probe interval": c.ProbeInterval, "retry min": c.RetryMin, "retry max": c.RetryMax,
+		"backoff min": c.BackoffMin, "backoff max": c.BackoffMax, "dial timeout": c.DialTimeout,
+		"switch margin": c.SwitchMargin,
+	} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
+		}
+	}
+	for class, d := range c.ClassIntervals {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("class %q interval %v must be positive", class, d))
+		}
+	}
+	if c.RetryMin > 0 && c.RetryMax > 0 && c.RetryMin > c.RetryMax {
+		errs = append(errs, fmt.Errorf("retry min %v above retry max %v", c.RetryMin, c.RetryMax))
+	}
+	if c.BackoffMin > 0 && c.BackoffMax > 0 && c.BackoffMin > c.BackoffMax {
+		errs = append(errs, fmt.Errorf("backoff min %v above backoff max %v", c.BackoffMin, c.BackoffMax))
+	}
+	if c.SwitchRatio < 0 || c.SwitchRatio >= 1 {
+		errs = append(errs, fmt.Errorf("switch ratio %v not in [0,1)", c.SwitchRatio))
+	}
+	if c.SwitchProbes < 0 {
+		errs = append(errs, fmt.Errorf("switch probes %d is negative", c.SwitchProbes))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("agent config: %w", err)
+	}
+	return nil
+}
+
+// withDefaults fills zero fields with their documented defaults.
+func (c Config) withDefaults() Config {
+	def := DefaultConfig()
+	set := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	set(&c.PullInterval, def.PullInterval)
+	set(&c.ReportInterval, def.ReportInterval)
+	set(&c.ProbeInterval, def.ProbeInterval)
+	set(&c.RetryMin, def.RetryMin)
+	set(&c.RetryMax, def.RetryMax)
+	set(&c.BackoffMin, def.BackoffMin)
+	set(&c.BackoffMax, def.BackoffMax)
+	set(&c.DialTimeout, def.DialTimeout)
+	set(&c.RTTProbeInterval, def.RTTProbeInterval)
+	set(&c.SwitchMargin, def.SwitchMargin)
+	if c.SwitchRatio == 0 {
+		c.SwitchRatio = def.SwitchRatio
+	}
+	if c.SwitchProbes == 0 {
+		c.SwitchProbes = def.SwitchProbes
+	}
+	if c.AgentVersion == "" {
+		c.AgentVersion = "meteor-agent"
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	if c.Clock == nil {
+		c.Clock = driver.SystemClock()
+	}
+	if c.QUIC == nil {
+		c.QUIC = wire.ClientQUICConfig()
+	}
+	return c
+}
+
+// probeInterval returns the drift and probe cadence of a reconcile class.
+func (c *Config) probeInterval(class string) time.Duration {
+	if d, ok := c.ClassIntervals[class]; ok {
+		return d
+	}
+	return c.ProbeInterval
+}
+
+// certDeviceID returns the device ID of a device certificate.
+func certDeviceID(cert tls.Certificate) (string, error) {
+	leaf := cert.Leaf
+	if leaf == nil {
+		if len(cert.Certificate) == 0 {
+			return "", errors.New("no device certificate")
+		}
+		var err error
+		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return "", fmt.Errorf("device certificate: %w", err)
+		}
+	}
+	if cert.PrivateKey == nil {
+		return "", errors.New("device certificate has no private key")
+	}
+	id, err := wire.DeviceIDFromCert(leaf)
+	if err != nil {
+		return "", fmt.Errorf("device certificate: %w", err)
+	}
+	return id, nil
+}
+
+// DeviceIDFromCertificate returns the device ID the servers will see for
+// cert: its meteor://device/<id> URI SAN.
+func DeviceIDFromCertificate(cert tls.Certificate) (string, error) { return certDeviceID(cert) }

@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestHysteresis(t *testing.T) {
+	h := hysteresis{Ratio: 0.3, Margin: 5 * time.Millisecond, Probes: 3}
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		rounds []map[string]time.Duration // "cur" is the current server
+		want   []string                   // decision after each round
+	}{{
+		name:   "jitter never moves",
+		rounds: []map[string]time.Duration{{"cur": 7 * ms, "b": 4 * ms}, {"cur": 4 * ms, "b": 6 * ms}, {"cur": 9 * ms, "b": 5 * ms}, {"cur": 6 * ms, "b": 3 * ms}},
+		want:   []string{"", "", "", ""},
+	}, {
+		name:   "better by ratio but not margin",
+		rounds: []map[string]time.Duration{{"cur": 10 * ms, "b": 6 * ms}, {"cur": 10 * ms, "b": 6 * ms}, {"cur": 10 * ms, "b": 6 * ms}},
+		want:   []string{"", "", ""},
+	}, {
+		name:   "better by margin but not ratio",
+		rounds: []map[string]time.Duration{{"cur": 60 * ms, "b": 45 * ms}, {"cur": 60 * ms, "b": 45 * ms}, {"cur": 60 * ms, "b": 45 * ms}},
+		want:   []string{"", "", ""},
+	}, {
+		name: "clearly better three rounds in a row",
+		rounds: []map[string]time.Duration{
+			{"cur": 200 * ms, "b": 60 * ms, "c": 120 * ms},
+			{"cur": 200 * ms, "b": 60 * ms, "c": 120 * ms},
+			{"cur": 200 * ms, "b": 60 * ms, "c": 120 * ms},
+		},
+		want: []string{"", "", "b"},
+	}, {
+		name: "a bad round resets the streak",
+		rounds: []map[string]time.Duration{
+			{"cur": 200 * ms, "b": 60 * ms}, {"cur": 200 * ms, "b": 60 * ms}, {"cur": 200 * ms, "b": 190 * ms},
+			{"cur": 200 * ms, "b": 60 * ms}, {"cur": 200 * ms, "b": 60 * ms}, {"cur": 200 * ms, "b": 60 * ms},
+		},
+		want: []string{"", "", "", "", "", "b"},
+	}, {
+		name:   "current unmeasured decides nothing",
+		rounds: []map[string]time.Duration{{"b": time.Millisecond}, {"b": time.Millisecond}, {"b": time.Millisecond}},
+		want:   []string{"", "", ""},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			streak := map[string]int{}
+			var got []string
+			for _, r := range tc.rounds {
+				got = append(got, h.round("cur", r, streak))
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("decisions (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRankServers(t *testing.T) {
+	now := time.Unix(1000, 0)
+	info := map[string]*serverInfo{
+		"a:1": {rtt: 50 * time.Millisecond},
+		"b:1": {rtt: 5 * time.Millisecond, penaltyUntil: now.Add(time.Second)},
+		"c:1": {},
+		"d:1": {rtt: 20 * time.Millisecond},
+		"r:1": {},
+	}
+	order := []string{"a:1", "b:1", "c:1", "d:1"}
+	cands, wait := rankServers(order, info, "", nil, now)
+	if diff := cmp.Diff([]string{"d:1", "a:1", "c:1"}, cands); diff != "" || wait != time.Second {
+		t.Errorf("ranked %v (wait %v):\n%s", cands, wait, diff)
+	}
+	cands, _ = rankServers(order, info, "a:1", []string{"r:1", "b:1", "d:1"}, now)
+	if diff := cmp.Diff([]string{"a:1", "r:1", "d:1", "c:1"}, cands); diff != "" {
+		t.Errorf("with preferred and redirects:\n%s", diff)
+	}
+	if cands, wait := rankServers([]string{"b:1"}, info, "", nil, now); len(cands) != 0 || wait != time.Second {
+		t.Errorf("all in penalty: %v, %v", cands, wait)
+	}
+}

@@ -1,0 +1,117 @@
+package agent
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meteor-edge/meteor/agent/journal"
+	"github.com/meteor-edge/meteor/wire"
+)
+
+// reporter turns the status view into full reports queued in the journal.
+// Every report is full (it lists every resource the agent has), so a new
+// one supersedes all earlier unacknowledged ones: the journal keeps only
+// the newest (journal.ReplaceReports), with a sequence number above every
+// earlier one. The session sends it and drops it on ReportAck.
+type reporter struct {
+	j        *journal.Journal
+	st       *statusStore
+	clock    Clock
+	interval time.Duration
+	log      hclog.Logger
+	// ready tells the session that a report was queued; capacity 1.
+	ready chan struct{}
+
+	mu     sync.Mutex
+	last   []byte    // body of the last report queued; guarded by mu
+	lastAt time.Time // when it was queued; guarded by mu
+}
+
+func newReporter(j *journal.Journal, st *statusStore, clock Clock, interval time.Duration, log hclog.Logger) *reporter {
+	return &reporter{j: j, st: st, clock: clock, interval: interval, log: log, ready: make(chan struct{}, 1)}
+}
+
+// maybeQueue queues a report when the view changed since the last one or
+// the report interval elapsed, and returns when the next periodic report
+// is due.
+func (rp *reporter) maybeQueue() (due time.Time, err error) {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	body, err := rp.body()
+	now := rp.clock.Now()
+	if err != nil {
+		return now.Add(rp.interval), err
+	}
+	if rp.last == nil || !bytes.Equal(body, rp.last) || !now.Before(rp.lastAt.Add(rp.interval)) {
+		if err := rp.queueLocked(body, 0, now); err != nil {
+			return now, err
+		}
+	}
+	return rp.lastAt.Add(rp.interval), nil
+}
+
+// queue queues a report of the current view whatever changed, numbered
+// above after (the server's accepted seq).
+func (rp *reporter) queue(after uint64) error {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	body, err := rp.body()
+	if err != nil {
+		return err
+	}
+	return rp.queueLocked(body, after, rp.clock.Now())
+}
+
+// body encodes a report of the current view (Seq left zero).
+func (rp *reporter) body() ([]byte, error) {
+	rep := rp.st.report()
+	if !fitReport(rep) {
+		return nil, fmt.Errorf("report of %d resources does not fit a %d-byte frame", len(rep.Resources), wire.DefaultMaxFrameSize)
+	}
+	return rep.Append(nil), nil
+}
+
+func (rp *reporter) queueLocked(body []byte, after uint64, now time.Time) error {
+	seq, err := rp.j.ReplaceReports(after, body)
+	if err != nil {
+		return err
+	}
+	rp.last, rp.lastAt = body, now
+	rp.log.Debug("report queued", "seq", seq)
+	select {
+	case rp.ready <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// fitReport shortens the texts of a report until it fits one frame: a
+// report the server cannot receive would end every session. It reports
+// whether the report fits.
+func fitReport(rep *wire.Report) bool {
+	for _, limit := range []int{wire.MaxTextLen, 1024, 128, 0} {
+		for i := range rep.Resources {
+			r := &rep.Resources[i]
+			r.Detail, r.LastError = truncate(r.Detail, limit), truncate(r.LastError, limit)
+		}
+		rep.BlockedReason = truncate(rep.BlockedReason, max(limit, 128))
+		if wire.FrameLen(rep) <= wire.DefaultMaxFrameSize {
+			return true
+		}
+	}
+	return false
+}
+
+// decodeReport rebuilds a queued report for sending.
+func decodeReport(r journal.Report) (*wire.Report, error) {
+	var m wire.Report
+	if err := m.Decode(r.Body); err != nil {
+		return nil, fmt.Errorf("decode queued report %d: %w", r.Seq, err)
+	}
+	m.Seq = r.Seq
+	return &m, nil
+}

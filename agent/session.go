@@ -1,0 +1,553 @@
+package agent
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/quic-go/quic-go"
+
+	"github.com/meteor-edge/meteor/agent/journal"
+	"github.com/meteor-edge/meteor/wire"
+)
+
+// sessionEnd says why a session on one connection ended.
+type sessionEnd struct {
+	// established is true once a Welcome was received.
+	established bool
+	// refusal is set when the server sent Reject (goAway false) or GoAway.
+	refusal *wire.Refusal
+	goAway  bool
+	// switchTo is set when the agent left for a nearer server.
+	switchTo string
+	// err says what else ended it (connection lost, protocol error,
+	// context ended).
+	err error
+}
+
+// session runs the protocol of docs/wire.md §7 on one connection: Hello,
+// Welcome, then pulls, deltas, acks, reports and report acks on the
+// control stream. One goroutine (the caller of run) writes and owns the
+// state below; a reader goroutine only decodes frames.
+type session struct {
+	a        *Agent
+	j        *journal.Journal
+	conn     *quic.Conn
+	addr     string
+	log      hclog.Logger
+	switchCh <-chan string
+
+	str    *quic.Stream
+	w      *wire.Writer
+	reader *frameReader
+
+	welcomed    bool
+	retried0RTT bool
+	pullOut     bool                            // a Pull awaits its Delta
+	pullInv     map[string]wire.AppliedResource // inventory of that Pull; nil: none sent
+	pullAgain   bool                            // pull once the outstanding Delta arrived
+	repulled    bool                            // pulled again for unresolved keys
+	partial     *wire.Delta                     // frames of an incomplete Delta
+	sentSeq     uint64                          // highest report seq sent or accepted
+	pullEvery   time.Duration
+	pullTimer   <-chan time.Time
+}
+
+// frameReader decodes frames from the control stream into a channel.
+type frameReader struct {
+	in   chan inbound
+	stop chan struct{}
+	done chan struct{}
+}
+
+type inbound struct {
+	m   wire.Message
+	err error
+}
+
+func startReader(str *quic.Stream) *frameReader {
+	fr := &frameReader{in: make(chan inbound), stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(fr.done)
+		r := wire.NewReader(str)
+		for {
+			m, err := r.Read()
+			select {
+			case fr.in <- inbound{m, err}:
+			case <-fr.stop:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return fr
+}
+
+// close stops the reader; the stream must be cancelled or its connection
+// closed for a blocked Read to return.
+func (fr *frameReader) close() {
+	close(fr.stop)
+	<-fr.done
+}
+
+// runSession runs a session on conn, a fresh connection to addr, until it
+// ends.
+func (a *Agent) runSession(ctx context.Context, conn *quic.Conn, addr string, switchCh <-chan string) sessionEnd {
+	s := &session{a: a, j: a.j, conn: conn, addr: addr, log: a.log.Named("session").With("server", addr), switchCh: switchCh}
+	end := s.run(ctx)
+	code, reason := wire.CloseNormal, ""
+	switch {
+	case end.switchTo != "":
+		reason = "moving to a nearer server"
+	case ctx.Err() != nil:
+		reason = "agent stopping"
+	case end.refusal == nil && end.err != nil:
+		code, reason = wire.CloseCodeFor(end.err)
+	}
+	s.conn.CloseWithError(code, reason)
+	if s.reader != nil {
+		s.reader.close()
+	}
+	return end
+}
+
+func (s *session) run(ctx context.Context) sessionEnd {
+	if err := s.open(ctx); err != nil {
+		return sessionEnd{err: err}
+	}
+	welcomeTimeout := s.a.cfg.Clock.After(s.a.cfg.DialTimeout)
+	for {
+		var reports <-chan struct{}
+		if s.welcomed {
+			reports, welcomeTimeout = s.a.rp.ready, nil
+		}
+		select {
+		case <-ctx.Done():
+			return s.end(ctx.Err())
+		case <-welcomeTimeout:
+			return s.end(fmt.Errorf("no Welcome within %v", s.a.cfg.DialTimeout))
+		case in := <-s.reader.in:
+			if in.err != nil {
+				if errors.Is(in.err, quic.Err0RTTRejected) && !s.welcomed && !s.retried0RTT {
+					if err := s.reopen(ctx); err != nil {
+						return s.end(err)
+					}
+					continue
+				}
+				return s.end(fmt.Errorf("control stream: %w", wire.FromQUICError(in.err)))
+			}
+			if end, done := s.handle(in.m); done {
+				return end
+			}
+		case <-s.pullTimer:
+			s.pullTimer = nil
+			if err := s.pull(); err != nil {
+				return s.end(err)
+			}
+		case <-reports:
+			if err := s.sendReports(); err != nil {
+				return s.end(err)
+			}
+		case to := <-s.switchCh:
+			return sessionEnd{established: s.welcomed, switchTo: to}
+		}
+	}
+}
+
+func (s *session) end(err error) sessionEnd {
+	return sessionEnd{established: s.welcomed, err: err}
+}
+
+// open opens the control stream and sends Hello, and in 0-RTT also Pull.
+// If the server refuses 0-RTT it sends Hello again after the handshake.
+func (s *session) open(ctx context.Context) error {
+	err := s.openOnce()
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, quic.Err0RTTRejected) || s.retried0RTT {
+		return wire.FromQUICError(err)
+	}
+	return s.reopen(ctx)
+}
+
+// reopen handles a refused 0-RTT (docs/wire.md §4): wait for the
+// handshake, then send Hello again, not early, on a new stream. The early
+// Pull was discarded with it; the Welcome decides whether to pull again.
+func (s *session) reopen(ctx context.Context) error {
+	s.retried0RTT = true
+	s.a.refused0RTT.Add(1)
+	s.log.Debug("server refused 0-RTT; resending after the handshake")
+	if s.reader != nil {
+		s.str.CancelRead(0)
+		s.reader.close()
+		s.reader = nil
+	}
+	hctx, cancel := context.WithTimeout(ctx, s.a.cfg.DialTimeout)
+	defer cancel()
+	conn, err := s.conn.NextConnection(hctx)
+	if err != nil {
+		return fmt.Errorf("handshake after refused 0-RTT: %w", wire.FromQUICError(err))
+	}
+	s.conn = conn
+	s.pullOut, s.pullInv, s.partial = false, nil, nil
+	if err := s.openOnce(); err != nil {
+		return wire.FromQUICError(err)
+	}
+	return nil
+}
+
+func (s *session) openOnce() error {
+	str, err := s.conn.OpenStream()
+	if err != nil {
+		return err
+	}
+	s.str, s.w = str, wire.NewWriter(str)
+	s.reader = startReader(str)
+	hello, err := s.hello()
+	if err != nil {
+		return err
+	}
+	hello.Early = !wire.HandshakeDone(s.conn)
+	if err := s.w.Write(hello); err != nil {
+		return err
+	}
+	s.log.Debug("sent Hello", "early", hello.Early, "session", hex.EncodeToString(hello.SessionID[:]),
+		"acked_revision", hello.AckedRevision, "inventory", len(hello.Applied))
+	if hello.Early {
+		// Pipelined in 0-RTT: the answer comes in 0.5-RTT with the Welcome.
+		return s.pull()
+	}
+	return nil
+}
+
+// hello builds the Hello from the journal.
+func (s *session) hello() (*wire.Hello, error) {
+	sess, err := s.j.Session()
+	if err != nil {
+		return nil, err
+	}
+	inv, err := s.inventory()
+	if err != nil {
+		return nil, err
+	}
+	h := &wire.Hello{
+		Major: wire.ProtocolMajor, Minor: wire.ProtocolMinor,
+		AgentVersion:   truncate(s.a.cfg.AgentVersion, wire.MaxNameLen),
+		Labels:         s.a.cfg.Labels,
+		AckedRevision:  sess.AckedRevision,
+		AckedReportSeq: sess.AckedReportSeq,
+		Inventory:      true,
+		Applied:        inv,
+	}
+	if id, ok := parseSessionID(sess.ID); ok {
+		h.SessionID, h.ResumeToken = id, sess.ResumeToken
+	}
+	if wire.FrameLen(h) > wire.DefaultMaxFrameSize {
+		s.log.Warn("inventory too large for a Hello; resuming by revision only", "resources", len(inv))
+		h.Inventory, h.Applied = false, nil
+	}
+	return h, nil
+}
+
+// inventory returns every resource applied, from the journal.
+func (s *session) inventory() ([]wire.AppliedResource, error) {
+	all, err := s.j.AppliedAll()
+	if err != nil {
+		return nil, err
+	}
+	inv := make([]wire.AppliedResource, 0, len(all))
+	for _, a := range all {
+		if a.Digest != "" {
+			inv = append(inv, wire.AppliedResource{Key: a.Key, Digest: digestFromHex(a.Digest), Revision: a.Revision})
+		}
+	}
+	return inv, nil
+}
+
+// pull sends a Pull with the inventory, or marks one as wanted if a Pull
+// is outstanding (one at a time keeps Deltas and inventories paired).
+func (s *session) pull() error {
+	if s.pullOut {
+		s.pullAgain = true
+		return nil
+	}
+	known, err := s.j.DesiredRevision()
+	if err != nil {
+		return err
+	}
+	inv, err := s.inventory()
+	if err != nil {
+		return err
+	}
+	p := &wire.Pull{KnownRevision: known, Inventory: true, Applied: inv}
+	if wire.FrameLen(p) > wire.DefaultMaxFrameSize {
+		s.log.Warn("inventory too large for a Pull; pulling by revision only", "resources", len(inv))
+		p.Inventory, p.Applied = false, nil
+	}
+	if err := s.w.Write(p); err != nil {
+		return err
+	}
+	s.pullOut, s.pullAgain = true, false
+	s.pullInv = nil
+	if p.Inventory {
+		s.pullInv = make(map[string]wire.AppliedResource, len(inv))
+		for _, r := range inv {
+			s.pullInv[r.Key] = r
+		}
+	}
+	if s.welcomed {
+		s.pullTimer = s.a.cfg.Clock.After(s.pullEvery)
+	}
+	s.log.Debug("sent Pull", "known_revision", known, "inventory", len(p.Applied))
+	return nil
+}
+
+// handle acts on one message; done is true when the session ends.
+func (s *session) handle(m wire.Message) (end sessionEnd, done bool) {
+	fail := func(err error) (sessionEnd, bool) { return s.end(err), true }
+	if !s.welcomed {
+		switch m := m.(type) {
+		case *wire.Welcome:
+			if err := s.onWelcome(m); err != nil {
+				return fail(err)
+			}
+			return end, false
+		case *wire.Reject:
+			return sessionEnd{refusal: (*wire.Refusal)(m)}, true
+		case *wire.GoAway:
+			return sessionEnd{refusal: (*wire.Refusal)(m), goAway: true}, true
+		}
+		return fail(protocolErrorf("%s before Welcome", m.Type()))
+	}
+	var err error
+	switch m := m.(type) {
+	case *wire.GoAway:
+		return sessionEnd{established: true, refusal: (*wire.Refusal)(m), goAway: true}, true
+	case *wire.Notify:
+		err = s.onNotify(m)
+	case *wire.Delta:
+		err = s.onDelta(m)
+	case *wire.ReportAck:
+		err = s.onReportAck(m)
+	default:
+		err = protocolErrorf("unexpected %s from the server", m.Type())
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return end, false
+}
+
+func (s *session) onWelcome(m *wire.Welcome) error {
+	if err := wire.Negotiate(m.Major, m.Minor); err != nil {
+		return err
+	}
+	old, err := s.j.Session()
+	if err != nil {
+		return err
+	}
+	sid := hex.EncodeToString(m.SessionID[:])
+	// The token is journaled before anything else happens in the session.
+	if err := s.j.SetSession(sid, m.ResumeToken); err != nil {
+		return err
+	}
+	s.welcomed = true
+	newSession := old.ID != sid
+	s.log = s.log.With("session", sid)
+	s.log.Info("session established", "server_id", m.ServerID, "resumed", !newSession,
+		"desired_revision", m.DesiredRevision, "accepted_report_seq", m.AcceptedReportSeq, "tls_resumed", s.conn.ConnectionState().TLS.DidResume, "0rtt", s.conn.ConnectionState().Used0RTT)
+	s.a.st.update(func(st *Status) {
+		st.Connected, st.Server, st.ServerID, st.SessionID = true, s.addr, m.ServerID, sid
+		st.Connects++
+	})
+	s.pullEvery = m.PullInterval
+	if s.pullEvery <= 0 {
+		s.pullEvery = s.a.cfg.PullInterval
+	}
+
+	// Reports: drop what the server already applied; coalesce the rest,
+	// and start a new session, with one fresh full report.
+	if m.AcceptedReportSeq > 0 {
+		if err := s.j.AckReports(min(m.AcceptedReportSeq, old.LastReportSeq)); err != nil {
+			return err
+		}
+	}
+	pending, err := s.j.PendingReports()
+	if err != nil {
+		return err
+	}
+	s.sentSeq = m.AcceptedReportSeq
+	if (newSession || len(pending) > 0) && s.a.st.passed() {
+		if err := s.a.rp.queue(m.AcceptedReportSeq); err != nil {
+			return err
+		}
+	}
+	if err := s.sendReports(); err != nil {
+		return err
+	}
+
+	known, err := s.j.DesiredRevision()
+	if err != nil {
+		return err
+	}
+	if !s.pullOut && m.DesiredRevision > known {
+		return s.pull()
+	}
+	s.pullTimer = s.a.cfg.Clock.After(s.pullEvery)
+	return nil
+}
+
+func (s *session) onNotify(m *wire.Notify) error {
+	known, err := s.j.DesiredRevision()
+	if err != nil {
+		return err
+	}
+	if m.Revision <= known {
+		return nil
+	}
+	s.log.Debug("notified", "revision", m.Revision)
+	return s.pull()
+}
+
+// onDelta collects the frames of a Delta and, once complete, journals the
+// target desired set, acknowledges it and wakes the reconciler.
+func (s *session) onDelta(m *wire.Delta) error {
+	if !s.pullOut {
+		return protocolErrorf("Delta without a Pull")
+	}
+	if s.partial == nil {
+		s.partial = m
+	} else {
+		if m.BaseRevision != s.partial.BaseRevision || m.TargetRevision != s.partial.TargetRevision {
+			return protocolErrorf("Delta frame %d->%d inside Delta %d->%d",
+				m.BaseRevision, m.TargetRevision, s.partial.BaseRevision, s.partial.TargetRevision)
+		}
+		if len(s.partial.Upserts)+len(m.Upserts) > wire.MaxResources || len(s.partial.Deletes)+len(m.Deletes) > wire.MaxResources {
+			return protocolErrorf("Delta of more than %d resources", wire.MaxResources)
+		}
+		s.partial.Upserts = append(s.partial.Upserts, m.Upserts...)
+		s.partial.Deletes = append(s.partial.Deletes, m.Deletes...)
+		s.partial.Complete = m.Complete
+	}
+	if !s.partial.Complete {
+		return nil
+	}
+	d, inv := s.partial, s.pullInv
+	s.partial, s.pullOut, s.pullInv = nil, false, nil
+	if err := s.applyDelta(d, inv); err != nil {
+		return err
+	}
+	if s.pullAgain {
+		return s.pull()
+	}
+	return nil
+}
+
+func (s *session) applyDelta(d *wire.Delta, inv map[string]wire.AppliedResource) error {
+	if err := d.Verify(); err != nil {
+		return fmt.Errorf("%w: %v", wire.ErrProtocol, err)
+	}
+	sess, err := s.j.Session()
+	if err != nil {
+		return err
+	}
+	set, err := s.j.Desired()
+	if err != nil {
+		return err
+	}
+	if floor := max(sess.AckedRevision, set.Revision); d.TargetRevision < floor {
+		// Never go back (invariant 2); a server that is behind should
+		// have said "lagging".
+		s.log.Warn("ignoring Delta older than the journaled desired state", "target", d.TargetRevision, "have", floor)
+		return nil
+	}
+	cur := make(map[string]journal.DesiredResource, len(set.Resources))
+	for _, r := range set.Resources {
+		cur[r.Key] = r
+	}
+	p, err := planDelta(d, cur, inv, s.j.AppliedBody)
+	if err != nil {
+		return err
+	}
+	if len(p.upserts) > 0 || len(p.removes) > 0 || d.TargetRevision != set.Revision {
+		if err := s.j.PatchDesired(d.TargetRevision, p.upserts, p.removes); err != nil {
+			if errors.Is(err, journal.ErrRevisionRegression) {
+				s.log.Warn("ignoring Delta", "error", err)
+				return nil
+			}
+			return err
+		}
+		s.a.rec.trigger()
+		s.log.Info("desired state journaled", "revision", d.TargetRevision, "base", d.BaseRevision,
+			"upserts", len(d.Upserts), "deletes", len(d.Deletes), "changed", len(p.upserts), "removed", len(p.removes))
+	}
+	if d.TargetRevision > sess.AckedRevision {
+		if err := s.j.AckRevision(d.TargetRevision); err != nil {
+			return err
+		}
+		if err := s.w.Write(&wire.Ack{Revision: d.TargetRevision}); err != nil {
+			return err
+		}
+	}
+	s.a.st.update(func(st *Status) { st.AckedRevision = max(st.AckedRevision, d.TargetRevision) })
+	if len(p.unresolved) > 0 && !s.repulled {
+		s.log.Debug("applied state moved during the pull; pulling again", "keys", len(p.unresolved))
+		s.repulled = true
+		s.pullAgain = true
+	} else if len(p.unresolved) == 0 {
+		s.repulled = false
+	}
+	return nil
+}
+
+func (s *session) onReportAck(m *wire.ReportAck) error {
+	sess, err := s.j.Session()
+	if err != nil {
+		return err
+	}
+	if err := s.j.AckReports(min(m.Seq, sess.LastReportSeq)); err != nil {
+		return err
+	}
+	s.log.Debug("reports acknowledged", "seq", m.Seq)
+	return nil
+}
+
+// sendReports sends the queued reports not sent on this connection yet.
+func (s *session) sendReports() error {
+	pending, err := s.j.PendingReports()
+	if err != nil {
+		return err
+	}
+	for _, p := range pending {
+		if p.Seq <= s.sentSeq {
+			continue
+		}
+		rep, err := decodeReport(p)
+		if err != nil {
+			return err
+		}
+		if err := s.w.Write(rep); err != nil {
+			return err
+		}
+		s.sentSeq = p.Seq
+		s.log.Debug("sent Report", "seq", p.Seq, "status", rep.Status, "resources", len(rep.Resources))
+	}
+	return nil
+}
+
+// parseSessionID decodes a journaled session ID; ok is false for none.
+func parseSessionID(s string) (wire.SessionID, bool) {
+	var id wire.SessionID
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != len(id) {
+		return id, false
+	}
+	copy(id[:], b)
+	return id, !id.IsZero()
+}

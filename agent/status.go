@@ -1,0 +1,237 @@
+package agent
+
+import (
+	"encoding/hex"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/meteor-edge/meteor/wire"
+)
+
+// Resource and device states, as the agent sees them. The device state is
+// the most urgent of its resources' states, in this order: failed,
+// blocked, progressing (pending included), drifted, overridden, converged.
+const (
+	// StateConverged: applied at the desired digest and the probe agrees.
+	StateConverged = "converged"
+	// StatePending: not applied at the desired digest yet, no step failed.
+	StatePending = "pending"
+	// StateProgressing: applied, but the probe does not (yet) confirm it.
+	StateProgressing = "progressing"
+	// StateFailed: the last step for the desired digest failed; retrying
+	// with backoff unless the error is terminal.
+	StateFailed = "failed"
+	// StateBlocked: a step is needed but a requirement is not applied and
+	// effective.
+	StateBlocked = "blocked"
+	// StateDrifted: the device moved away from the applied state; under
+	// drift policy "report" the agent leaves it so, under "correct" it is
+	// about to re-apply.
+	StateDrifted = "drifted"
+	// StateOverridden: the device moved away from the applied state and
+	// drift policy "tolerate" records it as an expected local override.
+	StateOverridden = "overridden"
+)
+
+var stateRank = map[string]int{
+	StateFailed: 6, StateBlocked: 5, StateProgressing: 4, StatePending: 4,
+	StateDrifted: 3, StateOverridden: 2, StateConverged: 1,
+}
+
+// Status is a snapshot of the agent, for tests and the CLI.
+type Status struct {
+	// DeviceID is the device's identity, from its certificate.
+	DeviceID string
+	// Connected says whether a session is established; Server is the
+	// address of its server and ServerID the server's name.
+	Connected bool
+	Server    string
+	ServerID  string
+	// SessionID is the session's ID (hex); empty before the first Welcome.
+	SessionID string
+	// AckedRevision is the highest desired revision acknowledged;
+	// DesiredRevision the revision of the journaled desired set.
+	AckedRevision   uint64
+	DesiredRevision uint64
+	// State is the device-level state (StateConverged, ...).
+	State string
+	// BlockedReason says what blocks the device; empty if nothing does.
+	BlockedReason string
+	// Resources lists every resource the agent has, sorted by key.
+	Resources []ResourceStatus
+	// LastReportSeq is the sequence number of the last report queued,
+	// AckedReportSeq the highest a server acknowledged, and
+	// PendingReports how many queued reports await acknowledgement.
+	LastReportSeq  uint64
+	AckedReportSeq uint64
+	PendingReports int
+	// ServerRTTs are the last measured round-trip times per server
+	// address (absent: not measured).
+	ServerRTTs map[string]time.Duration
+	// Switches counts moves to a nearer server; Connects counts sessions
+	// established.
+	Switches, Connects int
+}
+
+// ResourceStatus is the agent's view of one resource.
+type ResourceStatus struct {
+	Key string
+	// State is one of the State constants.
+	State string
+	// DesiredDigest is empty when the resource is no longer desired (it
+	// is forgotten on the next pass).
+	DesiredDigest   string
+	DesiredRevision uint64
+	// AppliedDigest and AppliedRevision are those of the last successful
+	// step; empty and 0 before one.
+	AppliedDigest   string
+	AppliedRevision uint64
+	// Effective is the probe's verdict and Detail what the agent saw.
+	Effective wire.Effective
+	Detail    string
+	// LastError is the error of the last step; empty after a success.
+	LastError string
+	// Attempts counts the steps begun for the desired digest.
+	Attempts int
+	// Corrections counts drift corrections since the agent started.
+	Corrections int
+	// UpdatedAt is when an observable field last changed.
+	UpdatedAt time.Time
+}
+
+// sameObservation reports whether two statuses would be reported alike.
+func (r *ResourceStatus) sameObservation(o *ResourceStatus) bool {
+	a, b := *r, *o
+	a.UpdatedAt, b.UpdatedAt = time.Time{}, time.Time{}
+	return a == b
+}
+
+// statusStore holds the agent's observable state. The reconciler writes
+// resources, the session writes connection fields; Status and reports
+// read it.
+type statusStore struct {
+	mu        sync.Mutex
+	s         Status                    // guarded by mu
+	resources map[string]ResourceStatus // guarded by mu
+	passedAny bool                      // a reconcile pass completed; guarded by mu
+}
+
+func newStatusStore(deviceID string) *statusStore {
+	return &statusStore{s: Status{DeviceID: deviceID, State: StateConverged}, resources: map[string]ResourceStatus{}}
+}
+
+// setResources replaces the resource view after a reconcile pass, keeping
+// UpdatedAt of entries that did not change.
+func (st *statusStore) setResources(desiredRev uint64, list []ResourceStatus, now time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	next := make(map[string]ResourceStatus, len(list))
+	for _, r := range list {
+		if old, ok := st.resources[r.Key]; ok && old.sameObservation(&r) {
+			r.UpdatedAt = old.UpdatedAt
+		} else {
+			r.UpdatedAt = now
+		}
+		next[r.Key] = r
+	}
+	st.resources = next
+	st.passedAny = true
+	st.s.DesiredRevision = desiredRev
+	st.s.State, st.s.BlockedReason = StateConverged, ""
+	for _, k := range slices.Sorted(maps.Keys(next)) {
+		r := next[k]
+		if stateRank[r.State] > stateRank[st.s.State] {
+			st.s.State = r.State
+		}
+		if r.State == StateBlocked && st.s.BlockedReason == "" {
+			st.s.BlockedReason = r.Key + ": " + r.Detail
+		}
+	}
+	if st.s.State == StatePending {
+		st.s.State = StateProgressing
+	}
+}
+
+// passed reports whether a reconcile pass has completed, so that the
+// resource view is worth reporting.
+func (st *statusStore) passed() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.passedAny
+}
+
+// update changes the non-resource fields under the lock.
+func (st *statusStore) update(fn func(s *Status)) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	fn(&st.s)
+}
+
+// snapshot returns a copy of the status.
+func (st *statusStore) snapshot() Status {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	s := st.s
+	s.ServerRTTs = maps.Clone(st.s.ServerRTTs)
+	s.Resources = make([]ResourceStatus, 0, len(st.resources))
+	for _, k := range slices.Sorted(maps.Keys(st.resources)) {
+		s.Resources = append(s.Resources, st.resources[k])
+	}
+	return s
+}
+
+// report builds a full report (Seq left zero) of the current view.
+func (st *statusStore) report() *wire.Report {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	rep := &wire.Report{
+		DesiredRevision: st.s.DesiredRevision,
+		Full:            true,
+		Status:          st.s.State,
+		BlockedReason:   truncate(st.s.BlockedReason, wire.MaxTextLen),
+	}
+	for _, k := range slices.Sorted(maps.Keys(st.resources)) {
+		r := st.resources[k]
+		detail := r.State
+		if r.Detail != "" {
+			detail += ": " + r.Detail
+		}
+		rep.Resources = append(rep.Resources, wire.ResourceReport{
+			Key:               r.Key,
+			AppliedDigest:     digestFromHex(r.AppliedDigest),
+			AppliedRevision:   r.AppliedRevision,
+			Effective:         r.Effective,
+			Detail:            truncate(detail, wire.MaxTextLen),
+			LastError:         truncate(r.LastError, wire.MaxTextLen),
+			Attempts:          uint32(min(r.Attempts, 1<<32-1)),
+			UpdatedAtUnixNano: r.UpdatedAt.UnixNano(),
+		})
+	}
+	return rep
+}
+
+// digestFromHex decodes a hex digest; anything else is the zero digest.
+func digestFromHex(s string) wire.Digest {
+	var d wire.Digest
+	if b, err := hex.DecodeString(s); err == nil && len(b) == len(d) {
+		copy(d[:], b)
+	}
+	return d
+}
+
+// truncate makes s valid UTF-8 (the wire rejects anything else; command
+// output may not be) and cuts it to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

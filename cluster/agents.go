@@ -1,0 +1,324 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-memdb"
+	"github.com/quic-go/quic-go"
+
+	"github.com/meteor-edge/meteor/scheduler"
+	"github.com/meteor-edge/meteor/wire"
+)
+
+// agentServer serves device agents over QUIC (docs/wire.md).
+//
+// Goroutines: acceptLoop accepts connections and starts one serveConn per
+// connection; rotateLoop refreshes the token keyring and TLS session ticket
+// keys at each epoch; notifyLoop watches the FSM revision and pushes
+// Notify to sessions whose desired state changed. Each session's writes go
+// through its own mutex, so pushes and answers never interleave mid-frame.
+type agentServer struct {
+	s       *Server
+	logger  hclog.Logger
+	pc      net.PacketConn
+	tr      *quic.Transport
+	ln      *quic.EarlyListener
+	tlsConf *tls.Config
+	planner *scheduler.Planner
+	keyring atomic.Pointer[wire.Keyring]
+
+	mu       sync.Mutex
+	sessions map[*agentSession]struct{} // guarded by mu
+
+	stats agentCounters
+
+	wg sync.WaitGroup
+}
+
+// agentCounters count what a server sent agents, for tests and benchmarks.
+type agentCounters struct {
+	sessions, deltas, upserts, deltaBytes, notifies, reports atomic.Uint64
+}
+
+// AgentStats is a snapshot of a server's agent counters.
+type AgentStats struct {
+	// Connected is the number of sessions now; Sessions counts sessions
+	// established since start.
+	Connected int
+	Sessions  uint64
+	// Deltas, Upserts and DeltaBytes count Delta frames, resources and
+	// encoded Delta bytes sent; Notifies the pushes; Reports the reports
+	// applied.
+	Deltas, Upserts, DeltaBytes, Notifies, Reports uint64
+}
+
+// AgentStats returns the server's agent counters (zero without agents).
+func (s *Server) AgentStats() AgentStats {
+	a := s.agents
+	if a == nil {
+		return AgentStats{}
+	}
+	return AgentStats{
+		Connected: a.count(), Sessions: a.stats.sessions.Load(),
+		Deltas: a.stats.deltas.Load(), Upserts: a.stats.upserts.Load(), DeltaBytes: a.stats.deltaBytes.Load(),
+		Notifies: a.stats.notifies.Load(), Reports: a.stats.reports.Load(),
+	}
+}
+
+// listenAgents binds the agents' UDP socket; serving starts with start.
+func (s *Server) listenAgents() (*agentServer, error) {
+	udp, err := net.ListenPacket("udp", s.config.AgentAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for agents on %s: %w", s.config.AgentAddr, err)
+	}
+	a := &agentServer{
+		s: s, logger: s.logger.Named("agents"), pc: udp,
+		planner: scheduler.NewPlanner(), sessions: map[*agentSession]struct{}{},
+	}
+	s.agentAddr = udp.LocalAddr().String()
+	pc := net.PacketConn(udp)
+	if s.config.AgentPacketConn != nil {
+		pc = s.config.AgentPacketConn(udp)
+	}
+	a.tr = &quic.Transport{Conn: pc}
+	if err := a.rotate(time.Now()); err != nil {
+		udp.Close()
+		return nil, err
+	}
+	a.ln, err = a.tr.ListenEarly(a.tlsConf, wire.ServerQUICConfig())
+	if err != nil {
+		udp.Close()
+		return nil, fmt.Errorf("listen for agents on %s: %w", s.agentAddr, err)
+	}
+	return a, nil
+}
+
+// rotate derives the keys of the epoch that contains now.
+func (a *agentServer) rotate(now time.Time) error {
+	cfg := a.s.config
+	kr, err := wire.EpochKeyring(cfg.ClusterSecret, now, cfg.TicketPeriod, cfg.TokenLifetime)
+	if err != nil {
+		return fmt.Errorf("derive resume token keys: %w", err)
+	}
+	a.keyring.Store(kr)
+	keys := wire.TicketKeys(cfg.ClusterSecret, now, cfg.TicketPeriod)
+	if a.tlsConf == nil {
+		a.tlsConf = wire.ServerTLSConfig(cfg.AgentTLS.ClientCAs, cfg.AgentTLS.Certificate, keys)
+	} else {
+		a.tlsConf.SetSessionTicketKeys(keys)
+	}
+	return nil
+}
+
+func (a *agentServer) start() {
+	a.wg.Add(3)
+	go a.acceptLoop()
+	go a.rotateLoop()
+	go a.notifyLoop()
+}
+
+// close stops accepting, closes every session with "shutting down" (so
+// agents move to another server at once) and waits for all goroutines.
+func (a *agentServer) close() {
+	a.ln.Close()
+	a.mu.Lock()
+	for sess := range a.sessions {
+		sess.conn.CloseWithError(wire.CloseShuttingDown, "server shutting down")
+	}
+	a.mu.Unlock()
+	a.wg.Wait()
+	a.tr.Close()
+	a.pc.Close()
+}
+
+func (a *agentServer) acceptLoop() {
+	defer a.wg.Done()
+	for {
+		conn, err := a.ln.Accept(context.Background())
+		if err != nil {
+			return
+		}
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.serveConn(conn)
+		}()
+	}
+}
+
+func (a *agentServer) rotateLoop() {
+	defer a.wg.Done()
+	period := a.s.config.TicketPeriod
+	for {
+		now := time.Now()
+		next := now.Truncate(period).Add(period)
+		select {
+		case <-a.s.shutdownCh:
+			return
+		case <-time.After(next.Sub(now)):
+		}
+		if err := a.rotate(time.Now()); err != nil {
+			a.logger.Error("rotate agent keys", "error", err)
+		}
+	}
+}
+
+// notifyLoop pushes a Notify to every session whose desired state changed
+// when the FSM revision moves. Agents also pull on their own cadence, so a
+// lost push only delays convergence.
+func (a *agentServer) notifyLoop() {
+	defer a.wg.Done()
+	for {
+		ws := memdb.NewWatchSet()
+		read := a.s.fsm.Read()
+		read.WatchRevision(ws)
+		a.mu.Lock()
+		sessions := make([]*agentSession, 0, len(a.sessions))
+		for sess := range a.sessions {
+			sessions = append(sessions, sess)
+		}
+		a.mu.Unlock()
+		for _, sess := range sessions {
+			sess.maybeNotify(read)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-a.s.shutdownCh:
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		err := ws.WatchCtx(ctx)
+		cancel()
+		if err != nil {
+			select {
+			case <-a.s.shutdownCh:
+				return
+			default:
+			}
+		}
+	}
+}
+
+func (a *agentServer) add(sess *agentSession) {
+	a.mu.Lock()
+	a.sessions[sess] = struct{}{}
+	a.mu.Unlock()
+}
+
+func (a *agentServer) remove(sess *agentSession) {
+	a.mu.Lock()
+	delete(a.sessions, sess)
+	a.mu.Unlock()
+}
+
+// count returns the number of connected sessions.
+func (a *agentServer) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.sessions)
+}
+
+func newSessionID() wire.SessionID {
+	var id wire.SessionID
+	if _, err := rand.Read(id[:]); err != nil {
+		panic(err)
+	}
+	return id
+}
+
+func sessionString(id wire.SessionID) string { return hex.EncodeToString(id[:]) }
+
+// errClose carries the close code and reason a session ends with.
+type errClose struct {
+	code   quic.ApplicationErrorCode
+	reason string
+	// flush: a final frame was written that the agent must receive.
+	flush bool
+}
+
+func (e *errClose) Error() string { return e.reason }
+
+func closeWith(code quic.ApplicationErrorCode, format string, args ...any) error {
+	return &errClose{code: code, reason: fmt.Sprintf(format, args...)}
+}
+
+// flushAndClose is closeWith after a final Reject or GoAway frame.
+func flushAndClose(code quic.ApplicationErrorCode, reason string) error {
+	return &errClose{code: code, reason: reason, flush: true}
+}
+
+func closeCode(err error) (quic.ApplicationErrorCode, string) {
+	var ce *errClose
+	if errors.As(err, &ce) {
+		return ce.code, ce.reason
+	}
+	return wire.CloseCodeFor(err)
+}
+
+// waitForRevision waits until the local replica has reached rev, up to
+// LagWait. It returns false if it did not.
+func (a *agentServer) waitForRevision(ctx context.Context, rev uint64) bool {
+	deadline := time.NewTimer(a.s.config.LagWait)
+	defer deadline.Stop()
+	for {
+		ws := memdb.NewWatchSet()
+		if a.s.fsm.Read().WatchRevision(ws) >= rev {
+			return true
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-deadline.C:
+			case <-wctx.Done():
+			}
+			cancel()
+		}()
+		err := ws.WatchCtx(wctx)
+		cancel()
+		if err != nil {
+			return a.s.fsm.Read().Revision() >= rev
+		}
+	}
+}
+
+// redirects lists other servers' agent addresses, the leader first: the
+// leader's replica is never behind.
+func (a *agentServer) redirects() []string {
+	_, leader := a.s.raft.LeaderWithID()
+	var out []string
+	for _, m := range a.s.members() {
+		if m.AgentAddr == "" || m.ID == a.s.config.NodeID || m.State != 0 {
+			continue
+		}
+		if m.ID == string(leader) {
+			out = append([]string{m.AgentAddr}, out...)
+		} else {
+			out = append(out, m.AgentAddr)
+		}
+	}
+	if len(out) > wire.MaxRedirects {
+		out = out[:wire.MaxRedirects]
+	}
+	return out
+}
+
+// appliedOf converts an agent's inventory for the scheduler.
+func appliedOf(in []wire.AppliedResource) []scheduler.Applied {
+	out := make([]scheduler.Applied, len(in))
+	for i, r := range in {
+		out[i] = scheduler.Applied{Key: r.Key, Digest: scheduler.Digest(r.Digest)}
+	}
+	return out
+}

@@ -1,0 +1,90 @@
+package cluster
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/scheduler"
+)
+
+// devicePlanner computes desired states for the device API; sessions
+// share theirs through agentServer.
+func (s *Server) devicePlanner() *scheduler.Planner {
+	if s.agents != nil {
+		return s.agents.planner
+	}
+	s.plannerOnce.Do(func() { s.planner = scheduler.NewPlanner() })
+	return s.planner
+}
+
+func (s *Server) deviceView(read *fsm.Read, rec *fsm.DeviceRecord) (api.DeviceSummary, scheduler.DeviceView, error) {
+	desired, err := s.devicePlanner().Desired(read, rec.Labels)
+	if err != nil {
+		return api.DeviceSummary{}, scheduler.DeviceView{}, err
+	}
+	v := scheduler.Compare(desired, rec)
+	sum := api.DeviceSummary{
+		ID: rec.ID, Labels: rec.Labels, Connected: rec.Connected, Server: rec.Server,
+		DesiredRevision: desired.Revision, AckedRevision: rec.AckedRevision,
+		Converged: v.Converged, Resources: len(desired.Resources), Counts: v.Counts,
+	}
+	if rec.LastSeen != 0 {
+		sum.LastSeen = time.Unix(0, rec.LastSeen).UTC()
+	}
+	return sum, v, nil
+}
+
+func (s *Server) handleListDevices(w http.ResponseWriter, r *http.Request) {
+	read := s.fsm.Read()
+	s.setReadHeaders(w, read)
+	recs, err := read.Devices(nil)
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	out := api.DeviceList{Revision: read.Revision(), Devices: make([]api.DeviceSummary, 0, len(recs))}
+	for _, rec := range recs {
+		sum, _, err := s.deviceView(read, rec)
+		if err != nil {
+			writeError(w, toAPIError(err))
+			return
+		}
+		out.Devices = append(out.Devices, sum)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleGetDevice(w http.ResponseWriter, r *http.Request) {
+	read := s.fsm.Read()
+	s.setReadHeaders(w, read)
+	rec, err := read.Device(nil, r.PathValue("id"))
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	sum, v, err := s.deviceView(read, rec)
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	out := api.Device{
+		DeviceSummary: sum, SessionID: rec.SessionID, ReportSeq: rec.ReportSeq,
+		AgentStatus: rec.AgentStatus, BlockedReason: rec.BlockedReason,
+		States: make([]api.ResourceState, 0, len(v.Resources)),
+	}
+	for _, rv := range v.Resources {
+		st := api.ResourceState{Key: rv.Key, State: rv.State, IntendedDigest: rv.IntendedDigest, IntendedRevision: rv.IntendedRevision}
+		if rep := rv.Reported; rep != nil {
+			st.AppliedDigest, st.AppliedRevision = rep.AppliedDigest, rep.AppliedRevision
+			st.Effective, st.Detail, st.LastError, st.Attempts = rep.Effective, rep.Detail, rep.LastError, rep.Attempts
+			if rep.UpdatedAt != 0 {
+				t := time.Unix(0, rep.UpdatedAt).UTC()
+				st.UpdatedAt = &t
+			}
+		}
+		out.States = append(out.States, st)
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,158 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+
+	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/fsm"
+)
+
+// headerSignature carries the HMAC-SHA256 of a server-to-server request
+// body under the cluster secret.
+const headerSignature = "X-Meteor-Signature"
+
+// applyResponse answers /v1/internal/apply.
+type applyResponse struct {
+	Revision uint64 `json:"revision"`
+	Index    uint64 `json:"index"`
+	// Rejected is the state machine's deterministic rejection, if any, as
+	// the API would report it.
+	Rejected *api.Error `json:"rejected,omitempty"`
+}
+
+// apply commits a command from any server: on the leader it proposes
+// directly, elsewhere it encodes the command here and forwards it to the
+// leader over HTTP, signed with the cluster secret. Writes through the API
+// and session serving use it, so neither needs to run on the leader, and
+// the leader receives compact, already validated commands. A rejection
+// forwarded back is an *api.Error in ApplyResult.Err.
+func (s *Server) apply(ctx context.Context, t fsm.MessageType, req any) (fsm.ApplyResult, uint64, error) {
+	data, err := fsm.Encode(t, req)
+	if err != nil {
+		return fsm.ApplyResult{}, 0, err
+	}
+	if s.IsLeader() {
+		res, index, err := s.proposeRaw(ctx, t, data)
+		if !errors.Is(err, ErrNotLeader) {
+			return res, index, err
+		}
+	}
+	res, index, err := s.forwardApply(ctx, t, data)
+	return res, index, err
+}
+
+func (s *Server) forwardApply(ctx context.Context, t fsm.MessageType, data []byte) (fsm.ApplyResult, uint64, error) {
+	_, addr, err := s.leaderHTTP()
+	if err != nil {
+		return fsm.ApplyResult{}, 0, err
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/internal/apply", bytes.NewReader(data))
+	if err != nil {
+		return fsm.ApplyResult{}, 0, err
+	}
+	hreq.Header.Set(headerSignature, s.sign(data))
+	hreq.Header.Set(headerForwarded, s.config.NodeID)
+	resp, err := s.client.Do(hreq)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return fsm.ApplyResult{}, 0, fmt.Errorf("%w: cannot reach the leader at %s: %v", ErrNoLeader, addr, err)
+		}
+		return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: fmt.Errorf("forward %s to the leader: %w", t, err)}
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		e := &api.Error{StatusCode: resp.StatusCode}
+		if json.Unmarshal(body, e) != nil || e.Message == "" {
+			return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: fmt.Errorf("leader answered %s: %s", resp.Status, bytes.TrimSpace(body))}
+		}
+		return fsm.ApplyResult{}, 0, e
+	}
+	var ar applyResponse
+	if err := json.Unmarshal(body, &ar); err != nil {
+		return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: fmt.Errorf("decode leader's answer: %w", err)}
+	}
+	res := fsm.ApplyResult{Revision: ar.Revision}
+	if ar.Rejected != nil {
+		ar.Rejected.StatusCode = statusOf(ar.Rejected.Code)
+		res.Err = ar.Rejected
+	}
+	return res, ar.Index, nil
+}
+
+func statusOf(code string) int {
+	switch code {
+	case api.CodeBadRequest:
+		return http.StatusBadRequest
+	case api.CodeNotFound:
+		return http.StatusNotFound
+	case api.CodeConflict:
+		return http.StatusConflict
+	}
+	return http.StatusInternalServerError
+}
+
+func (s *Server) sign(body []byte) string {
+	m := hmac.New(sha256.New, s.config.ClusterSecret)
+	m.Write(body)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// handleInternalApply proposes a command forwarded by another server.
+// Commands about devices are accepted only from servers that share the
+// cluster secret; intent writes carry nothing the public API would not
+// accept (and the state machine validates them again).
+func (s *Server) handleInternalApply(w http.ResponseWriter, r *http.Request) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil || len(data) < 2 {
+		writeError(w, badRequest("read command: %v", err))
+		return
+	}
+	want, err := hex.DecodeString(r.Header.Get(headerSignature))
+	if err != nil || !hmac.Equal(want, mustHex(s.sign(data))) {
+		writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "bad or missing request signature: servers must share the cluster secret"})
+		return
+	}
+	t := fsm.MessageType(data[0])
+	switch t {
+	case fsm.PutIntentType, fsm.DeleteIntentType:
+	case fsm.DeviceSessionType, fsm.DeviceReportType, fsm.UpsertDeviceType:
+		if len(s.config.ClusterSecret) == 0 {
+			writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "device commands need a cluster secret shared by all servers (--cluster-secret-file)"})
+			return
+		}
+	default:
+		writeError(w, badRequest("command %s may not be forwarded", t))
+		return
+	}
+	if !s.IsLeader() {
+		writeError(w, toAPIError(fmt.Errorf("%w: leadership moved while the command was forwarded", ErrNoLeader)))
+		return
+	}
+	res, index, err := s.proposeRaw(r.Context(), t, data)
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	out := applyResponse{Revision: res.Revision, Index: index}
+	if res.Err != nil {
+		out.Rejected = toAPIError(res.Err)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func mustHex(s string) []byte {
+	b, _ := hex.DecodeString(s)
+	return b
+}

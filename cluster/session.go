@@ -1,0 +1,357 @@
+package cluster
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/quic-go/quic-go"
+
+	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/scheduler"
+	"github.com/meteor-edge/meteor/wire"
+)
+
+// agentSession is one agent connection's session (docs/wire.md §7). The
+// serveConn goroutine owns it; notifyLoop only calls maybeNotify.
+type agentSession struct {
+	a        *agentServer
+	conn     *quic.Conn
+	logger   hclog.Logger
+	deviceID string
+	id       wire.SessionID
+	labels   map[string]string
+
+	wmu sync.Mutex // serialises frames on the control stream
+	w   *wire.Writer
+
+	mu         sync.Mutex // guards the fields below
+	acked      uint64     // highest desired revision the agent journaled
+	reportSeq  uint64     // highest report seq durably applied
+	inventory  []scheduler.Applied
+	notified   uint64           // revision of the last Notify or Delta sent
+	fp         scheduler.Digest // fingerprint of the desired state last sent
+	registered bool             // the session is committed and receives pushes
+}
+
+// serveConn runs one agent connection to its end.
+func (a *agentServer) serveConn(conn *quic.Conn) {
+	ctx := conn.Context()
+	var stream *quic.Stream
+	err := a.handshake(ctx, conn, &stream)
+	code, reason := closeCode(err)
+	if err != nil && code != wire.CloseNormal {
+		a.logger.Debug("agent connection closed", "remote", conn.RemoteAddr(), "code", wire.CloseCodeName(code), "reason", reason)
+	}
+	var ce *errClose
+	if errors.As(err, &ce) && ce.flush && stream != nil {
+		// The last frame (a Reject or GoAway with redirects) must reach the
+		// agent: closing the connection at once would discard it. Finish
+		// the stream and give the agent a moment to read it and hang up.
+		stream.Close()
+		select {
+		case <-ctx.Done():
+		case <-a.s.shutdownCh:
+		case <-time.After(time.Second):
+		}
+	}
+	conn.CloseWithError(code, reason)
+}
+
+func (a *agentServer) handshake(ctx context.Context, conn *quic.Conn, streamOut **quic.Stream) error {
+	sctx, cancel := context.WithTimeout(ctx, wire.HandshakeIdleTimeout)
+	stream, err := conn.AcceptStream(sctx)
+	cancel()
+	if err != nil {
+		return closeWith(wire.CloseProtocolError, "no control stream: %v", err)
+	}
+	*streamOut = stream
+	r := wire.NewReader(stream)
+	msg, err := r.Read()
+	if err != nil {
+		return closeWith(wire.CloseProtocolError, "read hello: %v", err)
+	}
+	hello, ok := msg.(*wire.Hello)
+	if !ok {
+		return closeWith(wire.CloseProtocolError, "expected Hello, got %s", msg.Type())
+	}
+	if err := wire.Negotiate(hello.Major, hello.Minor); err != nil {
+		return closeWith(wire.CloseVersionUnsupported, "%v", err)
+	}
+	deviceID, err := wire.PeerDeviceID(ctx, conn)
+	if err != nil {
+		return closeWith(wire.CloseUnauthorized, "%v", err)
+	}
+	sess := &agentSession{
+		a: a, conn: conn, deviceID: deviceID, labels: hello.Labels,
+		w:      wire.NewWriter(stream),
+		logger: a.logger.With("device", deviceID),
+	}
+	return sess.run(ctx, hello, r)
+}
+
+func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Reader) error {
+	a, srv := sess.a, sess.a.s
+	now := time.Now()
+
+	// Resume the session if the token is valid for this device and session;
+	// otherwise start a new one, which needs the agent's inventory.
+	resumed := false
+	if !hello.SessionID.IsZero() {
+		claims, err := a.keyring.Load().Open(hello.ResumeToken, now)
+		switch {
+		case err != nil:
+			sess.logger.Debug("resume token refused", "error", err)
+		case claims.CheckDevice(sess.deviceID) != nil || claims.SessionID != hello.SessionID:
+			sess.logger.Warn("resume token of another device or session refused")
+		default:
+			resumed = true
+			sess.id = hello.SessionID
+			sess.acked = max(hello.AckedRevision, claims.LastAckRevision)
+		}
+	}
+	if !resumed {
+		if !hello.Inventory {
+			sess.write(&wire.Reject{Code: wire.CodeSessionUnknown, Reason: "session unknown or token expired: send a Hello with your inventory"})
+			return flushAndClose(wire.CloseSessionUnknown, "session unknown")
+		}
+		sess.id = newSessionID()
+		sess.acked = hello.AckedRevision
+	}
+	if hello.Inventory {
+		sess.inventory = appliedOf(hello.Applied)
+	}
+	sess.logger = sess.logger.With("session", sessionString(sess.id))
+
+	// Never answer with a desired state older than what the agent holds.
+	if srv.fsm.Read().Revision() < sess.acked && !a.waitForRevision(ctx, sess.acked) {
+		return sess.lagging(sess.acked)
+	}
+	if rec, err := srv.fsm.Read().Device(nil, sess.deviceID); err == nil {
+		sess.reportSeq = rec.ReportSeq
+	}
+	token := a.keyring.Load().Seal(wire.Claims{
+		SessionID: sess.id, DeviceID: sess.deviceID, IssuedAt: now,
+		ExpiresAt: now.Add(srv.config.TokenLifetime), LastAckRevision: sess.acked,
+	})
+	if err := sess.write(&wire.Welcome{
+		Major: wire.ProtocolMajor, Minor: wire.ProtocolMinor,
+		ServerID: srv.config.NodeID, SessionID: sess.id, ResumeToken: token,
+		DesiredRevision: srv.fsm.Read().Revision(), AcceptedReportSeq: sess.reportSeq,
+		ServerTimeUnixNano: now.UnixNano(), PullInterval: srv.config.PullInterval,
+	}); err != nil {
+		return err
+	}
+
+	// Nothing others can observe happens before the handshake completes:
+	// until then the Hello may be a replay of 0-RTT data.
+	select {
+	case <-sess.conn.HandshakeComplete():
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	if err := sess.commitSession(ctx, true); err != nil {
+		sess.logger.Warn("could not record the session; serving it anyway", "error", err)
+	}
+	sess.mu.Lock()
+	sess.registered = true
+	sess.mu.Unlock()
+	a.add(sess)
+	a.stats.sessions.Add(1)
+	defer func() {
+		a.remove(sess)
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := sess.commitSession(cctx, false); err != nil {
+			sess.logger.Debug("could not record the disconnect", "error", err)
+		}
+	}()
+	sess.logger.Debug("session established", "resumed", resumed, "acked", sess.acked, "early", hello.Early)
+
+	for {
+		msg, err := r.Read()
+		if err != nil {
+			var appErr *quic.ApplicationError
+			if errors.As(err, &appErr) || errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return closeWith(wire.CloseProtocolError, "read: %v", err)
+		}
+		switch m := msg.(type) {
+		case *wire.Pull:
+			err = sess.handlePull(ctx, m)
+		case *wire.Ack:
+			err = sess.handleAck(ctx, m)
+		case *wire.Report:
+			err = sess.handleReport(ctx, m)
+		default:
+			err = closeWith(wire.CloseProtocolError, "unexpected %s from an agent", msg.Type())
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (sess *agentSession) write(m wire.Message) error {
+	sess.wmu.Lock()
+	defer sess.wmu.Unlock()
+	return sess.w.Write(m)
+}
+
+// lagging sends the agent elsewhere: this replica is behind rev.
+func (sess *agentSession) lagging(rev uint64) error {
+	have := sess.a.s.fsm.Read().Revision()
+	reason := fmt.Sprintf("server %s is at revision %d, behind the agent's %d", sess.a.s.config.NodeID, have, rev)
+	sess.write(&wire.GoAway{Code: wire.CodeLagging, Reason: reason, RetryAfter: time.Second, Redirect: sess.a.redirects()})
+	return flushAndClose(wire.CloseLagging, reason)
+}
+
+func (sess *agentSession) handlePull(ctx context.Context, p *wire.Pull) error {
+	srv := sess.a.s
+	if srv.fsm.Read().Revision() < p.KnownRevision && !sess.a.waitForRevision(ctx, p.KnownRevision) {
+		return sess.lagging(p.KnownRevision)
+	}
+	read := srv.fsm.Read()
+	desired, err := sess.a.planner.Desired(read, sess.labels)
+	if err != nil {
+		return closeWith(wire.CloseInternalError, "compute desired state: %v", err)
+	}
+	sess.mu.Lock()
+	if p.Inventory {
+		sess.inventory = appliedOf(p.Applied)
+	}
+	delta := scheduler.ComputeDelta(desired, sess.inventory)
+	sess.notified, sess.fp = desired.Revision, desired.Fingerprint()
+	sess.mu.Unlock()
+
+	d := &wire.Delta{BaseRevision: p.KnownRevision, TargetRevision: delta.Revision, Complete: true, Deletes: delta.Deletes}
+	for _, u := range delta.Upserts {
+		d.Upserts = append(d.Upserts, wire.Upsert{Key: u.Key, Digest: wire.Digest(u.Digest), Revision: u.Revision, Body: u.Body})
+	}
+	frames, err := wire.SplitDelta(d, wire.DefaultMaxFrameSize)
+	if err != nil {
+		return closeWith(wire.CloseInternalError, "split delta: %v", err)
+	}
+	for _, f := range frames {
+		if err := sess.write(f); err != nil {
+			return err
+		}
+		sess.a.stats.deltas.Add(1)
+		sess.a.stats.upserts.Add(uint64(len(f.Upserts)))
+		sess.a.stats.deltaBytes.Add(uint64(wire.FrameLen(f)))
+	}
+	return nil
+}
+
+func (sess *agentSession) handleAck(ctx context.Context, m *wire.Ack) error {
+	sess.mu.Lock()
+	advanced := m.Revision > sess.acked
+	sess.acked = max(sess.acked, m.Revision)
+	sess.mu.Unlock()
+	if advanced {
+		if err := sess.commitSession(ctx, true); err != nil {
+			sess.logger.Warn("could not record the acknowledged revision", "revision", m.Revision, "error", err)
+		}
+	}
+	return nil
+}
+
+// handleReport applies a report at most once and acknowledges it only
+// once it is committed; an agent resends what is not acknowledged.
+func (sess *agentSession) handleReport(ctx context.Context, m *wire.Report) error {
+	sess.mu.Lock()
+	done := m.Seq <= sess.reportSeq
+	seq := sess.reportSeq
+	sess.mu.Unlock()
+	if done {
+		return sess.write(&wire.ReportAck{Seq: seq})
+	}
+	req := &fsm.DeviceReportRequest{
+		ID: sess.deviceID, Seq: m.Seq, DesiredRevision: m.DesiredRevision, Full: m.Full,
+		Status: m.Status, BlockedReason: m.BlockedReason, Server: sess.a.s.config.NodeID, Time: time.Now().UnixNano(),
+	}
+	for _, r := range m.Resources {
+		req.Resources = append(req.Resources, fsm.ResourceStatus{
+			Key: r.Key, AppliedDigest: hex.EncodeToString(r.AppliedDigest[:]), AppliedRevision: r.AppliedRevision,
+			Effective: effectiveName(r.Effective), Detail: r.Detail, LastError: r.LastError,
+			Attempts: r.Attempts, UpdatedAt: r.UpdatedAtUnixNano,
+		})
+	}
+	res, _, err := sess.a.s.apply(ctx, fsm.DeviceReportType, req)
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		// Not acknowledged: the agent keeps the report and resends it.
+		sess.logger.Warn("report not recorded", "seq", m.Seq, "error", err)
+		return nil
+	}
+	sess.mu.Lock()
+	sess.reportSeq = max(sess.reportSeq, m.Seq)
+	seq = sess.reportSeq
+	sess.mu.Unlock()
+	sess.a.stats.reports.Add(1)
+	return sess.write(&wire.ReportAck{Seq: seq})
+}
+
+// commitSession records the session's state through Raft.
+func (sess *agentSession) commitSession(ctx context.Context, connected bool) error {
+	sess.mu.Lock()
+	req := &fsm.DeviceSessionRequest{
+		ID: sess.deviceID, Labels: sess.labels, SessionID: sessionString(sess.id),
+		Server: sess.a.s.config.NodeID, Connected: connected, AckedRevision: sess.acked,
+		Time: time.Now().UnixNano(),
+	}
+	sess.mu.Unlock()
+	res, _, err := sess.a.s.apply(ctx, fsm.DeviceSessionType, req)
+	if err == nil {
+		err = res.Err
+	}
+	return err
+}
+
+// maybeNotify pushes Notify if the session's desired state changed as of
+// read. Called by notifyLoop.
+func (sess *agentSession) maybeNotify(read *fsm.Read) {
+	sess.mu.Lock()
+	if !sess.registered || read.Revision() <= sess.notified {
+		sess.mu.Unlock()
+		return
+	}
+	sess.mu.Unlock()
+	desired, err := sess.a.planner.Desired(read, sess.labels)
+	if err != nil {
+		sess.logger.Warn("compute desired state for notify", "error", err)
+		return
+	}
+	fp := desired.Fingerprint()
+	sess.mu.Lock()
+	changed := fp != sess.fp
+	if changed {
+		sess.fp = fp
+	}
+	sess.notified = max(sess.notified, desired.Revision)
+	sess.mu.Unlock()
+	if changed {
+		if err := sess.write(&wire.Notify{Revision: desired.Revision}); err != nil {
+			sess.logger.Debug("notify", "error", err)
+		} else {
+			sess.a.stats.notifies.Add(1)
+		}
+	}
+}
+
+func effectiveName(e wire.Effective) string {
+	switch e {
+	case wire.EffectiveOK:
+		return "ok"
+	case wire.EffectiveMismatch:
+		return "mismatch"
+	}
+	return "unknown"
+}

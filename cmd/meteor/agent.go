@@ -1,0 +1,143 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
+
+	"github.com/meteor-edge/meteor/agent"
+	"github.com/meteor-edge/meteor/cluster"
+	"github.com/meteor-edge/meteor/wire"
+)
+
+func newAgentCmd() *cobra.Command {
+	cfg := agent.DefaultConfig()
+	var servers, labelList, deviceID, caFile, certFile, keyFile, logLevel string
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the device agent",
+		Long: `Run the device agent: keep a session with the nearest Meteor server, journal the
+desired state it receives in --data-dir, bring the device to it, watch it for
+drift, and report what is applied and effective.
+
+The device identity is the device certificate (meteor ca issue-device);
+--device-id must repeat the ID in it, as a check that the right certificate
+is installed. --root confines the paths of file and certificate resources
+under a directory, for demos and tests. See docs/agent.md.`,
+		Example: `  meteor agent --servers 10.0.0.1:8473,10.0.1.1:8473 --device-id store-42-router \
+    --data-dir /var/lib/meteor-agent --labels region=eu,site=store-42 \
+    --ca-file pki/ca.pem --cert-file pki/device-store-42-router.pem \
+    --key-file pki/device-store-42-router-key.pem`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, req := range [][2]string{
+				{"--servers", servers}, {"--device-id", deviceID}, {"--data-dir", cfg.DataDir},
+				{"--ca-file", caFile}, {"--cert-file", certFile}, {"--key-file", keyFile},
+			} {
+				if req[1] == "" {
+					return fmt.Errorf("%s is required", req[0])
+				}
+			}
+			roots, cert, err := loadDeviceTLS(caFile, certFile, keyFile)
+			if err != nil {
+				return err
+			}
+			id, err := agent.DeviceIDFromCertificate(cert)
+			if err != nil {
+				return fmt.Errorf("certificate %s: %w", certFile, err)
+			}
+			if id != deviceID {
+				return fmt.Errorf("--device-id %q does not match the device certificate %s, which is for device %q; "+
+					"the servers identify the device by its certificate only", deviceID, certFile, id)
+			}
+			cfg.RootCAs, cfg.Certificate = roots, cert
+			for _, s := range strings.Split(servers, ",") {
+				if s = strings.TrimSpace(s); s != "" {
+					cfg.Servers = append(cfg.Servers, s)
+				}
+			}
+			if cfg.Labels, err = parseLabelFlag(labelList); err != nil {
+				return err
+			}
+			if cfg.Root != "" {
+				if cfg.Root, err = filepath.Abs(cfg.Root); err != nil {
+					return fmt.Errorf("--root: %w", err)
+				}
+			}
+			cfg.AgentVersion = "meteor-agent " + cluster.Version
+			cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "meteor", Level: hclog.LevelFromString(logLevel), Output: os.Stderr})
+			a, err := agent.New(cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "meteor agent %s: servers %s, journal in %s (Ctrl-C to stop)\n",
+				a.DeviceID(), strings.Join(cfg.Servers, ","), cfg.DataDir)
+			return a.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&servers, "servers", "", "comma-separated agent addresses (host:port, UDP) of the cluster's servers (required)")
+	f.StringVar(&deviceID, "device-id", "", "this device's ID; must equal the ID in the device certificate (required)")
+	f.StringVar(&cfg.DataDir, "data-dir", "", "directory of the agent's journal (required)")
+	f.StringVar(&labelList, "labels", "", "comma-separated key=value labels sent to the servers, e.g. region=eu,site=store-42")
+	f.StringVar(&caFile, "ca-file", "", "PEM file of the cluster CA (required)")
+	f.StringVar(&certFile, "cert-file", "", "PEM file of the device certificate (required)")
+	f.StringVar(&keyFile, "key-file", "", "PEM file of the device key (required)")
+	f.StringVar(&cfg.Root, "root", "", "confine file and certificate resource paths under this directory (demos, tests)")
+	f.DurationVar(&cfg.PullInterval, "pull-interval", cfg.PullInterval, "how often to pull without a push, unless the server says otherwise")
+	f.DurationVar(&cfg.ReportInterval, "report-interval", cfg.ReportInterval, "longest time between two reports")
+	f.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "how often applied resources are re-checked for drift and probed")
+	f.StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	return cmd
+}
+
+// loadDeviceTLS reads the cluster CA and the device certificate and key.
+func loadDeviceTLS(caFile, certFile, keyFile string) (*x509.CertPool, tls.Certificate, error) {
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, tls.Certificate{}, fmt.Errorf("--ca-file: %w", err)
+	}
+	roots, err := wire.PoolFromPEM(caPEM)
+	if err != nil {
+		return nil, tls.Certificate{}, fmt.Errorf("--ca-file %s: %w", caFile, err)
+	}
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, tls.Certificate{}, fmt.Errorf("--cert-file: %w", err)
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, tls.Certificate{}, fmt.Errorf("--key-file: %w", err)
+	}
+	cert, err := wire.LoadCertificate(certPEM, keyPEM)
+	if err != nil {
+		return nil, tls.Certificate{}, fmt.Errorf("device certificate %s and key %s: %w", certFile, keyFile, err)
+	}
+	return roots, cert, nil
+}
+
+// parseLabelFlag parses "k=v,k2=v2".
+func parseLabelFlag(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--labels: %q is not key=value", kv)
+		}
+		if _, dup := out[k]; dup {
+			return nil, errors.New("--labels: label " + k + " given twice")
+		}
+		out[k] = v
+	}
+	return out, nil
+}

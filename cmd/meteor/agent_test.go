@@ -1,0 +1,71 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/meteor-edge/meteor/wire"
+)
+
+func TestAgentCmdRefusesForeignCertificate(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := wire.NewCA("test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, _, err := ca.PEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.IssueDevice("store-42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := wire.CertificatePEM(cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"ca.pem": caPEM, "dev.pem": certPEM, "dev-key.pem": keyPEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(args ...string) error {
+		cmd := newAgentCmd()
+		cmd.SetArgs(args)
+		cmd.SetOut(os.Stderr)
+		cmd.SetErr(os.Stderr)
+		return cmd.Execute()
+	}
+	base := []string{"--servers", "127.0.0.1:1", "--data-dir", filepath.Join(dir, "data"),
+		"--ca-file", filepath.Join(dir, "ca.pem"), "--cert-file", filepath.Join(dir, "dev.pem"), "--key-file", filepath.Join(dir, "dev-key.pem")}
+
+	err = run(append(base, "--device-id", "store-43")...)
+	if err == nil || !strings.Contains(err.Error(), `--device-id "store-43" does not match`) || !strings.Contains(err.Error(), `"store-42"`) {
+		t.Errorf("foreign certificate: %v", err)
+	}
+	if err := run(base...); err == nil || !strings.Contains(err.Error(), "--device-id is required") {
+		t.Errorf("no --device-id: %v", err)
+	}
+	if err := run(append(base, "--device-id", "store-42", "--labels", "region")...); err == nil || !strings.Contains(err.Error(), "key=value") {
+		t.Errorf("bad labels: %v", err)
+	}
+}
+
+func TestParseLabelFlag(t *testing.T) {
+	got, err := parseLabelFlag("region=eu, site=store-42,empty=")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]string{"region": "eu", "site": "store-42", "empty": ""}, got); diff != "" {
+		t.Error(diff)
+	}
+	if _, err := parseLabelFlag("a=1,a=2"); err == nil {
+		t.Error("duplicate label accepted")
+	}
+}

@@ -1,0 +1,117 @@
+package fsm
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/go-memdb"
+)
+
+// Device status updates do not take a cluster revision: revisions count
+// changes of desired state (intents, device labels), and a report changes
+// nothing a device should hold. They are ordered by Raft index instead.
+
+func (f *FSM) device(txn *memdb.Txn, id string) (*DeviceRecord, error) {
+	raw, err := txn.First(tableDevices, "id", id)
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	return raw.(*DeviceRecord), nil
+}
+
+func (f *FSM) applyDeviceSession(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
+	var req DeviceSessionRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return ApplyResult{}, fmt.Errorf("decode: %w", err)
+	}
+	if req.ID == "" {
+		return rejected(txn, fmt.Errorf("device session: empty device ID"))
+	}
+	cur, err := f.device(txn, req.ID)
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	rec := &DeviceRecord{ID: req.ID, CreateIndex: index}
+	if cur != nil {
+		c := *cur
+		rec = &c
+	} else if !req.Connected {
+		return rejected(txn, fmt.Errorf("device %q: %w", req.ID, ErrNotFound))
+	}
+	if !req.Connected {
+		// A disconnect only counts for the session it ends: the device may
+		// already be connected elsewhere.
+		if rec.SessionID != req.SessionID || rec.Server != req.Server {
+			return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+		}
+		rec.Connected = false
+	} else {
+		rec.SessionID, rec.Server, rec.Connected = req.SessionID, req.Server, true
+		if req.Labels != nil && !maps.Equal(rec.Labels, req.Labels) || cur == nil {
+			rev, err := nextRevision(txn)
+			if err != nil {
+				return ApplyResult{}, err
+			}
+			rec.Labels, rec.Revision = maps.Clone(req.Labels), rev
+		}
+	}
+	rec.AckedRevision = max(rec.AckedRevision, req.AckedRevision)
+	rec.LastSeen = max(rec.LastSeen, req.Time)
+	rec.ModifyIndex, rec.UpdatedAt = index, req.Time
+	if err := txn.Insert(tableDevices, rec); err != nil {
+		return ApplyResult{}, err
+	}
+	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+}
+
+func (f *FSM) applyDeviceReport(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
+	var req DeviceReportRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return ApplyResult{}, fmt.Errorf("decode: %w", err)
+	}
+	cur, err := f.device(txn, req.ID)
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	if cur == nil {
+		return rejected(txn, fmt.Errorf("device %q: %w (a device reports only within a session)", req.ID, ErrNotFound))
+	}
+	if req.Seq <= cur.ReportSeq {
+		// A duplicate (resent after a reconnect): applied at most once.
+		return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+	}
+	rec := *cur
+	rec.ReportSeq, rec.ReportRevision = req.Seq, req.DesiredRevision
+	rec.AgentStatus, rec.BlockedReason = req.Status, req.BlockedReason
+	rec.LastSeen = max(rec.LastSeen, req.Time)
+	rec.ModifyIndex, rec.UpdatedAt = index, req.Time
+	rec.Resources = mergeResources(cur.Resources, req.Resources, req.Full)
+	if err := txn.Insert(tableDevices, &rec); err != nil {
+		return ApplyResult{}, err
+	}
+	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+}
+
+// mergeResources applies a report to the stored resource states: a full
+// report replaces them, a partial one updates the resources it names.
+// The result is sorted by key, so replicas store the same bytes.
+func mergeResources(cur, update []ResourceStatus, full bool) []ResourceStatus {
+	byKey := map[string]ResourceStatus{}
+	if !full {
+		for _, r := range cur {
+			byKey[r.Key] = r
+		}
+	}
+	for _, r := range update {
+		byKey[r.Key] = r
+	}
+	out := make([]ResourceStatus, 0, len(byKey))
+	for _, r := range byKey {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b ResourceStatus) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}

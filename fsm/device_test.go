@@ -1,0 +1,63 @@
+package fsm
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestDeviceSessionAndReports(t *testing.T) {
+	f := newTestFSM(t, 0)
+	idx := uint64(0)
+	apply := func(typ MessageType, req any) ApplyResult {
+		idx++
+		return f.Apply(idx, mustEncode(t, typ, req))
+	}
+	if res := apply(DeviceReportType, &DeviceReportRequest{ID: "d1", Seq: 1}); !errors.Is(res.Err, ErrNotFound) {
+		t.Fatalf("report before any session: %+v", res)
+	}
+	res := apply(DeviceSessionType, &DeviceSessionRequest{ID: "d1", Labels: map[string]string{"region": "eu"}, SessionID: "s-a", Server: "srv1", Connected: true, AckedRevision: 0, Time: 5})
+	if res.Err != nil || res.Revision != 1 {
+		t.Fatalf("first session: %+v (a new device takes a revision: it changes desired state)", res)
+	}
+	// The same labels again take no revision.
+	if res := apply(DeviceSessionType, &DeviceSessionRequest{ID: "d1", Labels: map[string]string{"region": "eu"}, SessionID: "s-a", Server: "srv2", Connected: true, AckedRevision: 7, Time: 6}); res.Revision != 1 {
+		t.Fatalf("reconnect: %+v", res)
+	}
+	// Acked revisions never go backwards.
+	apply(DeviceSessionType, &DeviceSessionRequest{ID: "d1", SessionID: "s-a", Server: "srv2", Connected: true, AckedRevision: 3, Time: 7})
+	// A disconnect from the old server does not mark the device offline.
+	apply(DeviceSessionType, &DeviceSessionRequest{ID: "d1", SessionID: "s-a", Server: "srv1", Connected: false, Time: 8})
+	d, err := f.Read().Device(nil, "d1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Connected || d.Server != "srv2" || d.AckedRevision != 7 || d.LastSeen != 7 {
+		t.Fatalf("device %+v", d)
+	}
+
+	rep := &DeviceReportRequest{ID: "d1", Seq: 2, DesiredRevision: 7, Full: true, Resources: []ResourceStatus{
+		{Key: "net/b", AppliedDigest: "bb", Effective: "ok"},
+		{Key: "net/a", AppliedDigest: "aa", Effective: "mismatch", Detail: "old cert served"},
+	}, Time: 9}
+	apply(DeviceReportType, rep)
+	// A resent duplicate (same seq, other content) is ignored: at most once.
+	dup := *rep
+	dup.Resources = nil
+	apply(DeviceReportType, &dup)
+	// A partial report updates only the resources it names.
+	apply(DeviceReportType, &DeviceReportRequest{ID: "d1", Seq: 3, DesiredRevision: 7, Resources: []ResourceStatus{{Key: "net/a", AppliedDigest: "aa", Effective: "ok"}}, Time: 10})
+	d, _ = f.Read().Device(nil, "d1")
+	want := []ResourceStatus{{Key: "net/a", AppliedDigest: "aa", Effective: "ok"}, {Key: "net/b", AppliedDigest: "bb", Effective: "ok"}}
+	if diff := cmp.Diff(want, d.Resources); diff != "" || d.ReportSeq != 3 {
+		t.Fatalf("resources (-want +got):\n%s\nseq %d", diff, d.ReportSeq)
+	}
+	// A full report drops resources it does not list.
+	apply(DeviceReportType, &DeviceReportRequest{ID: "d1", Seq: 5, Full: true, Resources: []ResourceStatus{{Key: "net/b", AppliedDigest: "bb", Effective: "ok"}}, Time: 11})
+	apply(DeviceSessionType, &DeviceSessionRequest{ID: "d1", SessionID: "s-a", Server: "srv2", Connected: false, Time: 12})
+	d, _ = f.Read().Device(nil, "d1")
+	if len(d.Resources) != 1 || d.Connected || d.ReportSeq != 5 {
+		t.Fatalf("device %+v", d)
+	}
+}
