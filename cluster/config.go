@@ -93,6 +93,10 @@ type Config struct {
 	// with gossip, besides reacting to gossip events.
 	ReconcileInterval time.Duration
 
+	// EnableDebug serves Go's profiling endpoints under /debug/pprof/ on
+	// the HTTP API. Leave it off on untrusted networks.
+	EnableDebug bool
+
 	// Logger receives the server's logs; nil means hclog.Default().
 	Logger hclog.Logger
 

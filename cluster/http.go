@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/http/pprof"
 	"net/url"
 	"strconv"
 	"strings"
@@ -38,6 +39,12 @@ func (s *Server) handler() http.Handler {
 	mux.HandleFunc("GET /v1/health", s.handleHealth)
 	mux.HandleFunc("POST /v1/internal/apply", s.handleInternalApply)
 	mux.HandleFunc("GET /v1/internal/self", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.self()) })
+	if s.config.EnableDebug {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &api.Error{StatusCode: http.StatusNotFound, Code: api.CodeNotFound, Message: fmt.Sprintf("no such endpoint: %s %s (see docs/api.md)", r.Method, r.URL.Path)})
 	})
@@ -194,7 +201,12 @@ func (s *Server) handleGetIntent(w http.ResponseWriter, r *http.Request) {
 			writeError(w, toAPIError(err))
 			return
 		}
-		writeJSON(w, http.StatusOK, api.IntentResponse{Name: name, Revision: h.Revision, UpdatedAt: time.Unix(0, h.Time).UTC(), Intent: h.Intent})
+		in, err := h.Intent()
+		if err != nil {
+			writeError(w, toAPIError(err))
+			return
+		}
+		writeJSON(w, http.StatusOK, api.IntentResponse{Name: name, Revision: h.Revision, UpdatedAt: time.Unix(0, h.Time).UTC(), Intent: in})
 		return
 	}
 	rec, err := read.Intent(nil, name)

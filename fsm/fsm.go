@@ -96,14 +96,28 @@ func rejected(txn *memdb.Txn, err error) (ApplyResult, error) {
 	return ApplyResult{Revision: metaValue(txn, metaRevision), Err: err}, nil
 }
 
+// putIntentWire is PutIntentRequest as applied: the document stays raw
+// too, to be kept in the history as committed.
+type putIntentWire struct {
+	Intent  json.RawMessage `json:"intent"`
+	IfMatch *uint64         `json:"if_match,omitempty"`
+	Time    int64           `json:"time"`
+}
+
 func (f *FSM) applyPutIntent(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
-	var req PutIntentRequest
-	if err := json.Unmarshal(body, &req); err != nil {
+	var w putIntentWire
+	if err := json.Unmarshal(body, &w); err != nil {
 		return ApplyResult{}, fmt.Errorf("decode: %w", err)
 	}
-	if req.Intent == nil {
+	if len(w.Intent) == 0 || string(w.Intent) == "null" {
 		return rejected(txn, fmt.Errorf("put intent: no intent in request"))
 	}
+	req := PutIntentRequest{IfMatch: w.IfMatch, Time: w.Time}
+	if err := json.Unmarshal(w.Intent, &req.Intent); err != nil {
+		return ApplyResult{}, fmt.Errorf("decode intent: %w", err)
+	}
+	// The log entry may be kept in Raft's cache: keep a copy.
+	doc := append(json.RawMessage(nil), w.Intent...)
 	// Proposers validate before proposing; validating again here keeps a
 	// buggy or old proposer from storing what readers cannot handle. The
 	// validation rules are pure, so every replica decides the same way.
@@ -138,7 +152,7 @@ func (f *FSM) applyPutIntent(txn *memdb.Txn, index uint64, body []byte) (ApplyRe
 	if err := txn.Insert(tableIntents, rec); err != nil {
 		return ApplyResult{}, err
 	}
-	if err := f.appendHistory(txn, &HistoryRecord{Name: name, Revision: rev, Intent: req.Intent, Index: index, Time: req.Time}); err != nil {
+	if err := f.appendHistory(txn, &HistoryRecord{Name: name, Revision: rev, Doc: doc, Index: index, Time: req.Time}); err != nil {
 		return ApplyResult{}, err
 	}
 	return ApplyResult{Revision: rev}, nil

@@ -96,7 +96,11 @@ func TestPutGetDeleteRevisions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("IntentAt(%d): %v", rev, err)
 		}
-		if got := h.Intent.Resources[0].Spec["content"]; got != want {
+		in, err := h.Intent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := in.Resources[0].Spec["content"]; got != want {
 			t.Errorf("IntentAt(%d) content = %v, want %s", rev, got, want)
 		}
 	}
@@ -131,8 +135,11 @@ func TestHistoryIsBounded(t *testing.T) {
 		t.Fatalf("IntentAt(5) = %v, want ErrCompacted", err)
 	}
 	h, err := f.Read().IntentAt("a", 9)
-	if err != nil || h.Intent.Resources[0].Spec["content"] != "9" {
-		t.Fatalf("IntentAt(9) = %+v, %v", h, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in, err := h.Intent(); err != nil || in.Resources[0].Spec["content"] != "9" {
+		t.Fatalf("IntentAt(9) = %+v, %v", in, err)
 	}
 }
 

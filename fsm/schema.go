@@ -1,6 +1,9 @@
 package fsm
 
 import (
+	"encoding/json"
+	"fmt"
+
 	"github.com/hashicorp/go-memdb"
 
 	"github.com/meteor-edge/meteor/fsm/intent"
@@ -29,17 +32,31 @@ type IntentRecord struct {
 }
 
 // HistoryRecord is one revision of an intent: what it said then, or that it
-// was deleted.
+// was deleted. The document is kept as the JSON it was committed with,
+// decoded only when asked for: history is most of the state and rarely
+// read, and bytes cost the garbage collector nothing to scan.
 type HistoryRecord struct {
-	Name     string         `json:"name"`
-	Revision uint64         `json:"revision"`
-	Deleted  bool           `json:"deleted,omitempty"`
-	Intent   *intent.Intent `json:"intent,omitempty"`
-	Index    uint64         `json:"index"`
-	Time     int64          `json:"time"`
+	Name     string          `json:"name"`
+	Revision uint64          `json:"revision"`
+	Deleted  bool            `json:"deleted,omitempty"`
+	Doc      json.RawMessage `json:"intent,omitempty"`
+	Index    uint64          `json:"index"`
+	Time     int64           `json:"time"`
 	// Truncated marks the oldest retained record of an intent whose
 	// older revisions were dropped by the history limit.
 	Truncated bool `json:"truncated,omitempty"`
+}
+
+// Intent decodes the document of the revision (nil for a deletion).
+func (h *HistoryRecord) Intent() (*intent.Intent, error) {
+	if h.Deleted || h.Doc == nil {
+		return nil, nil
+	}
+	var in intent.Intent
+	if err := json.Unmarshal(h.Doc, &in); err != nil {
+		return nil, fmt.Errorf("decode intent %q at revision %d: %w", h.Name, h.Revision, err)
+	}
+	return &in, nil
 }
 
 // DeviceRecord is a device the cluster knows: its labels, its session and

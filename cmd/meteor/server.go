@@ -96,6 +96,7 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 	f.StringVar(&keyFile, "key-file", "", "this server's private key (PEM)")
 	f.StringVar(&secretFile, "cluster-secret-file", "pki/cluster.secret", "cluster secret shared by all servers (from 'meteor ca init')")
 	f.DurationVar(&cfg.PullInterval, "pull-interval", cfg.PullInterval, "how often agents are told to pull even without a push")
+	f.BoolVar(&cfg.EnableDebug, "enable-debug", false, "serve Go profiling endpoints under /debug/pprof/ on the HTTP API")
 	f.StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	return cmd
 }
