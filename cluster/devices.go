@@ -19,14 +19,14 @@ func (s *Server) devicePlanner() *scheduler.Planner {
 	return s.planner
 }
 
-func (s *Server) deviceView(read *fsm.Read, rec *fsm.DeviceRecord) (api.DeviceSummary, scheduler.DeviceView, error) {
+func (s *Server) deviceView(read *fsm.Read, rec *fsm.DeviceRecord, owners []ownerCandidate) (api.DeviceSummary, scheduler.DeviceView, error) {
 	desired, err := s.devicePlanner().Desired(read, rec.Labels)
 	if err != nil {
 		return api.DeviceSummary{}, scheduler.DeviceView{}, err
 	}
 	v := scheduler.Compare(desired, rec)
 	sum := api.DeviceSummary{
-		ID: rec.ID, Labels: rec.Labels, Connected: rec.Connected, Server: rec.Server,
+		ID: rec.ID, Labels: rec.Labels, Connected: rec.Connected, Server: rec.Server, Owner: ownerOf(rec.ID, rec.Labels["region"], owners),
 		DesiredRevision: desired.Revision, AckedRevision: rec.AckedRevision,
 		Converged: v.Converged, Resources: len(desired.Resources), Counts: v.Counts,
 	}
@@ -45,8 +45,9 @@ func (s *Server) handleListDevices(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := api.DeviceList{Revision: read.Revision(), Devices: make([]api.DeviceSummary, 0, len(recs))}
+	owners := s.ownerCandidates()
 	for _, rec := range recs {
-		sum, _, err := s.deviceView(read, rec)
+		sum, _, err := s.deviceView(read, rec, owners)
 		if err != nil {
 			writeError(w, toAPIError(err))
 			return
@@ -64,7 +65,7 @@ func (s *Server) handleGetDevice(w http.ResponseWriter, r *http.Request) {
 		writeError(w, toAPIError(err))
 		return
 	}
-	sum, v, err := s.deviceView(read, rec)
+	sum, v, err := s.deviceView(read, rec, s.ownerCandidates())
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return

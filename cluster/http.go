@@ -35,6 +35,7 @@ func (s *Server) handler() http.Handler {
 	mux.HandleFunc("GET /v1/devices", s.reader(s.handleListDevices))
 	mux.HandleFunc("GET /v1/devices/{id}", s.reader(s.handleGetDevice))
 	mux.HandleFunc("GET /v1/cluster/members", s.handleMembers)
+	mux.HandleFunc("GET /v1/cluster/ownership", s.handleOwnership)
 	mux.HandleFunc("DELETE /v1/cluster/members/{id}", s.onLeader(s.handleRemoveMember))
 	mux.HandleFunc("GET /v1/health", s.handleHealth)
 	mux.HandleFunc("POST /v1/internal/apply", s.handleInternalApply)

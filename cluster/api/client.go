@@ -196,3 +196,10 @@ func (c *Client) GetDevice(ctx context.Context, id string, o ReadOptions) (*Devi
 	err := c.do(ctx, http.MethodGet, "/v1/devices/"+url.PathEscape(id), o.query(), nil, nil, &out)
 	return &out, err
 }
+
+// Ownership reads how devices are spread over the servers.
+func (c *Client) Ownership(ctx context.Context) (*Ownership, error) {
+	var out Ownership
+	err := c.do(ctx, http.MethodGet, "/v1/cluster/ownership", nil, nil, nil, &out)
+	return &out, err
+}

@@ -137,8 +137,10 @@ type DeviceSummary struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// Connected says whether the device has a session now; Server names
 	// the server it is (or was last) connected to.
-	Connected       bool      `json:"connected"`
-	Server          string    `json:"server,omitempty"`
+	Connected bool   `json:"connected"`
+	Server    string `json:"server,omitempty"`
+	// Owner is the server that owns the device (docs/architecture.md).
+	Owner           string    `json:"owner,omitempty"`
 	DesiredRevision uint64    `json:"desired_revision"`
 	AckedRevision   uint64    `json:"acked_revision"`
 	Converged       bool      `json:"converged"`
@@ -179,4 +181,21 @@ type Device struct {
 	AgentStatus   string          `json:"agent_status,omitempty"`
 	BlockedReason string          `json:"blocked_reason,omitempty"`
 	States        []ResourceState `json:"resource_states"`
+}
+
+// OwnerShare is one server's share of the devices.
+type OwnerShare struct {
+	ID      string `json:"id"`
+	Region  string `json:"region"`
+	Devices int    `json:"devices"`
+}
+
+// Ownership is the answer to GET /v1/cluster/ownership: how the devices the
+// cluster knows are spread over the alive servers, as the contacted
+// server's gossip view has it.
+type Ownership struct {
+	Devices int          `json:"devices"`
+	Servers []OwnerShare `json:"servers"`
+	// Unowned counts devices with no alive server to own them.
+	Unowned int `json:"unowned,omitempty"`
 }

@@ -214,7 +214,31 @@ func newGetCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(list, one, devices, device)
+	ownership := &cobra.Command{
+		Use: "ownership", Short: "Show how devices are spread over the servers that own them", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := g.client().Ownership(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return printJSON(cmd.OutOrStdout(), res)
+			}
+			tw := table(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "SERVER\tREGION\tDEVICES")
+			for _, s := range res.Servers {
+				fmt.Fprintf(tw, "%s\t%s\t%d\n", s.ID, s.Region, s.Devices)
+			}
+			tw.Flush()
+			fmt.Fprintf(cmd.OutOrStdout(), "%d devices", res.Devices)
+			if res.Unowned > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), ", %d without an alive server", res.Unowned)
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	cmd.AddCommand(list, one, devices, device, ownership)
 	return cmd
 }
 
@@ -225,8 +249,8 @@ func printDevice(w io.Writer, d *api.Device) {
 	} else if d.Server != "" {
 		conn = "no (last on " + d.Server + ")"
 	}
-	fmt.Fprintf(w, "Device:     %s\nLabels:     %s\nConnected:  %s\nLast seen:  %s\nRevisions:  desired %d, acknowledged %d\nConverged:  %v  (%s)\n",
-		d.ID, labels(d.Labels), conn, ago(d.LastSeen), d.DesiredRevision, d.AckedRevision, d.Converged, counts(d.Resources, d.Counts))
+	fmt.Fprintf(w, "Device:     %s\nLabels:     %s\nOwner:      %s\nConnected:  %s\nLast seen:  %s\nRevisions:  desired %d, acknowledged %d\nConverged:  %v  (%s)\n",
+		d.ID, labels(d.Labels), orDash(d.Owner), conn, ago(d.LastSeen), d.DesiredRevision, d.AckedRevision, d.Converged, counts(d.Resources, d.Counts))
 	if d.BlockedReason != "" {
 		fmt.Fprintf(w, "Blocked:    %s\n", d.BlockedReason)
 	}

@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/meteor-edge/meteor/wire"
+)
+
+// device is one simulated agent at the wire level. It keeps what the real
+// agent journals (session ID, resume token, acknowledged revision, the
+// applied inventory) and speaks the protocol as the agent does, so every
+// byte it sends and receives can be counted exactly.
+type device struct {
+	id      string
+	cert    tls.Certificate
+	labels  map[string]string
+	session wire.SessionID
+	token   []byte
+	acked   uint64
+	applied map[string]wire.AppliedResource
+}
+
+func newDevice(id string, cert tls.Certificate) *device {
+	return &device{id: id, cert: cert, labels: deviceLabels(), applied: map[string]wire.AppliedResource{}}
+}
+
+// tlsConfig returns the device's TLS configuration. With cache nil it has
+// no session cache at all: every dial is a full handshake.
+func (d *device) tlsConfig(roots *x509.CertPool, cache tls.ClientSessionCache) *tls.Config {
+	c := wire.ClientTLSConfig(roots, d.cert, "")
+	c.ClientSessionCache = cache
+	return c
+}
+
+// inventory returns the applied set, sorted by key as the agent sends it.
+func (d *device) inventory() []wire.AppliedResource {
+	out := make([]wire.AppliedResource, 0, len(d.applied))
+	for _, k := range slices.Sorted(maps.Keys(d.applied)) {
+		out = append(out, d.applied[k])
+	}
+	return out
+}
+
+// hello is the agent's Hello: its session if it has one, its acknowledged
+// revision and, with inventory, its whole applied set.
+func (d *device) hello(inventory bool) *wire.Hello {
+	h := &wire.Hello{
+		Major: wire.ProtocolMajor, Minor: wire.ProtocolMinor, AgentVersion: "bench-sessions",
+		SessionID: d.session, ResumeToken: d.token, Labels: d.labels, AckedRevision: d.acked,
+	}
+	if inventory {
+		h.Inventory, h.Applied = true, d.inventory()
+	}
+	return h
+}
+
+func (d *device) pull(inventory bool) *wire.Pull {
+	p := &wire.Pull{KnownRevision: d.acked}
+	if inventory {
+		p.Inventory, p.Applied = true, d.inventory()
+	}
+	return p
+}
+
+// take records a complete Delta as applied and returns the revision to
+// acknowledge, or 0 if none is due.
+func (d *device) take(frames []*wire.Delta) uint64 {
+	for _, f := range frames {
+		for _, u := range f.Upserts {
+			d.applied[u.Key] = wire.AppliedResource{Key: u.Key, Digest: u.Digest, Revision: u.Revision}
+		}
+		for _, k := range f.Deletes {
+			delete(d.applied, k)
+		}
+	}
+	target := frames[len(frames)-1].TargetRevision
+	if target > d.acked {
+		d.acked = target
+		return target
+	}
+	return 0
+}
+
+// report is a full report that every applied resource is in effect.
+func (d *device) report(seq uint64) *wire.Report {
+	r := &wire.Report{Seq: seq, DesiredRevision: d.acked, Full: true, Status: "converged"}
+	now := time.Now().UnixNano()
+	for _, a := range d.inventory() {
+		r.Resources = append(r.Resources, wire.ResourceReport{
+			Key: a.Key, AppliedDigest: a.Digest, AppliedRevision: a.Revision,
+			Effective: wire.EffectiveOK, UpdatedAtUnixNano: now,
+		})
+	}
+	return r
+}
+
+// session is one connection's control stream, with its traffic counted.
+type session struct {
+	conn    *quic.Conn
+	str     *quic.Stream
+	r       *wire.Reader
+	w       *wire.Writer
+	timeout time.Duration
+	rx, tx  traffic
+}
+
+func openStream(conn *quic.Conn, timeout time.Duration) (*session, error) {
+	str, err := conn.OpenStream()
+	if err != nil {
+		return nil, err
+	}
+	return &session{conn: conn, str: str, r: wire.NewReader(str), w: wire.NewWriter(str), timeout: timeout}, nil
+}
+
+func (s *session) send(m wire.Message) error {
+	if err := s.w.Write(m); err != nil {
+		return fmt.Errorf("send %s: %w", m.Type(), wire.FromQUICError(err))
+	}
+	s.tx.add(m)
+	return nil
+}
+
+// recv reads the next frame that is not a push (Notify, ReportAck).
+// Reject and GoAway are errors.
+func (s *session) recv() (wire.Message, error) {
+	for {
+		if err := s.str.SetReadDeadline(time.Now().Add(s.timeout)); err != nil {
+			return nil, err
+		}
+		m, err := s.r.Read()
+		if err != nil {
+			return nil, fmt.Errorf("receive: %w", wire.FromQUICError(err))
+		}
+		s.rx.add(m)
+		switch m := m.(type) {
+		case *wire.Notify, *wire.ReportAck:
+			continue
+		case *wire.Reject:
+			return nil, fmt.Errorf("Reject %s: %s", m.Code, m.Reason)
+		case *wire.GoAway:
+			return nil, fmt.Errorf("GoAway %s: %s", m.Code, m.Reason)
+		}
+		return m, nil
+	}
+}
+
+// recvDelta reads the frames of one Delta until the one marked complete.
+func (s *session) recvDelta() ([]*wire.Delta, error) {
+	var frames []*wire.Delta
+	for {
+		m, err := s.recv()
+		if err != nil {
+			return nil, err
+		}
+		d, ok := m.(*wire.Delta)
+		if !ok {
+			return nil, fmt.Errorf("got %s, want Delta", m.Type())
+		}
+		frames = append(frames, d)
+		if d.Complete {
+			return frames, nil
+		}
+	}
+}
+
+// waitFor reads until a frame of type T arrives, skipping pushes.
+func waitFor[T wire.Message](s *session) (T, error) {
+	var zero T
+	m, err := s.recv()
+	if err != nil {
+		return zero, err
+	}
+	v, ok := m.(T)
+	if !ok {
+		return zero, fmt.Errorf("got %s, want %T", m.Type(), zero)
+	}
+	return v, nil
+}
+
+// openOpts says how a device opens a session on a new connection.
+type openOpts struct {
+	// inventory sends the applied set in Hello and Pull, as the agent
+	// does; without it the device resumes by revision only.
+	inventory bool
+	// pipeline writes Pull right after Hello (in 0-RTT data when the
+	// connection allows it) instead of after the Welcome.
+	pipeline bool
+	// start is the instant times are measured from.
+	start   time.Time
+	timeout time.Duration
+}
+
+// opened is what opening a session produced.
+type opened struct {
+	s       *session
+	welcome *wire.Welcome
+	delta   []*wire.Delta
+	// welcomeAt and deltaAt are the times from start until the Welcome
+	// and the complete first Delta were decoded.
+	welcomeAt, deltaAt time.Duration
+	// rejected0RTT is set when the server refused the early data and the
+	// Hello was sent again after the handshake (docs/wire.md §4).
+	rejected0RTT bool
+	used0RTT     bool
+	tlsResumed   bool
+}
+
+// open runs the start of a session on conn, a connection just dialled:
+// Hello (and Pull), Welcome, the first complete Delta and its Ack.
+func (d *device) open(ctx context.Context, conn *quic.Conn, o openOpts) (*opened, error) {
+	res := &opened{}
+	s, err := d.start(conn, o)
+	if err == nil {
+		res.welcome, err = waitFor[*wire.Welcome](s)
+	}
+	if err != nil && errors.Is(err, quic.Err0RTTRejected) {
+		res.rejected0RTT = true
+		hctx, cancel := context.WithTimeout(ctx, o.timeout)
+		conn, err = conn.NextConnection(hctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("handshake after refused 0-RTT: %w", err)
+		}
+		if s, err = d.start(conn, o); err == nil {
+			res.welcome, err = waitFor[*wire.Welcome](s)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.s = s
+	res.welcomeAt = time.Since(o.start)
+	d.session, d.token = res.welcome.SessionID, res.welcome.ResumeToken
+	if !o.pipeline {
+		if err := s.send(d.pull(o.inventory)); err != nil {
+			return nil, err
+		}
+	}
+	if res.delta, err = s.recvDelta(); err != nil {
+		return nil, err
+	}
+	res.deltaAt = time.Since(o.start)
+	cs := s.conn.ConnectionState()
+	res.used0RTT, res.tlsResumed = cs.Used0RTT, cs.TLS.DidResume
+	if rev := d.take(res.delta); rev != 0 {
+		if err := s.send(&wire.Ack{Revision: rev}); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// start opens the control stream and writes Hello, and Pull if pipelined.
+func (d *device) start(conn *quic.Conn, o openOpts) (*session, error) {
+	s, err := openStream(conn, o.timeout)
+	if err != nil {
+		return nil, err
+	}
+	h := d.hello(o.inventory)
+	h.Early = !wire.HandshakeDone(conn)
+	if err := s.send(h); err != nil {
+		return nil, err
+	}
+	if o.pipeline {
+		if err := s.send(d.pull(o.inventory)); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// ticketCache is a TLS client session cache that counts the tickets it
+// receives, so that a run can wait for a connection's ticket before
+// dropping it. Like the agent's, it ignores Put(nil): crypto/tls deletes
+// the ticket after any failed handshake.
+type ticketCache struct {
+	inner tls.ClientSessionCache
+	puts  atomic.Int64
+}
+
+func newTicketCache() *ticketCache { return &ticketCache{inner: tls.NewLRUClientSessionCache(4)} }
+
+func (c *ticketCache) Get(key string) (*tls.ClientSessionState, bool) { return c.inner.Get(key) }
+
+func (c *ticketCache) Put(key string, cs *tls.ClientSessionState) {
+	if cs != nil {
+		c.inner.Put(key, cs)
+		c.puts.Add(1)
+	}
+}

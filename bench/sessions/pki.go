@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/meteor-edge/meteor/wire"
+)
+
+// serverID names the server of every part (and its certificate).
+const serverID = "bench"
+
+// pki is the cluster CA, this run's server certificate and cluster secret,
+// created with `meteor ca init` and `meteor ca issue-server`.
+type pki struct {
+	dir        string
+	ca         *wire.CA
+	pool       *x509.CertPool
+	serverCert tls.Certificate
+	secret     []byte
+}
+
+func (p *pki) caFile() string     { return filepath.Join(p.dir, "ca.pem") }
+func (p *pki) certFile() string   { return filepath.Join(p.dir, "server-"+serverID+".pem") }
+func (p *pki) keyFile() string    { return filepath.Join(p.dir, "server-"+serverID+"-key.pem") }
+func (p *pki) secretFile() string { return filepath.Join(p.dir, "cluster.secret") }
+
+// makePKI runs the meteor CLI to create the CA and the server certificate
+// in dir, and loads them.
+func makePKI(ctx context.Context, bin, dir string) (*pki, error) {
+	p := &pki{dir: dir}
+	for _, args := range [][]string{
+		{"ca", "init", "--dir", dir},
+		{"ca", "issue-server", "--dir", dir, "--id", serverID, "--hosts", "127.0.0.1"},
+	} {
+		if out, err := runCmd(ctx, bin, args...); err != nil {
+			return nil, fmt.Errorf("meteor %s: %w\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	caPEM, err1 := os.ReadFile(p.caFile())
+	caKey, err2 := os.ReadFile(filepath.Join(dir, "ca-key.pem"))
+	certPEM, err3 := os.ReadFile(p.certFile())
+	keyPEM, err4 := os.ReadFile(p.keyFile())
+	secretB64, err5 := os.ReadFile(p.secretFile())
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+		return nil, fmt.Errorf("read the PKI: %w", err)
+	}
+	var err error
+	if p.ca, err = wire.LoadCA(caPEM, caKey); err != nil {
+		return nil, err
+	}
+	p.pool = p.ca.Pool()
+	if p.serverCert, err = wire.LoadCertificate(certPEM, keyPEM); err != nil {
+		return nil, err
+	}
+	if p.secret, err = base64.StdEncoding.DecodeString(strings.TrimSpace(string(secretB64))); err != nil {
+		return nil, fmt.Errorf("cluster secret: %w", err)
+	}
+	return p, nil
+}
+
+// issueDevices issues one certificate per ID (ECDSA P-256), on every CPU.
+func (p *pki) issueDevices(ids []string) ([]tls.Certificate, error) {
+	certs := make([]tls.Certificate, len(ids))
+	errs := make([]error, runtime.NumCPU())
+	var wg sync.WaitGroup
+	for w := range len(errs) {
+		wg.Go(func() {
+			for i := w; i < len(ids); i += len(errs) {
+				c, err := p.ca.IssueDevice(ids[i])
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				certs[i] = c
+			}
+		})
+	}
+	wg.Wait()
+	return certs, errors.Join(errs...)
+}
+
+// runCmd runs bin with args and returns its combined output.
+func runCmd(ctx context.Context, bin string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.SysProcAttr = childAttr()
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.Bytes(), err
+}
+
+// buildMeteor compiles ./cmd/meteor from the module at root into dir.
+func buildMeteor(ctx context.Context, root, dir string) (string, error) {
+	bin := filepath.Join(dir, "bin", "meteor")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/meteor")
+	cmd.Dir = root
+	cmd.SysProcAttr = childAttr()
+	// Stop the whole build (the go command and its compilers) on Ctrl-C.
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/meteor: %w\n%s", err, out.String())
+	}
+	return bin, nil
+}

@@ -1,0 +1,124 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestOwnerOfProperties(t *testing.T) {
+	servers := []ownerCandidate{{"eu-1", "eu"}, {"eu-2", "eu"}, {"us-1", "us"}, {"us-2", "us"}, {"ap-1", "ap"}}
+	const n = 3000
+	devices := make([]struct{ id, region string }, n)
+	for i := range devices {
+		devices[i].id = fmt.Sprintf("dev-%d", i)
+		devices[i].region = []string{"eu", "us", "ap", "sa"}[i%4]
+	}
+	owners := map[string]string{}
+	share := map[string]int{}
+	for _, d := range devices {
+		o := ownerOf(d.id, d.region, servers)
+		owners[d.id] = o
+		share[o]++
+		// Devices of a region with servers stay in it.
+		if d.region != "sa" && o[:2] != d.region {
+			t.Fatalf("%s (%s) owned by %s", d.id, d.region, o)
+		}
+	}
+	// Region "sa" has no server: its devices spread over all of them.
+	for _, s := range servers {
+		if share[s.ID] == 0 {
+			t.Errorf("%s owns nothing: %v", s.ID, share)
+		}
+	}
+	// Removing a server moves only its devices; adding it back moves them back.
+	without := []ownerCandidate{servers[0], servers[2], servers[3], servers[4]}
+	moved := 0
+	for _, d := range devices {
+		o := ownerOf(d.id, d.region, without)
+		if o != owners[d.id] {
+			moved++
+			if owners[d.id] != "eu-2" {
+				t.Fatalf("%s moved from %s to %s though %s is alive", d.id, owners[d.id], o, owners[d.id])
+			}
+		}
+	}
+	if moved != share["eu-2"] {
+		t.Fatalf("%d devices moved, eu-2 owned %d", moved, share["eu-2"])
+	}
+	if ownerOf("x", "eu", nil) != "" {
+		t.Fatal("an owner without servers")
+	}
+}
+
+// TestOwnershipFollowsMembership runs real servers with gossip on loopback:
+// every server names the same owner for every device; killing a server moves
+// only its devices, within failure detection; restarting it moves them back.
+func TestOwnershipFollowsMembership(t *testing.T) {
+	for _, n := range []int{3, 5} {
+		t.Run(fmt.Sprintf("%d-servers", n), func(t *testing.T) {
+			c := newTestCluster(t, n, nil)
+			labels := func(i int) map[string]string { return map[string]string{"region": "eu"} }
+			owners := func() (map[string]string, error) {
+				out := map[string]string{}
+				for i := range 600 {
+					id := fmt.Sprintf("dev-%d", i)
+					var want string
+					for _, s := range c.alive() {
+						o := s.OwnerOf(id, labels(i))
+						if want == "" {
+							want = o
+						} else if o != want {
+							return nil, fmt.Errorf("%s: %s says %s, another says %s", id, s.ID(), o, want)
+						}
+					}
+					out[id] = want
+				}
+				return out, nil
+			}
+			var before map[string]string
+			waitFor(t, 10*time.Second, func() (err error) { before, err = owners(); return err })
+			victim := c.index(c.follower())
+			vid := c.configs[victim].NodeID
+			c.kill(victim)
+			start := time.Now()
+			var after map[string]string
+			waitFor(t, 20*time.Second, func() error {
+				var err error
+				if after, err = owners(); err != nil {
+					return err
+				}
+				for id, o := range after {
+					if o == vid {
+						return fmt.Errorf("%s still owned by the dead server", id)
+					}
+				}
+				return nil
+			})
+			t.Logf("%d-server cluster: devices moved off %s in %s", n, vid, time.Since(start).Round(time.Millisecond))
+			for id, o := range after {
+				if before[id] != vid && o != before[id] {
+					t.Fatalf("%s moved from alive %s to %s", id, before[id], o)
+				}
+			}
+			c.restart(victim)
+			waitFor(t, 20*time.Second, func() error {
+				now, err := owners()
+				if err != nil {
+					return err
+				}
+				for id, o := range now {
+					if o != before[id] {
+						return fmt.Errorf("%s owned by %s, was %s", id, o, before[id])
+					}
+				}
+				return nil
+			})
+			own, err := client(c.alive()[0]).Ownership(context.Background())
+			if err != nil || len(own.Servers) != n {
+				t.Fatalf("ownership: %+v %v", own, err)
+			}
+		})
+	}
+}
