@@ -92,6 +92,9 @@ type Config struct {
 	// ReconcileInterval is how often the leader reconciles Raft membership
 	// with gossip, besides reacting to gossip events.
 	ReconcileInterval time.Duration
+	// ReconnectInterval is how often a server tries to rejoin servers
+	// gossip considers failed (after a partition heals, for instance).
+	ReconnectInterval time.Duration
 
 	// EnableDebug serves Go's profiling endpoints under /debug/pprof/ on
 	// the HTTP API. Leave it off on untrusted networks.
@@ -123,6 +126,7 @@ func DefaultConfig() Config {
 		TrailingLogs:      10240,
 		ApplyTimeout:      10 * time.Second,
 		ReconcileInterval: 5 * time.Second,
+		ReconnectInterval: 30 * time.Second,
 		TokenLifetime:     24 * time.Hour,
 		TicketPeriod:      time.Hour,
 		PullInterval:      30 * time.Second,
@@ -185,8 +189,8 @@ func (c *Config) Validate() error {
 	if c.RaftMultiplier < 0 || c.RaftMultiplier > 10 {
 		errs = append(errs, fmt.Errorf("raft multiplier %d: must be between 1 and 10", c.RaftMultiplier))
 	}
-	if c.ApplyTimeout <= 0 || c.ReconcileInterval <= 0 {
-		errs = append(errs, errors.New("apply timeout and reconcile interval must be positive"))
+	if c.ApplyTimeout <= 0 || c.ReconcileInterval <= 0 || c.ReconnectInterval <= 0 {
+		errs = append(errs, errors.New("apply timeout, reconcile and reconnect intervals must be positive"))
 	}
 	return errors.Join(errs...)
 }

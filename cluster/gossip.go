@@ -225,3 +225,35 @@ func (s *Server) joinLoop() {
 		backoff = min(backoff*2, 10*time.Second)
 	}
 }
+
+// reconnectLoop tries to rejoin failed servers now and then. memberlist
+// stops gossiping with a node some time after declaring it dead, so two
+// sides of a healed partition may never merge on their own; a server that
+// restarted with a join list finds its way back anyway, but one on the
+// other side of a partition needs this.
+func (s *Server) reconnectLoop() {
+	defer s.wg.Done()
+	ticker := time.NewTicker(s.config.ReconnectInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-s.shutdownCh:
+			return
+		case <-ticker.C:
+		}
+		var addrs []string
+		for _, m := range s.members() {
+			if m.State == memberlist.StateDead && !m.Leaving && m.ID != s.config.NodeID {
+				addrs = append(addrs, m.GossipAddr)
+			}
+		}
+		if len(addrs) == 0 {
+			continue
+		}
+		if n, err := s.gossip.Join(addrs); n > 0 {
+			s.logger.Info("rejoined failed servers", "contacted", n)
+		} else {
+			s.logger.Debug("reconnect to failed servers", "addrs", addrs, "error", err)
+		}
+	}
+}

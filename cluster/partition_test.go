@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -71,6 +72,23 @@ func TestPartitionedLeader(t *testing.T) {
 
 	n.Heal()
 	c.waitConverged()
+	// Gossip heals too: every server sees every other alive again, which
+	// memberlist alone may not achieve once both sides declared the other
+	// dead (the reconnect loop rejoins them).
+	waitFor(t, 20*time.Second, func() error {
+		for _, s := range c.alive() {
+			alive := 0
+			for _, m := range s.members() {
+				if m.State == memberlist.StateAlive {
+					alive++
+				}
+			}
+			if alive != 5 {
+				return fmt.Errorf("%s sees %d alive servers", s.ID(), alive)
+			}
+		}
+		return nil
+	})
 	for _, s := range c.alive() {
 		r := s.State().Read()
 		if _, err := r.Intent(nil, "minority"); !errors.Is(err, fsm.ErrNotFound) {

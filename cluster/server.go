@@ -127,7 +127,8 @@ func New(cfg Config) (*Server, error) {
 	if s.agents != nil {
 		s.agents.start()
 	}
-	s.wg.Add(3)
+	s.wg.Add(4)
+	go s.reconnectLoop()
 	go s.joinLoop()
 	go s.bootstrapLoop()
 	go s.monitorLeadership()

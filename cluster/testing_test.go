@@ -37,6 +37,7 @@ func testConfig(t *testing.T, id string) Config {
 	cfg.HTTPAddr, cfg.RaftAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.ApplyTimeout = 5 * time.Second
 	cfg.ReconcileInterval = 200 * time.Millisecond
+	cfg.ReconnectInterval = 500 * time.Millisecond
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: id, Level: hclog.Warn, Output: testWriter{t}})
 	cfg.RaftTuning = func(rc *raft.Config) {
 		rc.HeartbeatTimeout = 400 * time.Millisecond

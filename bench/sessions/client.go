@@ -286,9 +286,12 @@ func (d *device) start(conn *quic.Conn, o openOpts) (*session, error) {
 type ticketCache struct {
 	inner tls.ClientSessionCache
 	puts  atomic.Int64
+	put   chan struct{} // signalled (without blocking) on every Put
 }
 
-func newTicketCache() *ticketCache { return &ticketCache{inner: tls.NewLRUClientSessionCache(4)} }
+func newTicketCache() *ticketCache {
+	return &ticketCache{inner: tls.NewLRUClientSessionCache(4), put: make(chan struct{}, 1)}
+}
 
 func (c *ticketCache) Get(key string) (*tls.ClientSessionState, bool) { return c.inner.Get(key) }
 
@@ -296,5 +299,48 @@ func (c *ticketCache) Put(key string, cs *tls.ClientSessionState) {
 	if cs != nil {
 		c.inner.Put(key, cs)
 		c.puts.Add(1)
+		select {
+		case c.put <- struct{}{}:
+		default:
+		}
 	}
+}
+
+// waitReportAck reads until a ReportAck covering seq arrives, skipping
+// Notify.
+func (s *session) waitReportAck(seq uint64) error {
+	for {
+		if err := s.str.SetReadDeadline(time.Now().Add(s.timeout)); err != nil {
+			return err
+		}
+		m, err := s.r.Read()
+		if err != nil {
+			return fmt.Errorf("receive: %w", wire.FromQUICError(err))
+		}
+		s.rx.add(m)
+		switch m := m.(type) {
+		case *wire.ReportAck:
+			if m.Seq >= seq {
+				return nil
+			}
+		case *wire.Notify:
+		default:
+			return fmt.Errorf("got %s, want ReportAck", m.Type())
+		}
+	}
+}
+
+// waitTicket waits until cache holds more than have tickets, for up to
+// limit; it reports whether one arrived.
+func waitTicket(cache *ticketCache, have int64, limit time.Duration) bool {
+	timeout := time.NewTimer(limit)
+	defer timeout.Stop()
+	for cache.puts.Load() <= have {
+		select {
+		case <-cache.put:
+		case <-timeout.C:
+			return cache.puts.Load() > have
+		}
+	}
+	return true
 }
