@@ -203,6 +203,13 @@ func (s *session) reopen(ctx context.Context) error {
 }
 
 func (s *session) openOnce() error {
+	if raceBuild {
+		select {
+		case <-s.conn.HandshakeComplete():
+		case <-s.conn.Context().Done():
+			return context.Cause(s.conn.Context())
+		}
+	}
 	str, err := s.conn.OpenStream()
 	if err != nil {
 		return err

@@ -137,7 +137,7 @@ func TestSessionResumeResendsReports(t *testing.T) {
 	if second.hello.AckedRevision != 2 || !second.hello.Inventory || len(second.hello.Applied) != 1 {
 		t.Errorf("reconnect Hello = %+v", second.hello)
 	}
-	if !second.used0RTT || !second.hello.Early {
+	if !raceBuild && (!second.used0RTT || !second.hello.Early) {
 		t.Errorf("reconnect: 0-RTT %v, Hello early %v; want both", second.used0RTT, second.hello.Early)
 	}
 	c.mu.Lock()
@@ -243,7 +243,7 @@ func TestNearestServer(t *testing.T) {
 	// The ticket of s1 or s2 resumes the session at s3 in 0-RTT: a failed
 	// dial to the dead server did not cost the agent its ticket.
 	_, _, hellos := c.snapshot()
-	if last := hellos[len(hellos)-1]; last.server != "s3" || !last.used0RTT || !last.hello.Early {
+	if last := hellos[len(hellos)-1]; last.server != "s3" || !raceBuild && (!last.used0RTT || !last.hello.Early) {
 		t.Errorf("Hello at %s: 0-RTT %v, early %v; want 0-RTT at s3", last.server, last.used0RTT, last.hello.Early)
 	}
 }
@@ -252,13 +252,13 @@ func TestNearestServer(t *testing.T) {
 // (other ticket keys) refuses its 0-RTT data; the agent sends Hello again
 // after the handshake and the session resumes.
 func TestSession0RTTRejected(t *testing.T) {
-	if raceDetector {
+	if raceBuild {
 		// quic-go v0.65 writes the peer's transport parameters on its run
 		// loop when 0-RTT is rejected while OpenStream reads them: a data
 		// race inside quic-go (quic-go/quic-go#4303, open). The agent code
 		// under test is the same with and without -race; make test-short
 		// runs this test.
-		t.Skip("skipped under -race: quic-go#4303 (data race on 0-RTT rejection inside quic-go); run with make test-short")
+		t.Skip("race builds send no early data (see race.go), so 0-RTT is never refused; make test runs this package again without -race")
 	}
 	c := newTestCluster(t)
 	s1 := c.startServer("s1")

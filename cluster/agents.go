@@ -95,7 +95,12 @@ func (s *Server) listenAgents() (*agentServer, error) {
 		udp.Close()
 		return nil, err
 	}
-	a.ln, err = a.tr.ListenEarly(a.tlsConf, wire.ServerQUICConfig())
+	qc := wire.ServerQUICConfig()
+	if t := s.config.AgentIdleTimeout; t > 0 {
+		qc.MaxIdleTimeout = t
+		qc.KeepAlivePeriod = min(qc.KeepAlivePeriod, t/3)
+	}
+	a.ln, err = a.tr.ListenEarly(a.tlsConf, qc)
 	if err != nil {
 		udp.Close()
 		return nil, fmt.Errorf("listen for agents on %s: %w", s.agentAddr, err)

@@ -59,11 +59,12 @@ func (p *testPKI) deviceTLS(t *testing.T, id string) *tls.Config {
 // wireAgent is a test peer speaking the wire protocol over real QUIC:
 // enough of an agent to drive a server through a session step by step.
 type wireAgent struct {
-	t    *testing.T
-	tr   *quic.Transport
-	conn *quic.Conn
-	r    *wire.Reader
-	w    *wire.Writer
+	t      *testing.T
+	tr     *quic.Transport
+	conn   *quic.Conn
+	stream *quic.Stream
+	r      *wire.Reader
+	w      *wire.Writer
 }
 
 func dialAgent(t *testing.T, addr string, tlsConf *tls.Config) *wireAgent {
@@ -87,7 +88,7 @@ func dialAgent(t *testing.T, addr string, tlsConf *tls.Config) *wireAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &wireAgent{t: t, tr: tr, conn: conn, r: wire.NewReader(stream), w: wire.NewWriter(stream)}
+	a := &wireAgent{t: t, tr: tr, conn: conn, stream: stream, r: wire.NewReader(stream), w: wire.NewWriter(stream)}
 	t.Cleanup(a.close)
 	return a
 }
@@ -107,6 +108,9 @@ func (a *wireAgent) send(m wire.Message) {
 
 func (a *wireAgent) recv() wire.Message {
 	a.t.Helper()
+	// A bound, not a wait: a message that has not come in this long will
+	// not come.
+	a.stream.SetReadDeadline(time.Now().Add(30 * time.Second))
 	m, err := a.r.Read()
 	if err != nil {
 		a.t.Fatalf("receive: %v", wire.FromQUICError(err))

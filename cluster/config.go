@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/scheduler"
 )
 
 // Config configures a server node. Build it from DefaultConfig and set the
@@ -68,6 +69,21 @@ type Config struct {
 	// acknowledged revision waits to catch up before sending the agent
 	// elsewhere.
 	LagWait time.Duration
+	// StatusBatchSize and StatusBatchInterval bound how many status
+	// transitions an owner puts in one Raft entry and how long the first
+	// of them waits for others. StatusEvalInterval is how often an owner
+	// re-classifies its devices (silence becomes unreachable, lack of
+	// progress stuck). Classes are the reconcile classes' thresholds.
+	StatusBatchSize     int
+	StatusBatchInterval time.Duration
+	StatusEvalInterval  time.Duration
+	Classes             scheduler.Classes
+
+	// AgentIdleTimeout, if set, replaces the QUIC idle timeout of agent
+	// connections (wire.MaxIdleTimeout): how long a silent agent keeps its
+	// session before the server records it as disconnected.
+	AgentIdleTimeout time.Duration
+
 	// AgentPacketConn, if set, wraps the agents' UDP socket (fault
 	// injection in tests).
 	AgentPacketConn func(net.PacketConn) net.PacketConn
@@ -131,6 +147,11 @@ func DefaultConfig() Config {
 		TicketPeriod:      time.Hour,
 		PullInterval:      30 * time.Second,
 		LagWait:           2 * time.Second,
+
+		StatusBatchSize:     512,
+		StatusBatchInterval: 50 * time.Millisecond,
+		StatusEvalInterval:  5 * time.Second,
+		Classes:             scheduler.DefaultClasses(),
 	}
 }
 
@@ -182,6 +203,12 @@ func (c *Config) Validate() error {
 		if c.TicketPeriod < time.Minute || c.TokenLifetime < c.TicketPeriod || c.PullInterval <= 0 || c.LagWait <= 0 {
 			errs = append(errs, errors.New("agent timings: ticket period at least 1m, token lifetime at least the ticket period, pull interval and lag wait positive"))
 		}
+	}
+	if c.StatusBatchSize < 1 || c.StatusBatchInterval <= 0 || c.StatusEvalInterval <= 0 {
+		errs = append(errs, errors.New("status batch size, batch interval and evaluation interval must be positive"))
+	}
+	if err := c.Classes.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("classes: %w", err))
 	}
 	if err := c.FSM.Validate(); err != nil {
 		errs = append(errs, err)

@@ -29,6 +29,8 @@ func (s *Server) deviceView(read *fsm.Read, rec *fsm.DeviceRecord, owners []owne
 		ID: rec.ID, Labels: rec.Labels, Connected: rec.Connected, Server: rec.Server, Owner: ownerOf(rec.ID, rec.Labels["region"], owners),
 		DesiredRevision: desired.Revision, AckedRevision: rec.AckedRevision,
 		Converged: v.Converged, Resources: len(desired.Resources), Counts: v.Counts,
+		Status: deviceStatus(rec), StatusReason: rec.StatusReason,
+		StatusSince: unixTime(rec.StatusSince), NextRetry: unixTime(rec.NextRetry),
 	}
 	if rec.LastSeen != 0 {
 		sum.LastSeen = time.Unix(0, rec.LastSeen).UTC()

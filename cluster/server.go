@@ -43,6 +43,9 @@ type Server struct {
 
 	// agents serves device agents; nil unless Config.AgentAddr is set.
 	agents *agentServer
+	// status turns the reports of the devices this server owns into
+	// committed status transitions.
+	status *statusOwner
 	// planner serves the device API when no agents are served here.
 	plannerOnce sync.Once
 	planner     *scheduler.Planner
@@ -124,6 +127,8 @@ func New(cfg Config) (*Server, error) {
 		}
 	}()
 
+	s.status = newStatusOwner(s)
+	s.status.start()
 	if s.agents != nil {
 		s.agents.start()
 	}

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -271,22 +270,7 @@ func (sess *agentSession) handleReport(ctx context.Context, m *wire.Report) erro
 	if done {
 		return sess.write(&wire.ReportAck{Seq: seq})
 	}
-	req := &fsm.DeviceReportRequest{
-		ID: sess.deviceID, Seq: m.Seq, DesiredRevision: m.DesiredRevision, Full: m.Full,
-		Status: m.Status, BlockedReason: m.BlockedReason, Server: sess.a.s.config.NodeID, Time: time.Now().UnixNano(),
-	}
-	for _, r := range m.Resources {
-		req.Resources = append(req.Resources, fsm.ResourceStatus{
-			Key: r.Key, AppliedDigest: hex.EncodeToString(r.AppliedDigest[:]), AppliedRevision: r.AppliedRevision,
-			Effective: effectiveName(r.Effective), Detail: r.Detail, LastError: r.LastError,
-			Attempts: r.Attempts, UpdatedAt: r.UpdatedAtUnixNano,
-		})
-	}
-	res, _, err := sess.a.s.apply(ctx, fsm.DeviceReportType, req)
-	if err == nil {
-		err = res.Err
-	}
-	if err != nil {
+	if err := sess.a.s.deliverReport(ctx, sess.deviceID, sess.labels, m); err != nil {
 		// Not acknowledged: the agent keeps the report and resends it.
 		sess.logger.Warn("report not recorded", "seq", m.Seq, "error", err)
 		return nil

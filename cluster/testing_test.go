@@ -20,7 +20,7 @@ import (
 // testCluster is an in-process cluster of real servers: Raft on
 // raft-boltdb files in t.TempDir(), TCP and gossip on loopback.
 type testCluster struct {
-	t       *testing.T
+	t       testing.TB
 	servers []*Server // nil while a server is stopped
 	configs []Config
 	tune    func(*Config)
@@ -29,7 +29,7 @@ type testCluster struct {
 // testConfig returns a server config with loopback ports and timings
 // tightened so elections and failure detection take well under a second,
 // with headroom for -race on a busy machine.
-func testConfig(t *testing.T, id string) Config {
+func testConfig(t testing.TB, id string) Config {
 	cfg := DefaultConfig()
 	cfg.NodeID = id
 	cfg.Region = "eu"
@@ -57,7 +57,7 @@ func testConfig(t *testing.T, id string) Config {
 }
 
 // testWriter routes logs to t.Log, and drops them once the test is over.
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 var testDone sync.Map
 
@@ -69,7 +69,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func newTestCluster(t *testing.T, n int, tune func(*Config)) *testCluster {
+func newTestCluster(t testing.TB, n int, tune func(*Config)) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, tune: tune}
 	t.Cleanup(func() {
@@ -266,7 +266,7 @@ func (c *testCluster) voters() []string {
 
 // waitFor retries check until it returns nil or the deadline passes. It
 // polls: the conditions are about other goroutines and processes.
-func waitFor(t *testing.T, limit time.Duration, check func() error) {
+func waitFor(t testing.TB, limit time.Duration, check func() error) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	var err error
@@ -291,7 +291,7 @@ func simpleIntent(name, value string) *intent.Intent {
 	}
 }
 
-func putDoc(t *testing.T, in *intent.Intent) []byte {
+func putDoc(t testing.TB, in *intent.Intent) []byte {
 	t.Helper()
 	b, err := in.Canonical()
 	if err != nil {

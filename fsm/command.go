@@ -24,6 +24,9 @@ const (
 	// DeviceReportType records an agent's report of applied and effective
 	// state, at most once per report sequence number.
 	DeviceReportType MessageType = 5
+	// StatusBatchType records a batch of device status transitions,
+	// committed by the devices' owners.
+	StatusBatchType MessageType = 6
 
 	// IgnoreUnknownTypeFlag marks a command that older servers may skip
 	// rather than panic on. Set it only on commands whose loss cannot make
@@ -44,6 +47,8 @@ func (t MessageType) String() string {
 		return "device-session"
 	case DeviceReportType:
 		return "device-report"
+	case StatusBatchType:
+		return "status-batch"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }
@@ -118,6 +123,42 @@ type DeviceReportRequest struct {
 	Resources     []ResourceStatus `json:"resources,omitempty"`
 	Server        string           `json:"server"`
 	Time          int64            `json:"time"`
+}
+
+// StatusTransition is one device's change of status, with what its agent
+// reported since the last one. An owner commits a transition only when
+// something changed: a heartbeat that changes nothing costs no entry.
+type StatusTransition struct {
+	Device string `json:"device"`
+	// Seq is the highest report sequence number the transition includes
+	// (0 when it comes from the owner's clock, not a report). Resources of
+	// a report at or below the stored sequence are not applied again.
+	Seq uint64 `json:"seq,omitempty"`
+	// Time is when the owner observed the change (Unix nanoseconds).
+	Time int64 `json:"time"`
+	// Revision is the device's desired revision at the time.
+	Revision uint64 `json:"revision"`
+	Status   string `json:"status"`
+	Reason   string `json:"reason,omitempty"`
+	// NextRetry is when a failed apply will be retried (Unix nanoseconds).
+	NextRetry int64 `json:"next_retry,omitempty"`
+	// ProgressAt is when the device last made progress (stuck detection
+	// survives a change of owner).
+	ProgressAt int64 `json:"progress_at,omitempty"`
+	// LastSeen is the last contact with the device.
+	LastSeen      int64            `json:"last_seen,omitempty"`
+	AgentStatus   string           `json:"agent_status,omitempty"`
+	BlockedReason string           `json:"blocked_reason,omitempty"`
+	Full          bool             `json:"full,omitempty"`
+	Resources     []ResourceStatus `json:"resources,omitempty"`
+	// ResourceStates are the classified per-resource statuses that changed.
+	ResourceStates map[string]string `json:"resource_states,omitempty"`
+}
+
+// StatusBatchRequest carries transitions of many devices in one entry.
+type StatusBatchRequest struct {
+	Owner       string             `json:"owner"`
+	Transitions []StatusTransition `json:"transitions"`
 }
 
 // Encode returns the Raft log payload for a command: the type byte followed

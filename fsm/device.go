@@ -88,17 +88,17 @@ func (f *FSM) applyDeviceReport(txn *memdb.Txn, index uint64, body []byte) (Appl
 	rec.AgentStatus, rec.BlockedReason = req.Status, req.BlockedReason
 	rec.LastSeen = max(rec.LastSeen, req.Time)
 	rec.ModifyIndex, rec.UpdatedAt = index, req.Time
-	rec.Resources = mergeResources(cur.Resources, req.Resources, req.Full)
+	rec.Resources = MergeResources(cur.Resources, req.Resources, req.Full)
 	if err := txn.Insert(tableDevices, &rec); err != nil {
 		return ApplyResult{}, err
 	}
 	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
 }
 
-// mergeResources applies a report to the stored resource states: a full
+// MergeResources applies a report to stored resource states: a full
 // report replaces them, a partial one updates the resources it names.
 // The result is sorted by key, so replicas store the same bytes.
-func mergeResources(cur, update []ResourceStatus, full bool) []ResourceStatus {
+func MergeResources(cur, update []ResourceStatus, full bool) []ResourceStatus {
 	byKey := map[string]ResourceStatus{}
 	if !full {
 		for _, r := range cur {
@@ -114,4 +114,64 @@ func mergeResources(cur, update []ResourceStatus, full bool) []ResourceStatus {
 	}
 	slices.SortFunc(out, func(a, b ResourceStatus) int { return strings.Compare(a.Key, b.Key) })
 	return out
+}
+
+// applyStatusBatch applies owners' status transitions. Each one updates the
+// device record and appends to its timeline when the status or a
+// resource's state changed; the timeline keeps the newest TimelineLimit
+// entries per device.
+func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
+	var req StatusBatchRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return ApplyResult{}, fmt.Errorf("decode: %w", err)
+	}
+	for _, tr := range req.Transitions {
+		cur, err := f.device(txn, tr.Device)
+		if err != nil {
+			return ApplyResult{}, err
+		}
+		if cur == nil {
+			continue // a device only reports within a session, which registers it
+		}
+		rec := *cur
+		if tr.Seq > rec.ReportSeq {
+			rec.ReportSeq = tr.Seq
+			rec.Resources = MergeResources(cur.Resources, tr.Resources, tr.Full)
+			rec.AgentStatus, rec.BlockedReason = tr.AgentStatus, tr.BlockedReason
+			rec.ReportRevision = max(rec.ReportRevision, tr.Revision)
+		}
+		rec.LastSeen = max(rec.LastSeen, tr.LastSeen)
+		rec.ProgressAt = max(rec.ProgressAt, tr.ProgressAt)
+		changed := tr.Status != rec.Status || tr.Reason != rec.StatusReason || len(tr.ResourceStates) > 0
+		if tr.Status != rec.Status {
+			rec.StatusSince = tr.Time
+		}
+		rec.Status, rec.StatusReason, rec.NextRetry, rec.StatusRevision = tr.Status, tr.Reason, tr.NextRetry, tr.Revision
+		rec.ModifyIndex, rec.UpdatedAt = index, tr.Time
+		if changed {
+			rec.TimelineSeq++
+			entry := &TimelineEntry{
+				Device: rec.ID, Seq: rec.TimelineSeq, Time: tr.Time, Index: index, Revision: tr.Revision,
+				Status: tr.Status, Reason: tr.Reason, Owner: req.Owner, Resources: tr.ResourceStates,
+			}
+			if err := txn.Insert(tableTimeline, entry); err != nil {
+				return ApplyResult{}, err
+			}
+			if rec.TimelineSeq > uint64(f.timelineLimit) {
+				old, err := txn.First(tableTimeline, "id", rec.ID, rec.TimelineSeq-uint64(f.timelineLimit))
+				if err != nil {
+					return ApplyResult{}, err
+				}
+				if old != nil {
+					if err := txn.Delete(tableTimeline, old); err != nil {
+						return ApplyResult{}, err
+					}
+				}
+			}
+		}
+		if err := txn.Insert(tableDevices, &rec); err != nil {
+			return ApplyResult{}, err
+		}
+	}
+	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
 }

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -59,5 +60,42 @@ func TestDeviceSessionAndReports(t *testing.T) {
 	d, _ = f.Read().Device(nil, "d1")
 	if len(d.Resources) != 1 || d.Connected || d.ReportSeq != 5 {
 		t.Fatalf("device %+v", d)
+	}
+}
+
+func TestStatusBatchTimeline(t *testing.T) {
+	f, err := New(Config{TimelineLimit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Apply(1, mustEncode(t, DeviceSessionType, &DeviceSessionRequest{ID: "d1", SessionID: "s", Server: "a", Connected: true, Time: 1}))
+	statuses := []string{"pending", "progressing", "failed", "progressing", "converged"}
+	for i, st := range statuses {
+		f.Apply(uint64(2+i), mustEncode(t, StatusBatchType, &StatusBatchRequest{Owner: "a", Transitions: []StatusTransition{
+			{Device: "d1", Seq: uint64(i + 1), Time: int64(10 + i), Revision: 1, Status: st, Full: true,
+				Resources: []ResourceStatus{{Key: "k", AppliedDigest: fmt.Sprint(i), Effective: "ok"}}},
+			{Device: "unknown", Time: 5, Status: "failed"},
+		}}))
+	}
+	// The same status again adds no timeline entry.
+	f.Apply(10, mustEncode(t, StatusBatchType, &StatusBatchRequest{Owner: "a", Transitions: []StatusTransition{{Device: "d1", Time: 20, Revision: 1, Status: "converged"}}}))
+	r := f.Read()
+	tl, err := r.Timeline(nil, "d1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range tl {
+		got = append(got, fmt.Sprintf("%d:%s", e.Seq, e.Status))
+	}
+	if diff := cmp.Diff([]string{"3:failed", "4:progressing", "5:converged"}, got); diff != "" {
+		t.Fatalf("timeline (-want +got):\n%s", diff)
+	}
+	d, _ := r.Device(nil, "d1")
+	if d.Status != "converged" || d.StatusSince != 14 || d.ReportSeq != 5 || d.Resources[0].AppliedDigest != "4" {
+		t.Fatalf("device %+v", d)
+	}
+	if _, err := r.Device(nil, "unknown"); err == nil {
+		t.Fatal("a transition registered an unknown device")
 	}
 }

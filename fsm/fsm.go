@@ -19,6 +19,7 @@ var handlers = map[MessageType]handler{
 	UpsertDeviceType:  (*FSM).applyUpsertDevice,
 	DeviceSessionType: (*FSM).applyDeviceSession,
 	DeviceReportType:  (*FSM).applyDeviceReport,
+	StatusBatchType:   (*FSM).applyStatusBatch,
 }
 
 // Apply applies one committed command at Raft index index. It panics on a

@@ -175,7 +175,7 @@ func randomLog(t testing.TB, seed uint64, n int) [][]byte {
 	var log [][]byte
 	for i := range n {
 		name := fmt.Sprintf("intent-%d", rng.IntN(6))
-		switch rng.IntN(6) {
+		switch rng.IntN(7) {
 		case 0, 1:
 			in := testIntent(name, fmt.Sprintf("v%d", i))
 			in.Selector = map[string]string{"region": []string{"eu", "us"}[rng.IntN(2)]}
@@ -186,6 +186,12 @@ func randomLog(t testing.TB, seed uint64, n int) [][]byte {
 			log = append(log, mustEncode(t, PutIntentType, req))
 		case 2:
 			log = append(log, mustEncode(t, DeleteIntentType, &DeleteIntentRequest{Name: name, Time: int64(i)}))
+		case 5:
+			log = append(log, mustEncode(t, StatusBatchType, &StatusBatchRequest{Owner: "s1", Transitions: []StatusTransition{{
+				Device: fmt.Sprintf("dev-%d", rng.IntN(20)), Seq: uint64(rng.IntN(i + 1)), Time: int64(i),
+				Status: []string{"pending", "converged", "failed"}[rng.IntN(3)], Full: true,
+				Resources: []ResourceStatus{{Key: name + "/motd", AppliedDigest: fmt.Sprint(i), Effective: "ok"}},
+			}}}))
 		case 3:
 			log = append(log, mustEncode(t, DeviceReportType, &DeviceReportRequest{
 				ID: fmt.Sprintf("dev-%d", rng.IntN(20)), Seq: uint64(rng.IntN(i + 1)), Full: rng.IntN(2) == 0,

@@ -10,10 +10,11 @@ import (
 )
 
 const (
-	tableIntents = "intents"
-	tableHistory = "intent_history"
-	tableDevices = "devices"
-	tableMeta    = "meta"
+	tableIntents  = "intents"
+	tableHistory  = "intent_history"
+	tableDevices  = "devices"
+	tableTimeline = "timeline"
+	tableMeta     = "meta"
 )
 
 // IntentRecord is the current version of an intent.
@@ -86,6 +87,31 @@ type DeviceRecord struct {
 	// reported (proposer's clock, Unix nanoseconds).
 	LastSeen  int64            `json:"last_seen"`
 	Resources []ResourceStatus `json:"resources,omitempty"`
+
+	// Status is the device's classified status, as its owner last
+	// committed it, since StatusSince; Reason says why.
+	Status       string `json:"status,omitempty"`
+	StatusReason string `json:"status_reason,omitempty"`
+	StatusSince  int64  `json:"status_since,omitempty"`
+	NextRetry    int64  `json:"next_retry,omitempty"`
+	ProgressAt   int64  `json:"progress_at,omitempty"`
+	// StatusRevision is the desired revision the status was computed at.
+	StatusRevision uint64 `json:"status_revision,omitempty"`
+	// TimelineSeq numbers the device's timeline entries.
+	TimelineSeq uint64 `json:"timeline_seq,omitempty"`
+}
+
+// TimelineEntry is one status transition of a device.
+type TimelineEntry struct {
+	Device    string            `json:"device"`
+	Seq       uint64            `json:"seq"`
+	Time      int64             `json:"time"`
+	Index     uint64            `json:"index"`
+	Revision  uint64            `json:"revision"`
+	Status    string            `json:"status"`
+	Reason    string            `json:"reason,omitempty"`
+	Owner     string            `json:"owner,omitempty"`
+	Resources map[string]string `json:"resources,omitempty"`
 }
 
 // metaRecord holds the cluster-wide counters.
@@ -120,6 +146,15 @@ func schema() *memdb.DBSchema {
 			Name: tableDevices,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "ID"}},
+			},
+		},
+		tableTimeline: {
+			Name: tableTimeline,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
+					&memdb.StringFieldIndex{Field: "Device"},
+					&memdb.UintFieldIndex{Field: "Seq"},
+				}}},
 			},
 		},
 		tableMeta: {

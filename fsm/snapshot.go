@@ -32,9 +32,10 @@ type snapshotHeader struct {
 
 // snapshotEntry is one record; exactly one field is set.
 type snapshotEntry struct {
-	Intent  *IntentRecord  `json:"intent,omitempty"`
-	History *HistoryRecord `json:"history,omitempty"`
-	Device  *DeviceRecord  `json:"device,omitempty"`
+	Intent   *IntentRecord  `json:"intent,omitempty"`
+	History  *HistoryRecord `json:"history,omitempty"`
+	Device   *DeviceRecord  `json:"device,omitempty"`
+	Timeline *TimelineEntry `json:"timeline,omitempty"`
 }
 
 // Snapshot is a point-in-time copy of the state, cheap to take (memdb is
@@ -62,7 +63,7 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	if err := enc.Encode(hdr); err != nil {
 		return cw.n, fmt.Errorf("write snapshot header: %w", err)
 	}
-	for _, table := range []string{tableIntents, tableHistory, tableDevices} {
+	for _, table := range []string{tableIntents, tableHistory, tableDevices, tableTimeline} {
 		it, err := s.txn.Get(table, "id")
 		if err != nil {
 			return cw.n, fmt.Errorf("snapshot %s: %w", table, err)
@@ -76,6 +77,8 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 				e.History = r
 			case *DeviceRecord:
 				e.Device = r
+			case *TimelineEntry:
+				e.Timeline = r
 			}
 			if err := enc.Encode(&e); err != nil {
 				return cw.n, fmt.Errorf("write snapshot %s: %w", table, err)
@@ -142,6 +145,8 @@ func (f *FSM) Restore(r io.Reader) error {
 			table, obj = tableHistory, e.History
 		case e.Device != nil:
 			table, obj = tableDevices, e.Device
+		case e.Timeline != nil:
+			table, obj = tableTimeline, e.Timeline
 		default:
 			return fmt.Errorf("restore snapshot: entry %d: empty or of an unknown kind", n)
 		}

@@ -13,18 +13,29 @@ type Config struct {
 	// current one included. Every server of a cluster must use the same
 	// value: it changes what Apply stores. Zero means DefaultHistoryLimit.
 	HistoryLimit int
+	// TimelineLimit is how many status transitions are kept per device;
+	// the same on every server. Zero means DefaultTimelineLimit.
+	TimelineLimit int
 }
 
 // DefaultHistoryLimit is the default number of revisions kept per intent.
 const DefaultHistoryLimit = 16
 
+// DefaultTimelineLimit is the default number of transitions kept per device.
+const DefaultTimelineLimit = 64
+
 // DefaultConfig returns the default FSM configuration.
-func DefaultConfig() Config { return Config{HistoryLimit: DefaultHistoryLimit} }
+func DefaultConfig() Config {
+	return Config{HistoryLimit: DefaultHistoryLimit, TimelineLimit: DefaultTimelineLimit}
+}
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	if c.HistoryLimit < 0 || c.HistoryLimit > 100000 {
 		return fmt.Errorf("history limit %d: must be between 1 and 100000 (0 means the default, %d)", c.HistoryLimit, DefaultHistoryLimit)
+	}
+	if c.TimelineLimit < 0 || c.TimelineLimit > 100000 {
+		return fmt.Errorf("timeline limit %d: must be between 1 and 100000 (0 means the default, %d)", c.TimelineLimit, DefaultTimelineLimit)
 	}
 	return nil
 }
@@ -33,7 +44,8 @@ func (c Config) Validate() error {
 // Restore are called by the Raft glue; readers call the query methods from
 // any goroutine.
 type FSM struct {
-	historyLimit int
+	historyLimit  int
+	timelineLimit int
 
 	mu sync.RWMutex // guards db and abandonCh, swapped by Restore
 	db *memdb.MemDB
@@ -50,11 +62,14 @@ func New(cfg Config) (*FSM, error) {
 	if cfg.HistoryLimit == 0 {
 		cfg.HistoryLimit = DefaultHistoryLimit
 	}
+	if cfg.TimelineLimit == 0 {
+		cfg.TimelineLimit = DefaultTimelineLimit
+	}
 	db, err := memdb.NewMemDB(schema())
 	if err != nil {
 		return nil, fmt.Errorf("create state store: %w", err)
 	}
-	return &FSM{historyLimit: cfg.HistoryLimit, db: db, abandonCh: make(chan struct{})}, nil
+	return &FSM{historyLimit: cfg.HistoryLimit, timelineLimit: cfg.TimelineLimit, db: db, abandonCh: make(chan struct{})}, nil
 }
 
 func (f *FSM) current() (*memdb.MemDB, chan struct{}) {
@@ -244,4 +259,22 @@ func setMeta(txn *memdb.Txn, key string, v uint64) error {
 		return fmt.Errorf("write meta %q: %w", key, err)
 	}
 	return nil
+}
+
+// Timeline returns a device's retained status transitions, oldest first.
+func (r *Read) Timeline(ws memdb.WatchSet, device string) ([]*TimelineEntry, error) {
+	it, err := r.txn.LowerBound(tableTimeline, "id", device, uint64(0))
+	if err != nil {
+		return nil, fmt.Errorf("read timeline of %q: %w", device, err)
+	}
+	r.watch(ws, it.WatchCh())
+	var out []*TimelineEntry
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		e := raw.(*TimelineEntry)
+		if e.Device != device {
+			break
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }

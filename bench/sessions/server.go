@@ -21,6 +21,9 @@ import (
 // startInProcess starts a single dev server in this process, serving
 // agents on a loopback port, and waits until it leads.
 func startInProcess(ctx context.Context, p *pki, dir string) (*cluster.Server, func() error, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
 	logFile, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
 		return nil, nil, err

@@ -203,3 +203,24 @@ func (c *Client) Ownership(ctx context.Context) (*Ownership, error) {
 	err := c.do(ctx, http.MethodGet, "/v1/cluster/ownership", nil, nil, nil, &out)
 	return &out, err
 }
+
+// Timeline reads a device's status transitions.
+func (c *Client) Timeline(ctx context.Context, id string, o ReadOptions) (*Timeline, error) {
+	var out Timeline
+	err := c.do(ctx, http.MethodGet, "/v1/devices/"+url.PathEscape(id)+"/timeline", o.query(), nil, nil, &out)
+	return &out, err
+}
+
+// IntentProgress reads where the devices an intent targets are with it.
+func (c *Client) IntentProgress(ctx context.Context, name string, o ReadOptions) (*IntentProgress, error) {
+	var out IntentProgress
+	err := c.do(ctx, http.MethodGet, "/v1/intents/"+url.PathEscape(name)+"/progress", o.query(), nil, nil, &out)
+	return &out, err
+}
+
+// Status reads the fleet summary.
+func (c *Client) Status(ctx context.Context, o ReadOptions) (*FleetStatus, error) {
+	var out FleetStatus
+	err := c.do(ctx, http.MethodGet, "/v1/status", o.query(), nil, nil, &out)
+	return &out, err
+}

@@ -148,6 +148,12 @@ type DeviceSummary struct {
 	LastSeen        time.Time `json:"last_seen"`
 	// Counts of resources per state (see ResourceState).
 	Counts map[string]int `json:"counts,omitempty"`
+	// Status is the device's status as its owner last committed it, with
+	// a reason a person can act on; NextRetry is set for failed devices.
+	Status       string     `json:"status,omitempty"`
+	StatusReason string     `json:"status_reason,omitempty"`
+	StatusSince  *time.Time `json:"status_since,omitempty"`
+	NextRetry    *time.Time `json:"next_retry,omitempty"`
 }
 
 // DeviceList is the answer to GET /v1/devices.
@@ -198,4 +204,62 @@ type Ownership struct {
 	Servers []OwnerShare `json:"servers"`
 	// Unowned counts devices with no alive server to own them.
 	Unowned int `json:"unowned,omitempty"`
+}
+
+// TimelineEntry is one status transition of a device.
+type TimelineEntry struct {
+	Time     time.Time `json:"time"`
+	Revision uint64    `json:"revision"`
+	Status   string    `json:"status"`
+	Reason   string    `json:"reason,omitempty"`
+	// Owner is the server that committed the transition.
+	Owner string `json:"owner,omitempty"`
+	// Resources are the resources whose status changed, and to what.
+	Resources map[string]string `json:"resources,omitempty"`
+}
+
+// Timeline is the answer to GET /v1/devices/{id}/timeline.
+type Timeline struct {
+	Device  string          `json:"device"`
+	Entries []TimelineEntry `json:"entries"`
+}
+
+// IntentCounts counts the devices an intent revision targets by where they
+// are with it.
+type IntentCounts struct {
+	Targeted     int `json:"targeted"`
+	Acknowledged int `json:"acknowledged"`
+	Converged    int `json:"converged"`
+	Failed       int `json:"failed"`
+	Drifted      int `json:"drifted"`
+	Unreachable  int `json:"unreachable"`
+}
+
+// ProgressPoint is the count of targeted devices per status at a time.
+type ProgressPoint struct {
+	Time   time.Time      `json:"time"`
+	Counts map[string]int `json:"counts"`
+}
+
+// IntentProgress is the answer to GET /v1/intents/{name}/progress.
+type IntentProgress struct {
+	Name      string    `json:"name"`
+	Revision  uint64    `json:"revision"`
+	UpdatedAt time.Time `json:"updated_at"`
+	IntentCounts
+	// Series counts the targeted devices by device status over time since
+	// the revision, one point per committed transition (thinned to at most
+	// 120 points).
+	Series []ProgressPoint `json:"series,omitempty"`
+}
+
+// FleetStatus is the answer to GET /v1/status.
+type FleetStatus struct {
+	Revision uint64 `json:"revision"`
+	Devices  int    `json:"devices"`
+	// ByStatus counts devices by status (pending, progressing, converged,
+	// drifted, overridden, blocked, failed, unreachable, stuck).
+	ByStatus map[string]int `json:"by_status"`
+	// Intents summarises every current intent at its current revision.
+	Intents []IntentProgress `json:"intents"`
 }

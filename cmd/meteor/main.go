@@ -65,6 +65,7 @@ func newRootCmd() *cobra.Command {
 		newDeleteCmd(g),
 		newMembersCmd(g),
 		newHealthCmd(g),
+		newStatusCmd(g),
 		newCACmd(),
 		newVersionCmd(),
 	)

@@ -193,27 +193,43 @@ func newGetCmd(g *globals) *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), res)
 			}
 			tw := table(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "ID\tCONNECTED\tSERVER\tDESIRED\tACKED\tCONVERGED\tRESOURCES\tLAST SEEN\tLABELS")
+			fmt.Fprintln(tw, "ID\tSTATUS\tCONNECTED\tSERVER\tOWNER\tDESIRED\tACKED\tRESOURCES\tLAST SEEN\tLABELS")
 			for _, d := range res.Devices {
-				fmt.Fprintf(tw, "%s\t%v\t%s\t%d\t%d\t%v\t%s\t%s\t%s\n", d.ID, d.Connected, d.Server, d.DesiredRevision, d.AckedRevision, d.Converged, counts(d.Resources, d.Counts), ago(d.LastSeen), labels(d.Labels))
+				fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.ID, d.Status, d.Connected, d.Server, d.Owner, d.DesiredRevision, d.AckedRevision, counts(d.Resources, d.Counts), ago(d.LastSeen), labels(d.Labels))
 			}
 			return tw.Flush()
 		},
 	}
+	var timeline bool
 	device := &cobra.Command{
 		Use: "device ID", Short: "Show a device: each resource's intended, applied and effective state", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := g.client().GetDevice(cmd.Context(), args[0], api.ReadOptions{Stale: stale})
+			c := g.client()
+			d, err := c.GetDevice(cmd.Context(), args[0], api.ReadOptions{Stale: stale})
 			if err != nil {
 				return err
 			}
+			var tl *api.Timeline
+			if timeline {
+				if tl, err = c.Timeline(cmd.Context(), args[0], api.ReadOptions{Stale: stale}); err != nil {
+					return err
+				}
+			}
 			if g.output == "json" {
+				if tl != nil {
+					return printJSON(cmd.OutOrStdout(), map[string]any{"device": d, "timeline": tl})
+				}
 				return printJSON(cmd.OutOrStdout(), d)
 			}
 			printDevice(cmd.OutOrStdout(), d)
+			if tl != nil {
+				fmt.Fprintln(cmd.OutOrStdout())
+				printTimeline(cmd.OutOrStdout(), tl)
+			}
 			return nil
 		},
 	}
+	device.Flags().BoolVar(&timeline, "timeline", false, "also show the device's status transitions")
 	ownership := &cobra.Command{
 		Use: "ownership", Short: "Show how devices are spread over the servers that own them", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -249,8 +265,18 @@ func printDevice(w io.Writer, d *api.Device) {
 	} else if d.Server != "" {
 		conn = "no (last on " + d.Server + ")"
 	}
-	fmt.Fprintf(w, "Device:     %s\nLabels:     %s\nOwner:      %s\nConnected:  %s\nLast seen:  %s\nRevisions:  desired %d, acknowledged %d\nConverged:  %v  (%s)\n",
-		d.ID, labels(d.Labels), orDash(d.Owner), conn, ago(d.LastSeen), d.DesiredRevision, d.AckedRevision, d.Converged, counts(d.Resources, d.Counts))
+	status := d.Status
+	if d.StatusReason != "" {
+		status += ": " + d.StatusReason
+	}
+	if d.StatusSince != nil {
+		status += " (since " + ago(*d.StatusSince) + ")"
+	}
+	fmt.Fprintf(w, "Device:     %s\nLabels:     %s\nStatus:     %s\nOwner:      %s\nConnected:  %s\nLast seen:  %s\nRevisions:  desired %d, acknowledged %d\nConverged:  %v  (%s)\n",
+		d.ID, labels(d.Labels), status, orDash(d.Owner), conn, ago(d.LastSeen), d.DesiredRevision, d.AckedRevision, d.Converged, counts(d.Resources, d.Counts))
+	if d.NextRetry != nil {
+		fmt.Fprintf(w, "Next retry: %s\n", d.NextRetry.Local().Format(time.RFC3339))
+	}
 	if d.BlockedReason != "" {
 		fmt.Fprintf(w, "Blocked:    %s\n", d.BlockedReason)
 	}

@@ -1,0 +1,6 @@
+//go:build !race
+
+package agent
+
+// raceBuild: see race.go.
+const raceBuild = false

@@ -1,0 +1,329 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/wire"
+)
+
+// memoryLevel is part 3's figures with Agents idle agents connected.
+type memoryLevel struct {
+	Agents int `json:"agents"`
+	// Added devices connected in this step (on top of the previous
+	// level's), Failed of them never got a session.
+	Added  int `json:"added"`
+	Failed int `json:"failed"`
+	// ConnectSec is the wall time from the first dial of the step to the
+	// last Delta; ConnectsPerSec = Added / ConnectSec.
+	ConnectSec     float64 `json:"connect_s"`
+	ConnectsPerSec float64 `json:"connects_per_s"`
+	// ConnectP50ms and ConnectP99ms: per device, dial to Delta received.
+	ConnectP50ms float64 `json:"connect_p50_ms"`
+	ConnectP99ms float64 `json:"connect_p99_ms"`
+	// ServerCPUms is the server's CPU time per connect during the step;
+	// RaftEntries the Raft log entries per connect, counted until the log
+	// stopped growing.
+	ServerCPUms float64 `json:"server_cpu_ms_per_connect"`
+	RaftEntries float64 `json:"raft_entries_per_connect"`
+	SettleSec   float64 `json:"settle_s"`
+	Memory      memory  `json:"memory"`
+	// Per-agent figures: (reading - baseline) / Agents, in KiB; Marginal
+	// against the previous level instead of the baseline.
+	RSSKiB         float64 `json:"rss_kib_per_agent"`
+	AnonKiB        float64 `json:"rss_anon_kib_per_agent"`
+	HeapKiB        float64 `json:"go_heap_kib_per_agent"`
+	MarginalRSSKiB float64 `json:"marginal_rss_kib_per_agent,omitempty"`
+}
+
+// memoryResult is part 3.
+type memoryResult struct {
+	Sockets     int            `json:"client_udp_sockets"`
+	Concurrency int            `json:"dials_in_flight"`
+	CertSec     float64        `json:"device_certs_issue_s"`
+	Baseline    memory         `json:"baseline"`
+	Levels      []*memoryLevel `json:"levels"`
+	// Listed and ListedConnected are what GET /v1/devices said at the end.
+	Listed          int     `json:"devices_listed"`
+	ListedConnected int     `json:"devices_listed_connected"`
+	ListSec         float64 `json:"devices_list_s"`
+}
+
+// fleet is the simulated devices of part 3 and their connections.
+type fleet struct {
+	devs  []*device
+	conns []*quic.Conn
+	trs   []*quic.Transport
+	pcs   []net.PacketConn
+}
+
+func (f *fleet) close() {
+	for _, tr := range f.trs {
+		tr.Close()
+	}
+	for _, pc := range f.pcs {
+		pc.Close()
+	}
+}
+
+// runMemory measures part 3 against a server process.
+func runMemory(ctx context.Context, cfg *config, g *procGroup, bin string, p *pki, dir string, out, log io.Writer) (*memoryResult, error) {
+	res := &memoryResult{Sockets: cfg.sockets, Concurrency: cfg.concurrency}
+	maxAgents := slices.Max(cfg.agents)
+	fmt.Fprintf(log, "memory: issuing %d device certificates\n", maxAgents)
+	ids := make([]string, maxAgents)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("idle-%05d", i)
+	}
+	t0 := time.Now()
+	certs, err := p.issueDevices(ids)
+	if err != nil {
+		return nil, err
+	}
+	res.CertSec = time.Since(t0).Seconds()
+
+	fmt.Fprintln(log, "memory: starting meteor server --dev")
+	sp, err := startServerProcess(ctx, g, bin, p, dir)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := net.ResolveUDPAddr("udp", sp.agentAddr)
+	if err != nil {
+		return nil, err
+	}
+	f, err := newFleetIntent(cfg.resources, cfg.bodySize)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := putIntent(ctx, sp.api, f); err != nil {
+		return nil, err
+	}
+	fl := &fleet{}
+	defer fl.close()
+	for range cfg.sockets {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		fl.pcs = append(fl.pcs, pc)
+		fl.trs = append(fl.trs, &quic.Transport{Conn: pc})
+	}
+	for i, id := range ids {
+		fl.devs = append(fl.devs, newDevice(id, certs[i]))
+	}
+	fl.conns = make([]*quic.Conn, maxAgents)
+
+	if _, err := settle(ctx, sp, cfg.settle); err != nil {
+		return nil, err
+	}
+	if res.Baseline, err = sp.p.readMemory(); err != nil {
+		return nil, err
+	}
+	memoryHeader(out, res)
+	memoryLine(out, &memoryLevel{Memory: res.Baseline}, res.Baseline)
+
+	connected := 0
+	var prev *memoryLevel
+	for _, n := range cfg.agents {
+		lvl := &memoryLevel{Agents: n, Added: n - connected}
+		h0, err := sp.api.Health(ctx)
+		if err != nil {
+			return nil, err
+		}
+		cpu0, err := sp.p.cpuTime()
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(log, "memory: connecting devices %d..%d\n", connected, n-1)
+		start := time.Now()
+		times, failed := fl.connect(ctx, cfg, addr, p.pool, connected, n, log)
+		if len(failed) > 0 {
+			fmt.Fprintf(log, "memory: retrying %d devices\n", len(failed))
+			var more []time.Duration
+			more, failed = fl.connectAll(ctx, cfg, addr, p.pool, failed, log)
+			times = append(times, more...)
+		}
+		lvl.ConnectSec = time.Since(start).Seconds()
+		cpu1, err := sp.p.cpuTime()
+		if err != nil {
+			return nil, err
+		}
+		lvl.Failed = len(failed)
+		ok := lvl.Added - lvl.Failed
+		slices.Sort(times)
+		lvl.ConnectP50ms, lvl.ConnectP99ms = ms(percentile(times, 50)), ms(percentile(times, 99))
+		if ok > 0 {
+			lvl.ConnectsPerSec = float64(ok) / lvl.ConnectSec
+			lvl.ServerCPUms = ms(cpu1-cpu0) / float64(ok)
+		}
+		connected = n
+		if lvl.SettleSec, err = settle(ctx, sp, cfg.settle); err != nil {
+			return nil, err
+		}
+		h1, err := sp.api.Health(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ok > 0 {
+			lvl.RaftEntries = float64(h1.LastIndex-h0.LastIndex) / float64(ok)
+		}
+		if lvl.Memory, err = sp.p.readMemory(); err != nil {
+			return nil, err
+		}
+		live := n - countFailed(fl, n)
+		b, m := res.Baseline, lvl.Memory
+		lvl.RSSKiB = perAgentKiB(b.RSSKiB*1024, m.RSSKiB*1024, live)
+		lvl.AnonKiB = perAgentKiB(b.AnonKiB*1024, m.AnonKiB*1024, live)
+		lvl.HeapKiB = perAgentKiB(int64(b.HeapLiveMB)<<20, int64(m.HeapLiveMB)<<20, live)
+		if prev != nil {
+			lvl.MarginalRSSKiB = perAgentKiB(prev.Memory.RSSKiB*1024, m.RSSKiB*1024, live-(prev.Agents-countFailed(fl, prev.Agents)))
+		}
+		memoryLine(out, lvl, res.Baseline)
+		res.Levels = append(res.Levels, lvl)
+		prev = lvl
+	}
+
+	t0 = time.Now()
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	list, err := sp.api.ListDevices(lctx, api.ReadOptions{Stale: true})
+	cancel()
+	if err != nil {
+		fmt.Fprintf(log, "memory: list devices: %v\n", err)
+	} else {
+		res.ListSec = time.Since(t0).Seconds()
+		res.Listed = len(list.Devices)
+		for _, d := range list.Devices {
+			if d.Connected {
+				res.ListedConnected++
+			}
+		}
+	}
+	return res, nil
+}
+
+func countFailed(fl *fleet, n int) int {
+	failed := 0
+	for _, c := range fl.conns[:n] {
+		if c == nil {
+			failed++
+		}
+	}
+	return failed
+}
+
+// connect opens sessions for devices [from, to); see connectAll.
+func (fl *fleet) connect(ctx context.Context, cfg *config, addr net.Addr, pool *x509.CertPool, from, to int, log io.Writer) ([]time.Duration, []int) {
+	idx := make([]int, 0, to-from)
+	for i := from; i < to; i++ {
+		idx = append(idx, i)
+	}
+	return fl.connectAll(ctx, cfg, addr, pool, idx, log)
+}
+
+// connectAll opens sessions for the devices idx with cfg.concurrency dials
+// in flight, spread over the fleet's sockets. It returns each success's
+// time from dial to Delta, and the devices that failed.
+func (fl *fleet) connectAll(ctx context.Context, cfg *config, addr net.Addr, pool *x509.CertPool, idx []int, log io.Writer) ([]time.Duration, []int) {
+	work := make(chan int)
+	var mu sync.Mutex
+	var times []time.Duration
+	var failed []int
+	var errs []error
+	var wg sync.WaitGroup
+	for range cfg.concurrency {
+		wg.Go(func() {
+			for i := range work {
+				d, err := fl.open(ctx, cfg, addr, pool, i)
+				mu.Lock()
+				if err != nil {
+					failed = append(failed, i)
+					if len(errs) < 3 {
+						errs = append(errs, fmt.Errorf("%s: %w", fl.devs[i].id, err))
+					}
+				} else {
+					times = append(times, d)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, i := range idx {
+		if ctx.Err() != nil {
+			break
+		}
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if len(errs) > 0 {
+		fmt.Fprintf(log, "memory: %d devices failed, e.g. %v\n", len(failed), errors.Join(errs...))
+	}
+	return times, failed
+}
+
+// open gives device i a session: Hello with its (empty) inventory,
+// Welcome, Pull, the whole desired state, Ack; the connection then stays
+// idle (keep-alives only).
+func (fl *fleet) open(ctx context.Context, cfg *config, addr net.Addr, pool *x509.CertPool, i int) (time.Duration, error) {
+	d := fl.devs[i]
+	tr := fl.trs[i%len(fl.trs)]
+	start := time.Now()
+	dctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	conn, err := tr.DialEarly(dctx, addr, d.tlsConfig(pool, nil), wire.ClientQUICConfig())
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("dial: %w", err)
+	}
+	o, err := d.open(ctx, conn, openOpts{inventory: true, start: start, timeout: cfg.timeout})
+	if err != nil {
+		conn.CloseWithError(wire.CloseNormal, "")
+		return 0, err
+	}
+	if n := accountDelta(o.delta).Upserts; n != cfg.resources {
+		conn.CloseWithError(wire.CloseNormal, "")
+		return 0, fmt.Errorf("first Delta has %d upserts, want %d", n, cfg.resources)
+	}
+	fl.conns[i] = o.s.conn
+	return o.deltaAt, nil
+}
+
+// settle waits until the server's Raft log has stopped growing for a
+// second (acks and session records are committed after the Delta), at
+// most a minute, then for extra. It returns the time it took.
+func settle(ctx context.Context, sp *serverProcess, extra time.Duration) (float64, error) {
+	start := time.Now()
+	var last uint64
+	stable := 0
+	for stable < 4 && time.Since(start) < time.Minute {
+		h, err := sp.api.Health(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if h.LastIndex == last && h.AppliedIndex == h.LastIndex {
+			stable++
+		} else {
+			stable, last = 0, h.LastIndex
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(extra):
+	}
+	return time.Since(start).Seconds(), nil
+}

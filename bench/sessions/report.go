@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+)
+
+// report is everything a run found; it is written as sessions.json.
+type report struct {
+	Date      string          `json:"date"`
+	Machine   machineInfo     `json:"machine"`
+	Params    paramInfo       `json:"params"`
+	Resync    *resyncResult   `json:"resync,omitempty"`
+	Reconnect []*reconnectRow `json:"reconnect,omitempty"`
+	Memory    *memoryResult   `json:"memory,omitempty"`
+	Verdicts  []string        `json:"verdicts"`
+	Notes     []string        `json:"notes"`
+}
+
+type machineInfo struct {
+	NProc        int    `json:"nproc"`
+	CPUModel     string `json:"cpu_model"`
+	GoVersion    string `json:"go_version"`
+	Kernel       string `json:"kernel"`
+	LoadAvgStart string `json:"loadavg_start"`
+	LoadAvgEnd   string `json:"loadavg_end"`
+}
+
+type paramInfo struct {
+	Parts         []string `json:"parts"`
+	Client        string   `json:"client"`
+	Resources     int      `json:"resources"`
+	BodyBytes     int      `json:"body_bytes"`
+	Revisions     int      `json:"revisions"`
+	Changed       int      `json:"changed"`
+	Churn         string   `json:"churn"`
+	Reconnects    int      `json:"reconnects"`
+	OneWayDelayMs float64  `json:"one_way_delay_ms"`
+	Agents        []int    `json:"agents"`
+	Sockets       int      `json:"client_udp_sockets"`
+	Concurrency   int      `json:"dials_in_flight"`
+	SettleSec     float64  `json:"settle_s"`
+}
+
+// memoryGoalKiB is the goal: an idle connected agent costs the server less
+// than this much memory.
+const memoryGoalKiB = 64
+
+func verdictState(met bool) string {
+	if met {
+		return "MET"
+	}
+	return "NOT MET"
+}
+
+// resyncVerdict is the one-line answer for part 1's goal.
+func resyncVerdict(r *resyncResult) string {
+	a := r.Resync
+	if a.Bodies == 0 {
+		return "resync goal not evaluated: the resync carried no bodies"
+	}
+	return fmt.Sprintf("resync goal %s: (resync - header) / changed bodies = %.3f (goal <= %.1f); resync %d B = %d B bodies + %d B per resource + %d B header; replay of %d revisions = %.0fx the resync",
+		verdictState(r.RatioExclHeader <= resyncGoalRatio), r.RatioExclHeader, resyncGoalRatio,
+		a.Total, a.Bodies, a.PerResource, a.Header, r.Revisions, r.RatioReplay)
+}
+
+// reconnectVerdict sums part 2 up; it has no numeric goal.
+func reconnectVerdict(rows []*reconnectRow) string {
+	var parts []string
+	for i := 0; i+1 < len(rows); i += 2 {
+		z, f := rows[i], rows[i+1]
+		parts = append(parts, fmt.Sprintf("%s: 0-RTT used on %.0f%% of %d reconnects, p50 to Welcome %.1f vs %.1f ms (full), to first Delta %.1f vs %.1f ms",
+			z.Link, 100*z.Used0RTTFrac, z.N, z.WelcomeP50, f.WelcomeP50, z.DeltaP50, f.DeltaP50))
+	}
+	return "reconnect (no numeric goal): " + strings.Join(parts, "; ")
+}
+
+// memoryVerdict is the one-line answer for part 3's goal, at every level.
+func memoryVerdict(m *memoryResult) string {
+	if len(m.Levels) == 0 {
+		return "memory goal not evaluated: no level measured"
+	}
+	met := true
+	var parts []string
+	for _, l := range m.Levels {
+		met = met && l.RSSKiB < memoryGoalKiB && l.Failed == 0
+		s := fmt.Sprintf("%d agents %.1f KiB/agent", l.Agents, l.RSSKiB)
+		if l.Failed > 0 {
+			s += fmt.Sprintf(" (%d failed to connect)", l.Failed)
+		}
+		parts = append(parts, s)
+	}
+	return fmt.Sprintf("memory goal %s: server RSS per idle agent %s (goal < %d KiB)", verdictState(met), strings.Join(parts, ", "), memoryGoalKiB)
+}
+
+// The stdout table, printed part by part as results arrive.
+
+func resyncBlock(w io.Writer, r *resyncResult) {
+	a := r.Resync
+	fmt.Fprintf(w, "\nResync: %d resources of %d-byte bodies, %d revisions, %s\n", r.Resources, r.BodyBytes, r.Revisions, r.ChurnDetail)
+	fmt.Fprintf(w, "  %-44s %8d B  (%d upserts: %s)\n", "changed bodies", a.Bodies, a.Upserts, strings.Join(r.ResyncKeys, " "))
+	fmt.Fprintf(w, "  %-44s %8d B  (%d frame; %d B header + %d B per resource; server counted %d B in %d frame)\n",
+		"resync Delta (resume with inventory)", a.Total, a.Frames, a.Header, a.PerResource, r.ServerBytes, r.ServerFrames)
+	fmt.Fprintf(w, "  %-44s %8.3f    (raw resync / bodies %.3f)\n", "(resync - header) / bodies", r.RatioExclHeader, r.RatioRaw)
+	fmt.Fprintf(w, "  %-44s %8d B  (%d Deltas, %d upserts, %d B bodies)\n", "replay of every revision", r.Replay.Total, r.ReplayDeltas, r.Replay.Upserts, r.Replay.Bodies)
+	fmt.Fprintf(w, "  %-44s %8.1f x\n", "replay / resync", r.RatioReplay)
+	fmt.Fprintf(w, "  %-44s %8d B  (Hello + Pull, each with the %d-entry inventory; 0-RTT %v)\n", "resync uplink", r.Uplink, r.Resources, r.Used0RTT)
+	fmt.Fprintf(w, "  %-44s %8d B  (%d upserts)\n", "resync by revision only (no inventory)", r.RevisionOnly.Total, r.RevisionOnly.Upserts)
+	fmt.Fprintf(w, "  %-44s %8d B  (%d upserts)\n", "first sync of a new device", r.InitialSync.Total, r.InitialSync.Upserts)
+}
+
+func reconnectHeader(w io.Writer) {
+	fmt.Fprintf(w, "\nReconnect after a link drop (resume the session; Hello + Pull pipelined)\n")
+	fmt.Fprintf(w, "  %-12s %-17s %5s %9s %9s %9s %9s %7s %8s %5s\n", "link", "mode", "n", "welc p50", "welc p99", "delta p50", "delta p99", "0-RTT", "min RTT", "errs")
+}
+
+func reconnectLine(w io.Writer, r *reconnectRow) {
+	fmt.Fprintf(w, "  %-12s %-17s %5d %9.2f %9.2f %9.2f %9.2f %6.0f%% %8.2f %5d\n",
+		r.Link, r.Mode, r.N, r.WelcomeP50, r.WelcomeP99, r.DeltaP50, r.DeltaP99, 100*r.Used0RTTFrac, r.MinRTTms, r.Errors)
+}
+
+func memoryHeader(w io.Writer, m *memoryResult) {
+	fmt.Fprintf(w, "\nServer memory per idle agent (meteor server --dev in its own process; %d client sockets, %d dials in flight)\n", m.Sockets, m.Concurrency)
+	fmt.Fprintf(w, "  %6s %7s %7s %8s %8s %8s %8s %9s %9s %9s\n", "agents", "conn/s", "p99 ms", "cpu ms/c", "raft e/c", "RSS MiB", "heap MiB", "KiB/a RSS", "KiB/a heap", "marginal")
+}
+
+func memoryLine(w io.Writer, l *memoryLevel, base memory) {
+	m := l.Memory
+	heap := "-"
+	if m.GCAgeSec >= 0 {
+		heap = fmt.Sprint(m.HeapLiveMB)
+	}
+	if l.Agents == 0 {
+		fmt.Fprintf(w, "  %6d %7s %7s %8s %8s %8.1f %8s %9s %9s %9s\n", 0, "-", "-", "-", "-", float64(m.RSSKiB)/1024, heap, "-", "-", "-")
+		return
+	}
+	marginal := "-"
+	if l.MarginalRSSKiB != 0 {
+		marginal = fmt.Sprintf("%.1f", l.MarginalRSSKiB)
+	}
+	fmt.Fprintf(w, "  %6d %7.0f %7.0f %8.2f %8.2f %8.1f %8s %9.1f %9.1f %9s\n",
+		l.Agents, l.ConnectsPerSec, l.ConnectP99ms, l.ServerCPUms, l.RaftEntries, float64(m.RSSKiB)/1024, heap, l.RSSKiB, l.HeapKiB, marginal)
+}
+
+// heapText shows the live heap of the last GC and how old it is.
+func heapText(m memory) string {
+	if m.GCAgeSec < 0 {
+		return "n/a (no GC yet)"
+	}
+	return fmt.Sprintf("%d (%.0f s old)", m.HeapLiveMB, m.GCAgeSec)
+}
+
+func printSummary(w io.Writer, rep *report) {
+	fmt.Fprintln(w)
+	for _, n := range rep.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	for _, v := range rep.Verdicts {
+		fmt.Fprintf(w, "verdict: %s\n", v)
+	}
+}
+
+// writeResults writes sessions.json and sessions.md into dir.
+func writeResults(dir string, rep *report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create results dir: %w", err)
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sessions.json"), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sessions.md"), []byte(markdown(rep)), 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	return nil
+}
+
+func markdown(rep *report) string {
+	var b strings.Builder
+	m, p := rep.Machine, rep.Params
+	fmt.Fprintf(&b, "# Agent sessions: resync bytes, reconnect time, server memory per agent\n\n")
+	fmt.Fprintf(&b, "Measured %s on %d CPUs (%s), %s, kernel %s. Load average at start %s, at end %s.\n\n",
+		rep.Date, m.NProc, m.CPUModel, m.GoVersion, m.Kernel, m.LoadAvgStart, m.LoadAvgEnd)
+	fmt.Fprintf(&b, "Devices are %s. Everything runs on 127.0.0.1.\n\n", p.Client)
+	if r := rep.Resync; r != nil {
+		a := r.Resync
+		fmt.Fprintf(&b, "## Resync bytes\n\n")
+		fmt.Fprintf(&b, "A device holding %d file resources (%d-byte bodies) converges and disconnects; %d intent revisions follow (%s); the device resumes its session (Hello and Pull with its inventory) and pulls. In-process dev server (`cluster.New`).\n\n",
+			r.Resources, r.BodyBytes, r.Revisions, r.ChurnDetail)
+		fmt.Fprintf(&b, "| figure | bytes | detail |\n|---|---:|---|\n")
+		fmt.Fprintf(&b, "| changed bodies | %d | %d upserts: %s |\n", a.Bodies, a.Upserts, strings.Join(r.ResyncKeys, ", "))
+		fmt.Fprintf(&b, "| resync Delta frames | %d | %d frame; server's AgentStats counted %d B in %d frame |\n", a.Total, a.Frames, r.ServerBytes, r.ServerFrames)
+		fmt.Fprintf(&b, "| of which fixed header | %d | length prefix, type, base and target revisions, flags, list counts |\n", a.Header)
+		fmt.Fprintf(&b, "| of which per resource | %d | key, 32-byte digest, revision and body length of each upsert |\n", a.PerResource)
+		fmt.Fprintf(&b, "| replay of every revision | %d | %d Deltas, %d upserts, %d B of bodies |\n", r.Replay.Total, r.ReplayDeltas, r.Replay.Upserts, r.Replay.Bodies)
+		fmt.Fprintf(&b, "| resync uplink (Hello + Pull) | %d | each carries the %d-entry inventory; 0-RTT: %v |\n", r.Uplink, r.Resources, r.Used0RTT)
+		fmt.Fprintf(&b, "| resync by revision only (no inventory) | %d | %d upserts |\n", r.RevisionOnly.Total, r.RevisionOnly.Upserts)
+		fmt.Fprintf(&b, "| first sync of a new device | %d | %d upserts |\n\n", r.InitialSync.Total, r.InitialSync.Upserts)
+		fmt.Fprintf(&b, "(resync - header) / changed bodies = **%.3f** (raw resync / bodies %.3f); replay / resync = **%.1fx**.\n\n", r.RatioExclHeader, r.RatioRaw, r.RatioReplay)
+	}
+	if len(rep.Reconnect) > 0 {
+		fmt.Fprintf(&b, "## Reconnect time\n\n")
+		fmt.Fprintf(&b, "After the previous connection is dropped, the device dials at once and resumes its session with Hello and Pull written together (in 0-RTT data when it can). Times from the dial until the Welcome and until the first (complete) Delta were decoded; %d reconnects per row after %d unmeasured, the two modes alternating. The delayed rows add the one-way delay in both directions on the client's socket (chaos.PacketConn), the loopback rows go through the same socket wrapper with no fault.\n\n", p.Reconnects, reconnectWarmup)
+		fmt.Fprintf(&b, "| link | mode | n | Welcome p50 ms | Welcome p99 ms | first Delta p50 ms | first Delta p99 ms | 0-RTT used | TLS resumed | 0-RTT refused | min RTT ms | errors |\n")
+		fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, r := range rep.Reconnect {
+			fmt.Fprintf(&b, "| %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.0f%% | %d | %d | %.2f | %d |\n",
+				r.Link, r.Mode, r.N, r.WelcomeP50, r.WelcomeP99, r.DeltaP50, r.DeltaP99, 100*r.Used0RTTFrac, r.TLSResumed, r.Rejected0RTT, r.MinRTTms, r.Errors)
+		}
+		fmt.Fprintln(&b)
+	}
+	if mr := rep.Memory; mr != nil {
+		fmt.Fprintf(&b, "## Server memory per idle agent\n\n")
+		fmt.Fprintf(&b, "`meteor server --dev` in its own process (GODEBUG=gctrace=1 for the live heap). Each device has its own certificate (%d issued in %.1f s) and opens one session (Hello with its empty inventory, Welcome, Pull, a %d-resource Delta, Ack), then stays idle with keep-alives. %d client UDP sockets, %d dials in flight. Memory is read once the Raft log has stopped growing and %.0f s more have passed.\n\n",
+			slices.Max(p.Agents), mr.CertSec, p.Resources, mr.Sockets, mr.Concurrency, p.SettleSec)
+		fmt.Fprintf(&b, "| agents | connects/s | connect p50 / p99 ms | server CPU ms/connect | Raft entries/connect | VmRSS MiB | RssAnon MiB | Go heap live MiB (GC age s) | stacks MiB | threads | KiB/agent RSS | KiB/agent anon | KiB/agent heap | marginal KiB/agent RSS |\n")
+		fmt.Fprintf(&b, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		bm := mr.Baseline
+		fmt.Fprintf(&b, "| 0 | | | | | %.1f | %.1f | %s | %d | %d | | | | |\n", float64(bm.RSSKiB)/1024, float64(bm.AnonKiB)/1024, heapText(bm), bm.StacksMB, bm.Threads)
+		for _, l := range mr.Levels {
+			mm := l.Memory
+			marg := ""
+			if l.MarginalRSSKiB != 0 {
+				marg = fmt.Sprintf("%.1f", l.MarginalRSSKiB)
+			}
+			fmt.Fprintf(&b, "| %d | %.0f | %.0f / %.0f | %.2f | %.2f | %.1f | %.1f | %s | %d | %d | %.1f | %.1f | %.1f | %s |\n",
+				l.Agents, l.ConnectsPerSec, l.ConnectP50ms, l.ConnectP99ms, l.ServerCPUms, l.RaftEntries,
+				float64(mm.RSSKiB)/1024, float64(mm.AnonKiB)/1024, heapText(mm), mm.StacksMB, mm.Threads, l.RSSKiB, l.AnonKiB, l.HeapKiB, marg)
+		}
+		fmt.Fprintf(&b, "\nAt the end `GET /v1/devices` listed %d devices, %d of them connected (%.1f s).\n\n", mr.Listed, mr.ListedConnected, mr.ListSec)
+	}
+	fmt.Fprintf(&b, "## Verdicts\n\n")
+	for _, v := range rep.Verdicts {
+		fmt.Fprintf(&b, "- %s\n", v)
+	}
+	fmt.Fprintf(&b, "\n## Notes\n\n")
+	for _, n := range rep.Notes {
+		fmt.Fprintf(&b, "- %s\n", n)
+	}
+	return b.String()
+}
+
+// readMachine describes the machine the run shares with everything else
+// on it.
+func readMachine() machineInfo {
+	m := machineInfo{NProc: runtime.NumCPU(), GoVersion: runtime.Version(), LoadAvgStart: loadavg()}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+// loadavg returns the three load averages of /proc/loadavg.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,0 +1,225 @@
+package cluster
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/scheduler"
+)
+
+// Fleet status endpoints. Everything here is computed from the replicated
+// state (device records with the status their owners committed, and their
+// timelines), so every server answers the same.
+
+func unixTime(ns int64) *time.Time {
+	if ns == 0 {
+		return nil
+	}
+	t := time.Unix(0, ns).UTC()
+	return &t
+}
+
+func deviceStatus(rec *fsm.DeviceRecord) string {
+	if rec.Status == "" {
+		return scheduler.StatusPending
+	}
+	return rec.Status
+}
+
+func (s *Server) handleTimeline(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	read := s.fsm.Read()
+	s.setReadHeaders(w, read)
+	if _, err := read.Device(nil, id); err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	entries, err := read.Timeline(nil, id)
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	out := api.Timeline{Device: id, Entries: make([]api.TimelineEntry, 0, len(entries))}
+	for _, e := range entries {
+		out.Entries = append(out.Entries, api.TimelineEntry{
+			Time: time.Unix(0, e.Time).UTC(), Revision: e.Revision, Status: e.Status,
+			Reason: e.Reason, Owner: e.Owner, Resources: e.Resources,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// intentProgress counts where the devices an intent's current revision
+// targets are with it, and builds the series from their timelines.
+func (s *Server) intentProgress(read *fsm.Read, rec *fsm.IntentRecord, devices []*fsm.DeviceRecord, series bool) (api.IntentProgress, error) {
+	out := api.IntentProgress{Name: rec.Name, Revision: rec.Revision, UpdatedAt: time.Unix(0, rec.UpdatedAt).UTC()}
+	prefix := rec.Name + "/"
+	var targeted []*fsm.DeviceRecord
+	for _, d := range devices {
+		if !rec.Intent.Matches(d.Labels) {
+			continue
+		}
+		targeted = append(targeted, d)
+		out.Targeted++
+		if d.AckedRevision >= rec.Revision {
+			out.Acknowledged++
+		}
+		if deviceStatus(d) == scheduler.StatusUnreachable {
+			out.Unreachable++
+		}
+		desired, err := s.devicePlanner().Desired(read, d.Labels)
+		if err != nil {
+			return out, err
+		}
+		v := scheduler.Compare(desired, d)
+		converged, failed, drifted := true, false, false
+		for _, r := range v.Resources {
+			if !strings.HasPrefix(r.Key, prefix) {
+				continue
+			}
+			switch r.State {
+			case scheduler.StateConverged:
+				continue
+			case scheduler.StateFailed:
+				failed = true
+			case scheduler.StateDrifted:
+				drifted = true
+			}
+			converged = false
+		}
+		if converged {
+			out.Converged++
+		}
+		if failed {
+			out.Failed++
+		}
+		if drifted {
+			out.Drifted++
+		}
+	}
+	if series {
+		pts, err := progressSeries(read, targeted, rec.UpdatedAt)
+		if err != nil {
+			return out, err
+		}
+		out.Series = pts
+	}
+	return out, nil
+}
+
+// progressSeries replays the targeted devices' timelines since the
+// revision's time: the count of devices per status after each transition.
+func progressSeries(read *fsm.Read, devices []*fsm.DeviceRecord, since int64) ([]api.ProgressPoint, error) {
+	type event struct {
+		t      int64
+		device string
+		status string
+	}
+	current := map[string]string{}
+	var events []event
+	for _, d := range devices {
+		entries, err := read.Timeline(nil, d.ID)
+		if err != nil {
+			return nil, err
+		}
+		current[d.ID] = scheduler.StatusPending
+		for _, e := range entries {
+			if e.Time < since {
+				current[d.ID] = e.Status
+				continue
+			}
+			events = append(events, event{e.Time, d.ID, e.Status})
+		}
+	}
+	slices.SortStableFunc(events, func(a, b event) int {
+		switch {
+		case a.t < b.t:
+			return -1
+		case a.t > b.t:
+			return 1
+		}
+		return 0
+	})
+	counts := map[string]int{}
+	for _, st := range current {
+		counts[st]++
+	}
+	snapshot := func(t int64) api.ProgressPoint {
+		c := make(map[string]int, len(counts))
+		for k, v := range counts {
+			if v > 0 {
+				c[k] = v
+			}
+		}
+		return api.ProgressPoint{Time: time.Unix(0, t).UTC(), Counts: c}
+	}
+	pts := []api.ProgressPoint{snapshot(since)}
+	for _, e := range events {
+		counts[current[e.device]]--
+		current[e.device] = e.status
+		counts[e.status]++
+		pts = append(pts, snapshot(e.t))
+	}
+	const maxPoints = 120
+	if len(pts) > maxPoints {
+		thin := make([]api.ProgressPoint, 0, maxPoints)
+		for i := range maxPoints - 1 {
+			thin = append(thin, pts[i*(len(pts)-1)/(maxPoints-1)])
+		}
+		pts = append(thin, pts[len(pts)-1])
+	}
+	return pts, nil
+}
+
+func (s *Server) handleIntentProgress(w http.ResponseWriter, r *http.Request) {
+	read := s.fsm.Read()
+	s.setReadHeaders(w, read)
+	rec, err := read.Intent(nil, r.PathValue("name"))
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	devices, err := read.Devices(nil)
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	out, err := s.intentProgress(read, rec, devices, true)
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleFleetStatus(w http.ResponseWriter, r *http.Request) {
+	read := s.fsm.Read()
+	s.setReadHeaders(w, read)
+	devices, err := read.Devices(nil)
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	intents, err := read.Intents(nil)
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	out := api.FleetStatus{Revision: read.Revision(), Devices: len(devices), ByStatus: map[string]int{}}
+	for _, d := range devices {
+		out.ByStatus[deviceStatus(d)]++
+	}
+	for _, rec := range intents {
+		p, err := s.intentProgress(read, rec, devices, false)
+		if err != nil {
+			writeError(w, toAPIError(err))
+			return
+		}
+		out.Intents = append(out.Intents, p)
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,90 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/wire"
+)
+
+// forwardedReport is a report a session server hands to the device's owner.
+type forwardedReport struct {
+	Device string            `json:"device"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// Report is the wire encoding of the Report message.
+	Report []byte `json:"report"`
+}
+
+// deliverReport hands a device's report to its owner and returns once the
+// owner has made it durable (or found it changes nothing). The session
+// server acknowledges the report to the agent only then.
+func (s *Server) deliverReport(ctx context.Context, device string, labels map[string]string, rep *wire.Report) error {
+	owner := s.OwnerOf(device, labels)
+	if owner == "" || owner == s.config.NodeID {
+		return s.status.ingest(ctx, device, labels, rep)
+	}
+	m, ok := s.memberByID(owner)
+	if !ok {
+		return fmt.Errorf("owner %s of %s is not known through gossip", owner, device)
+	}
+	body, err := json.Marshal(forwardedReport{Device: device, Labels: labels, Report: rep.Append(nil)})
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+m.HTTPAddr+"/v1/internal/report", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set(headerSignature, s.sign(body))
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("forward report of %s to its owner %s: %w", device, owner, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("owner %s refused the report of %s: %s: %s", owner, device, resp.Status, bytes.TrimSpace(msg))
+	}
+	return nil
+}
+
+// handleInternalReport ingests a report forwarded by the device's session
+// server. Only servers that share the cluster secret may forward reports.
+func (s *Server) handleInternalReport(w http.ResponseWriter, r *http.Request) {
+	if len(s.config.ClusterSecret) == 0 {
+		writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "forwarded reports need a cluster secret shared by all servers (--cluster-secret-file)"})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		writeError(w, badRequest("read report: %v", err))
+		return
+	}
+	want, err := hex.DecodeString(r.Header.Get(headerSignature))
+	if err != nil || !hmac.Equal(want, mustHex(s.sign(body))) {
+		writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "bad or missing request signature: servers must share the cluster secret"})
+		return
+	}
+	var fr forwardedReport
+	if err := json.Unmarshal(body, &fr); err != nil {
+		writeError(w, badRequest("decode forwarded report: %v", err))
+		return
+	}
+	var rep wire.Report
+	if err := rep.Decode(fr.Report); err != nil {
+		writeError(w, badRequest("decode report of %s: %v", fr.Device, err))
+		return
+	}
+	if err := s.status.ingest(r.Context(), fr.Device, fr.Labels, &rep); err != nil {
+		writeError(w, toAPIError(fmt.Errorf("%w: %v", ErrNotReady, err)))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]uint64{"seq": rep.Seq})
+}

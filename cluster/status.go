@@ -1,0 +1,355 @@
+package cluster
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/scheduler"
+	"github.com/meteor-edge/meteor/wire"
+)
+
+// statusOwner is the owner side of fleet status (docs/architecture.md,
+// "Fleet status"): it turns the reports of the devices this server owns,
+// and the silences of those that stopped talking, into status transitions,
+// and commits the transitions through Raft in batches. A report is
+// acknowledged only once its transition is committed; a report that
+// changes nothing commits nothing.
+//
+// Goroutines: batchLoop commits queued transitions when BatchSize are
+// queued or the oldest has waited BatchInterval; evalLoop re-classifies
+// the owned devices every EvalInterval, which is how silence becomes
+// "unreachable" and a lack of progress "stuck".
+type statusOwner struct {
+	s       *Server
+	logger  hclog.Logger
+	classes scheduler.Classes
+
+	mu      sync.Mutex
+	queue   []*queuedTransition     // guarded by mu
+	devices map[string]*ownedDevice // guarded by mu; by device ID
+	kick    chan struct{}
+
+	entries, transitions atomic.Uint64
+}
+
+// ownedDevice is what the owner knows of a device beyond the committed
+// record: the latest report merged in, and the progress mark.
+type ownedDevice struct {
+	rec    fsm.DeviceRecord // committed record with later reports merged in
+	mark   scheduler.ProgressMark
+	status string            // last status queued or committed
+	reason string            // its reason
+	states map[string]string // last per-resource statuses queued
+}
+
+type queuedTransition struct {
+	tr   fsm.StatusTransition
+	at   time.Time
+	done chan error
+}
+
+func newStatusOwner(s *Server) *statusOwner {
+	return &statusOwner{
+		s: s, logger: s.logger.Named("status"), classes: s.config.Classes,
+		devices: map[string]*ownedDevice{}, kick: make(chan struct{}, 1),
+	}
+}
+
+func (o *statusOwner) start() {
+	o.s.wg.Add(2)
+	go o.batchLoop()
+	go o.evalLoop()
+}
+
+// owned returns the device's state on this owner, loading the committed
+// record the first time. Called with o.mu held.
+func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
+	d, ok := o.devices[id]
+	rec, err := read.Device(nil, id)
+	if !ok {
+		d = &ownedDevice{}
+		if err == nil {
+			d.rec = *rec
+			d.status, d.reason = rec.Status, rec.StatusReason
+			d.mark = scheduler.ProgressMark{Revision: rec.AckedRevision}
+			if at := max(rec.ProgressAt, rec.StatusSince); at > 0 {
+				d.mark.At = time.Unix(0, at)
+			}
+		} else {
+			d.rec = fsm.DeviceRecord{ID: id}
+		}
+		o.devices[id] = d
+		return d
+	}
+	if err == nil {
+		// Facts the session servers commit (connection, labels, acks) come
+		// from the replica; reports merged here but not yet committed stay.
+		d.rec.Labels, d.rec.Connected, d.rec.Server, d.rec.SessionID = rec.Labels, rec.Connected, rec.Server, rec.SessionID
+		d.rec.AckedRevision = max(d.rec.AckedRevision, rec.AckedRevision)
+		d.rec.LastSeen = max(d.rec.LastSeen, rec.LastSeen)
+		if rec.ReportSeq > d.rec.ReportSeq {
+			d.rec.ReportSeq, d.rec.Resources = rec.ReportSeq, rec.Resources
+		}
+	}
+	return d
+}
+
+// ingest classifies a report of a device this server owns and waits until
+// the resulting transition, if any, is committed.
+func (o *statusOwner) ingest(ctx context.Context, device string, labels map[string]string, rep *wire.Report) error {
+	now := time.Now()
+	read := o.s.fsm.Read()
+	o.mu.Lock()
+	d := o.ownedLocked(device, read)
+	if labels != nil {
+		d.rec.Labels = labels
+	}
+	if rep.Seq <= d.rec.ReportSeq {
+		o.mu.Unlock()
+		return nil // a duplicate: its content is already in
+	}
+	res := make([]fsm.ResourceStatus, 0, len(rep.Resources))
+	for _, r := range rep.Resources {
+		res = append(res, fsm.ResourceStatus{
+			Key: r.Key, AppliedDigest: hex.EncodeToString(r.AppliedDigest[:]), AppliedRevision: r.AppliedRevision,
+			Effective: effectiveName(r.Effective), Detail: r.Detail, LastError: r.LastError,
+			Attempts: r.Attempts, UpdatedAt: r.UpdatedAtUnixNano,
+		})
+	}
+	d.rec.ReportSeq = rep.Seq
+	merged := fsm.MergeResources(d.rec.Resources, res, rep.Full)
+	contentChanged := !sameApplied(d.rec.Resources, merged)
+	d.rec.Resources = merged
+	d.rec.AgentStatus, d.rec.BlockedReason = rep.Status, rep.BlockedReason
+	d.rec.LastSeen = now.UnixNano()
+	d.rec.Connected = true
+	q, err := o.classifyLocked(d, read, now, contentChanged, func(tr *fsm.StatusTransition) {
+		tr.Seq, tr.Full, tr.Resources = rep.Seq, rep.Full, res
+		tr.AgentStatus, tr.BlockedReason = rep.Status, rep.BlockedReason
+	})
+	o.mu.Unlock()
+	if err != nil || q == nil {
+		return err
+	}
+	select {
+	case err := <-q.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// classifyLocked classifies d at now and queues a transition if its status
+// or a resource's status changed, or if force is set (the report changed
+// what is applied even though no status moved, as when a rollout's new
+// version lands between two reports). fill adds the report to it.
+func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Time, force bool, fill func(*fsm.StatusTransition)) (*queuedTransition, error) {
+	desired, err := o.s.devicePlanner().Desired(read, d.rec.Labels)
+	if err != nil {
+		return nil, err
+	}
+	view := scheduler.Compare(desired, &d.rec)
+	classOf := make(map[string]string, len(desired.Resources))
+	for _, r := range desired.Resources {
+		classOf[r.Key] = r.Resource.EffectiveClass()
+	}
+	d.mark = scheduler.NextProgressMark(d.mark, view, &d.rec, now)
+	st := scheduler.Classify(view, &d.rec, o.classes, classOf, now, d.mark)
+	states := make(map[string]string, len(st.Resources))
+	for _, r := range st.Resources {
+		states[r.Key] = r.Status
+	}
+	changedStates := map[string]string{}
+	for k, v := range states {
+		if d.states[k] != v {
+			changedStates[k] = v
+		}
+	}
+	for k := range d.states {
+		if _, ok := states[k]; !ok {
+			changedStates[k] = "removed"
+		}
+	}
+	if st.Status == d.status && len(changedStates) == 0 && !force {
+		// Nothing changed (a report that is only a heartbeat, or an
+		// evaluation that finds the same status): nothing to commit. The
+		// reason alone does not count: unreachable and stuck reasons name
+		// the time elapsed, which changes at every evaluation.
+		return nil, nil
+	}
+	d.status, d.reason, d.states = st.Status, st.Reason, states
+	tr := fsm.StatusTransition{
+		Device: d.rec.ID, Time: now.UnixNano(), Revision: desired.Revision,
+		Status: st.Status, Reason: st.Reason,
+		LastSeen: d.rec.LastSeen, ResourceStates: changedStates,
+	}
+	if !d.mark.At.IsZero() {
+		tr.ProgressAt = d.mark.At.UnixNano()
+	}
+	if !st.NextRetry.IsZero() {
+		tr.NextRetry = st.NextRetry.UnixNano()
+	}
+	if fill != nil {
+		fill(&tr)
+	}
+	q := &queuedTransition{tr: tr, at: now, done: make(chan error, 1)}
+	o.queue = append(o.queue, q)
+	select {
+	case o.kick <- struct{}{}:
+	default:
+	}
+	return q, nil
+}
+
+func (o *statusOwner) batchLoop() {
+	defer o.s.wg.Done()
+	cfg := o.s.config
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		o.mu.Lock()
+		var batch []*queuedTransition
+		wait := time.Hour
+		if n := len(o.queue); n > 0 {
+			if age := time.Since(o.queue[0].at); n >= cfg.StatusBatchSize || age >= cfg.StatusBatchInterval {
+				take := min(n, cfg.StatusBatchSize)
+				batch = append(batch, o.queue[:take]...)
+				o.queue = append(o.queue[:0:0], o.queue[take:]...)
+			} else {
+				wait = cfg.StatusBatchInterval - age
+			}
+		}
+		o.mu.Unlock()
+		if len(batch) > 0 {
+			o.commit(batch)
+			continue
+		}
+		timer.Reset(wait)
+		select {
+		case <-o.s.shutdownCh:
+			o.failQueued(errors.New("server shutting down"))
+			return
+		case <-o.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+func (o *statusOwner) commit(batch []*queuedTransition) {
+	req := &fsm.StatusBatchRequest{Owner: o.s.config.NodeID, Transitions: make([]fsm.StatusTransition, len(batch))}
+	for i, q := range batch {
+		req.Transitions[i] = q.tr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.s.config.ApplyTimeout)
+	res, _, err := o.s.apply(ctx, fsm.StatusBatchType, req)
+	cancel()
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		o.logger.Warn("status transitions not committed; their reports stay unacknowledged", "transitions", len(batch), "error", err)
+		// Forget what was queued so the next report or evaluation
+		// classifies against the committed state again.
+		o.mu.Lock()
+		for _, q := range batch {
+			delete(o.devices, q.tr.Device)
+		}
+		o.mu.Unlock()
+	} else {
+		o.entries.Add(1)
+		o.transitions.Add(uint64(len(batch)))
+	}
+	for _, q := range batch {
+		q.done <- err
+	}
+}
+
+func (o *statusOwner) failQueued(err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, q := range o.queue {
+		q.done <- err
+	}
+	o.queue = nil
+}
+
+// evalLoop re-classifies every device this server owns, so that silence
+// and lack of progress become transitions without any report arriving.
+func (o *statusOwner) evalLoop() {
+	defer o.s.wg.Done()
+	ticker := time.NewTicker(o.s.config.StatusEvalInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-o.s.shutdownCh:
+			return
+		case <-ticker.C:
+		}
+		if err := o.evaluate(time.Now()); err != nil {
+			o.logger.Warn("evaluate owned devices", "error", err)
+		}
+	}
+}
+
+func (o *statusOwner) evaluate(now time.Time) error {
+	read := o.s.fsm.Read()
+	recs, err := read.Devices(nil)
+	if err != nil {
+		return err
+	}
+	owners := o.s.ownerCandidates()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	mine := map[string]bool{}
+	alive := map[string]bool{}
+	for _, c := range owners {
+		alive[c.ID] = true
+	}
+	for _, rec := range recs {
+		if ownerOf(rec.ID, rec.Labels["region"], owners) != o.s.config.NodeID {
+			continue
+		}
+		mine[rec.ID] = true
+		d := o.ownedLocked(rec.ID, read)
+		if d.rec.Connected && !alive[d.rec.Server] {
+			// Its session server failed without recording the disconnect:
+			// the device is not connected anywhere we know of.
+			d.rec.Connected = false
+		}
+		if _, err := o.classifyLocked(d, read, now, false, nil); err != nil {
+			return fmt.Errorf("classify %s: %w", rec.ID, err)
+		}
+	}
+	// Devices that moved to another owner: forget them, so their state is
+	// reloaded from the replica if they come back.
+	for id := range o.devices {
+		if !mine[id] {
+			delete(o.devices, id)
+		}
+	}
+	return nil
+}
+
+// sameApplied reports whether two resource lists say the same about what
+// is applied and effective (timestamps, attempts and wording aside).
+func sameApplied(a, b []fsm.ResourceStatus) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if x.Key != y.Key || x.AppliedDigest != y.AppliedDigest || x.AppliedRevision != y.AppliedRevision ||
+			x.Effective != y.Effective || x.LastError != y.LastError {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,178 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/meteor-edge/meteor/chaos"
+	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/scheduler"
+)
+
+// withFastStatus tightens the status machinery for tests: a device silent
+// for a second is unreachable, owners re-evaluate five times a second, and
+// a silent agent connection is dropped after two seconds.
+func withFastStatus(next func(*Config)) func(*Config) {
+	return func(cfg *Config) {
+		if next != nil {
+			next(cfg)
+		}
+		classes := scheduler.DefaultClasses()
+		for name, cl := range classes {
+			cl.ReportEvery = 500 * time.Millisecond
+			cl.UnreachableAfter = time.Second
+			classes[name] = cl
+		}
+		cfg.Classes = classes
+		cfg.StatusEvalInterval = 200 * time.Millisecond
+		cfg.StatusBatchInterval = 20 * time.Millisecond
+		cfg.AgentIdleTimeout = 2 * time.Second
+	}
+}
+
+func deviceOn(t *testing.T, s *Server, id string) *api.Device {
+	t.Helper()
+	d, err := client(s).GetDevice(context.Background(), id, api.ReadOptions{Stale: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func waitStatus(t *testing.T, c *testCluster, id, want string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, func() error {
+		for _, s := range c.alive() {
+			d, err := client(s).GetDevice(context.Background(), id, api.ReadOptions{Stale: true})
+			if err != nil {
+				return err
+			}
+			if d.Status != want {
+				return fmt.Errorf("%s sees %s %s (%s), want %s", s.ID(), id, d.Status, d.StatusReason, want)
+			}
+		}
+		return nil
+	})
+}
+
+// TestDeviceCutOffAndBack tells the story the timeline must tell: a device
+// converges, is cut off (its link goes silent, the server drops the
+// session, the owner finds it unreachable), comes back and converges again.
+func TestDeviceCutOffAndBack(t *testing.T) {
+	pki := newTestPKI(t)
+	c := newTestCluster(t, 3, withFastStatus(pki.withAgents(t)))
+	c.propose(filesIntent("store-config", 2, "v1"))
+	ra := startAgent(t, pki, "store-9", agentAddrs(c), map[string]string{"region": "eu"}, chaos.LinkProfile{}, nil)
+	waitStatus(t, c, "store-9", scheduler.StatusConverged)
+
+	ra.pc.SetBlackhole(true)
+	waitStatus(t, c, "store-9", scheduler.StatusUnreachable)
+	d := deviceOn(t, c.alive()[0], "store-9")
+	if d.Connected || !strings.Contains(d.StatusReason, "no contact for") {
+		t.Fatalf("unreachable device: connected %v, reason %q", d.Connected, d.StatusReason)
+	}
+	ra.pc.SetBlackhole(false)
+	waitStatus(t, c, "store-9", scheduler.StatusConverged)
+
+	tl, err := client(c.alive()[1]).Timeline(context.Background(), "store-9", api.ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var story []string
+	for _, e := range tl.Entries {
+		if len(story) == 0 || story[len(story)-1] != e.Status {
+			story = append(story, e.Status)
+		}
+	}
+	// The first report may already be converged, or show progress first.
+	if story[0] != scheduler.StatusConverged {
+		story = story[1:]
+	}
+	if diff := cmp.Diff([]string{"converged", "unreachable", "converged"}, story); diff != "" {
+		t.Fatalf("timeline story (-want +got):\n%s\nentries: %+v", diff, tl.Entries)
+	}
+}
+
+// TestOwnerLossLosesNoTransition kills the owner of devices in the middle
+// of a rollout: every transition committed before stays, the devices get
+// a new owner and converge, and every server reports the same counts.
+func TestOwnerLossLosesNoTransition(t *testing.T) {
+	pki := newTestPKI(t)
+	c := newTestCluster(t, 3, withFastStatus(pki.withAgents(t)))
+	c.propose(filesIntent("store-config", 2, "v1"))
+	const n = 12
+	for i := range n {
+		startAgent(t, pki, fmt.Sprintf("dev-%02d", i), agentAddrs(c), map[string]string{"region": "eu"}, chaos.LinkProfile{}, nil)
+	}
+	for i := range n {
+		waitStatus(t, c, fmt.Sprintf("dev-%02d", i), scheduler.StatusConverged)
+	}
+	// Roll out a change and, while devices are moving, kill the server that
+	// owns the most of them.
+	c.propose(filesIntent("store-config", 2, "v2"))
+	shares := map[string]int{}
+	for i := range n {
+		shares[deviceOn(t, c.alive()[0], fmt.Sprintf("dev-%02d", i)).Owner]++
+	}
+	victim, most := "", -1
+	for id, k := range shares {
+		if k > most {
+			victim, most = id, k
+		}
+	}
+	before := map[string][]api.TimelineEntry{}
+	for i := range n {
+		id := fmt.Sprintf("dev-%02d", i)
+		tl, err := client(c.alive()[0]).Timeline(context.Background(), id, api.ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[id] = tl.Entries
+	}
+	for i, s := range c.servers {
+		if s != nil && s.ID() == victim {
+			c.kill(i)
+		}
+	}
+	waitFor(t, 60*time.Second, func() error {
+		for _, s := range c.alive() {
+			st, err := client(s).Status(context.Background(), api.ReadOptions{Stale: true})
+			if err != nil {
+				return err
+			}
+			if len(st.Intents) != 1 || st.Intents[0].Converged != n || st.ByStatus[scheduler.StatusConverged] != n {
+				return fmt.Errorf("%s: %+v %+v", s.ID(), st.ByStatus, st.Intents)
+			}
+		}
+		return nil
+	})
+	var first *api.FleetStatus
+	for _, s := range c.alive() {
+		st, err := client(s).Status(context.Background(), api.ReadOptions{Stale: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == nil {
+			first = st
+		} else if diff := cmp.Diff(first, st); diff != "" {
+			t.Fatalf("servers disagree on the fleet (-first +%s):\n%s", s.ID(), diff)
+		}
+	}
+	for id, old := range before {
+		tl, err := client(c.alive()[0]).Timeline(context.Background(), id, api.ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tl.Entries) < len(old) {
+			t.Fatalf("%s lost transitions: %d before the owner died, %d after", id, len(old), len(tl.Entries))
+		}
+		if diff := cmp.Diff(old, tl.Entries[:len(old)]); diff != "" {
+			t.Fatalf("%s: committed transitions changed (-before +after):\n%s", id, diff)
+		}
+	}
+}

@@ -1,0 +1,426 @@
+package scheduler
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meteor-edge/meteor/fsm"
+)
+
+// DefaultClass is the class of a resource that names none, or names one
+// that is not configured.
+const DefaultClass = "default"
+
+// Class is the liveness and retry profile of one reconcile class. A device
+// is judged by the strictest class among its resources.
+type Class struct {
+	Name string
+	// ReportEvery is how often a healthy device of this class is expected
+	// to make contact.
+	ReportEvery time.Duration
+	// UnreachableAfter is how long a disconnected device may stay silent
+	// before the silence is a comms gap (status unreachable).
+	UnreachableAfter time.Duration
+	// ProgressDeadline is how long a connected device may go without
+	// progress while it has work left before it is stuck.
+	ProgressDeadline time.Duration
+	// RetryBase and RetryMax bound the exponential backoff the agent
+	// applies between failed attempts (see RetryDelay). The defaults
+	// mirror the agent's RetryMin and RetryMax, which are not per class.
+	RetryBase, RetryMax time.Duration
+}
+
+// RetryDelay is the wait after the attempts-th failed attempt: RetryBase,
+// doubled for every attempt after the first, capped at RetryMax.
+func (c Class) RetryDelay(attempts int) time.Duration {
+	d := c.RetryBase
+	for i := 1; i < attempts && d < c.RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, c.RetryMax)
+}
+
+func (c Class) validate(key string) error {
+	var errs []string
+	if c.Name != key {
+		errs = append(errs, fmt.Sprintf("name %q does not match its key", c.Name))
+	}
+	for _, f := range []struct {
+		what string
+		d    time.Duration
+	}{{"report every", c.ReportEvery}, {"unreachable after", c.UnreachableAfter}, {"progress deadline", c.ProgressDeadline}, {"retry base", c.RetryBase}, {"retry max", c.RetryMax}} {
+		if f.d <= 0 {
+			errs = append(errs, fmt.Sprintf("%s must be positive, got %v", f.what, f.d))
+		}
+	}
+	if c.UnreachableAfter < c.ReportEvery {
+		errs = append(errs, fmt.Sprintf("unreachable after %v is shorter than report every %v", c.UnreachableAfter, c.ReportEvery))
+	}
+	if c.RetryBase > c.RetryMax {
+		errs = append(errs, fmt.Sprintf("retry base %v above retry max %v", c.RetryBase, c.RetryMax))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("class %q: %s", key, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Classes maps class names to their profiles.
+type Classes map[string]Class
+
+// DefaultClasses returns the built-in classes: default, network-policy
+// (tight: a policy gap is a security gap), config, package (loose: large
+// downloads over slow links) and certificate.
+func DefaultClasses() Classes {
+	c := Classes{}
+	for _, cl := range []Class{
+		{Name: DefaultClass, ReportEvery: time.Minute, UnreachableAfter: 5 * time.Minute, ProgressDeadline: 15 * time.Minute},
+		{Name: "network-policy", ReportEvery: 15 * time.Second, UnreachableAfter: 2 * time.Minute, ProgressDeadline: 5 * time.Minute},
+		{Name: "config", ReportEvery: time.Minute, UnreachableAfter: 5 * time.Minute, ProgressDeadline: 5 * time.Minute},
+		{Name: "package", ReportEvery: 10 * time.Minute, UnreachableAfter: 30 * time.Minute, ProgressDeadline: time.Hour},
+		{Name: "certificate", ReportEvery: 5 * time.Minute, UnreachableAfter: 15 * time.Minute, ProgressDeadline: 30 * time.Minute},
+	} {
+		cl.RetryBase, cl.RetryMax = time.Second, 5*time.Minute
+		c[cl.Name] = cl
+	}
+	return c
+}
+
+// For returns the named class; an unknown or empty name gets the default
+// class (the built-in one if c has none).
+func (c Classes) For(name string) Class {
+	if cl, ok := c[name]; ok {
+		return cl
+	}
+	if cl, ok := c[DefaultClass]; ok {
+		return cl
+	}
+	return DefaultClasses()[DefaultClass]
+}
+
+// Validate checks that a default class exists and every class is sane.
+func (c Classes) Validate() error {
+	var errs []error
+	if _, ok := c[DefaultClass]; !ok {
+		errs = append(errs, fmt.Errorf("no %q class", DefaultClass))
+	}
+	for _, name := range slices.Sorted(maps.Keys(c)) {
+		if err := c[name].validate(name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Device (and resource) statuses, as the API reports them. Resources only
+// take the first seven; unreachable and stuck are judgements on the device.
+const (
+	StatusPending     = "pending"     // the desired revision is not acknowledged yet
+	StatusProgressing = "progressing" // acknowledged and moving
+	StatusConverged   = "converged"   // applied matches intended and the probe agrees
+	StatusDrifted     = "drifted"     // the probe sees something other than what was applied
+	StatusOverridden  = "overridden"  // a local change the drift policy tolerates
+	StatusBlocked     = "blocked"     // a precondition or workload lock holds a step back
+	StatusFailed      = "failed"      // the last apply failed; retrying with backoff
+	StatusUnreachable = "unreachable" // no contact past the class threshold: a comms gap
+	StatusStuck       = "stuck"       // connected, but no progress past the progress deadline
+)
+
+// Urgency ranks statuses for the device level, most urgent highest:
+// unreachable > failed > blocked > stuck > pending > progressing > drifted
+// > overridden > converged. An unknown status ranks below all.
+//
+// Unreachable comes first because nothing else the control plane knows is
+// current during a comms gap; stuck ranks below failed and blocked, which
+// already explain why the device does not move, and above pending and
+// progressing, which it qualifies.
+func Urgency(status string) int {
+	return slices.Index([]string{StatusConverged, StatusOverridden, StatusDrifted, StatusProgressing,
+		StatusPending, StatusStuck, StatusBlocked, StatusFailed, StatusUnreachable}, status)
+}
+
+// DeviceStatus is the classified status of a device.
+type DeviceStatus struct {
+	Status string
+	// Reason is one sentence a person can act on.
+	Reason string
+	// Since is when the evidence for the status dates from: the last
+	// contact (unreachable), the last progress (stuck, pending,
+	// progressing, converged), or the last change of the resource that
+	// decided it (failed, blocked, drifted, overridden). Zero if unknown.
+	Since time.Time
+	// NextRetry is when the agent will next retry (failed only; zero for
+	// a terminal failure).
+	NextRetry time.Time
+	// Resources are the per-resource statuses, sorted by key. While the
+	// device is unreachable they are the last known ones.
+	Resources []ResourceStatus
+}
+
+// ResourceStatus is the classified status of one resource.
+type ResourceStatus struct {
+	Key    string
+	Class  string
+	Status string
+	Reason string
+	// NextRetry is set for a failed resource that will be retried.
+	NextRetry time.Time
+}
+
+// ProgressMark records the last time a device made progress. The caller
+// (the device's owner) keeps one per device: on every new observation it
+// calls NextProgressMark with the stored mark and stores the result, then
+// passes that to Classify. A mark is a plain value and can be persisted;
+// a zero mark means "not observed yet" and never makes a device stuck.
+type ProgressMark struct {
+	// Revision is the acknowledged revision at the mark.
+	Revision uint64
+	// Fingerprint identifies the per-resource states at the mark; it
+	// changes whenever any of them does.
+	Fingerprint string
+	// Remaining is how many steps the device had left to converged.
+	Remaining int
+	// At is when the device last progressed.
+	At time.Time
+}
+
+// NextProgressMark returns prev advanced to now if the device progressed:
+// it acknowledged a higher revision, or its resources took a net step
+// toward converged (fewer steps remaining), or it had nothing left to do
+// at the mark and now has (new work starts the clock). Otherwise At stays
+// and only the observed states are updated, so a regression followed by a
+// recovery counts as progress. Feeding the same observation twice
+// returns the same mark. A mark restored with only Revision and At (no
+// Fingerprint, e.g. after the owner moved) keeps At until the device
+// acknowledges a higher revision; its states are recorded for next time.
+func NextProgressMark(prev ProgressMark, v DeviceView, rec *fsm.DeviceRecord, now time.Time) ProgressMark {
+	h := sha256.New()
+	remaining := 0
+	for _, rv := range v.Resources {
+		st := rv.State
+		if rv.Reported != nil && agentState(rv.Reported.Detail) == StatusOverridden {
+			st = StatusOverridden
+		}
+		fmt.Fprintf(h, "%s=%s\n", rv.Key, st)
+		remaining += stepsLeft(st)
+	}
+	next := ProgressMark{Revision: rec.AckedRevision, Fingerprint: hex.EncodeToString(h.Sum(nil)[:8]), Remaining: remaining, At: prev.At}
+	known := prev.Fingerprint != "" // states at the mark are known
+	if prev.At.IsZero() || rec.AckedRevision > prev.Revision || known && (remaining < prev.Remaining || prev.Remaining == 0 && remaining > 0) {
+		next.At = now
+	}
+	return next
+}
+
+// stepsLeft is how far a resource state is from converged.
+func stepsLeft(state string) int {
+	switch state {
+	case StatePending:
+		return 3
+	case StateProgressing, StateFailed:
+		return 2
+	case StateApplied, StateDrifted, StateRemoving:
+		return 1
+	}
+	return 0 // converged, overridden
+}
+
+// Classify turns a device's view (Compare) and record into a status.
+// classes may be nil (DefaultClasses); resources maps each desired key to
+// its class name (missing: default); progress is the device's mark after
+// NextProgressMark for the same observation. It is pure: the same input
+// gives the same output.
+func Classify(v DeviceView, rec *fsm.DeviceRecord, classes Classes, resources map[string]string, now time.Time, progress ProgressMark) DeviceStatus {
+	if classes == nil {
+		classes = DefaultClasses()
+	}
+	var out DeviceStatus
+	var subject *ResourceStatus // the resource that decides the device status
+	var since time.Time
+	counts := map[string]int{}
+	pendingRev := uint64(0)
+	out.Resources = make([]ResourceStatus, 0, len(v.Resources))
+	for _, rv := range v.Resources {
+		rs, updated := classifyResource(rv, rec, classes.For(resources[rv.Key]))
+		out.Resources = append(out.Resources, rs) // capacity is fixed: pointers stay valid
+		counts[rs.Status]++
+		if rs.Status == StatusPending {
+			pendingRev = max(pendingRev, rv.IntendedRevision)
+		}
+		if subject == nil || Urgency(rs.Status) > Urgency(subject.Status) || rs.Status == StatusFailed && subject.Status == StatusFailed && earlierRetry(rs.NextRetry, subject.NextRetry) {
+			subject, since = &out.Resources[len(out.Resources)-1], updated
+		}
+	}
+	out.Status, out.Since = StatusConverged, progress.At
+	switch {
+	case subject == nil && rec.BlockedReason == "":
+		out.Reason = "no resources are desired"
+	case subject == nil || subject.Status != StatusBlocked && Urgency(subject.Status) < Urgency(StatusBlocked) && rec.BlockedReason != "":
+		out.Status, out.Reason, out.Since = StatusBlocked, rec.BlockedReason, time.Time{}
+	default:
+		out.Status = subject.Status
+		more := counts[subject.Status] - 1
+		switch subject.Status {
+		case StatusConverged:
+			out.Reason = fmt.Sprintf("all %d resources converged", len(out.Resources))
+		case StatusPending:
+			out.Reason = fmt.Sprintf("desired revision %d not acknowledged yet (device acknowledged %d)", pendingRev, rec.AckedRevision)
+		case StatusProgressing:
+			out.Reason = fmt.Sprintf("%d of %d resources converged; %s: %s", counts[StatusConverged], len(out.Resources), subject.Key, subject.Reason)
+		case StatusBlocked:
+			out.Reason, out.Since = rec.BlockedReason, since
+			if out.Reason == "" {
+				out.Reason = subject.Key + ": " + subject.Reason
+			}
+		default: // failed, drifted, overridden
+			out.Reason, out.Since, out.NextRetry = subject.Key+": "+subject.Reason, since, subject.NextRetry
+			if more > 0 {
+				out.Reason += fmt.Sprintf("; %d more %s", more, subject.Status)
+			}
+		}
+	}
+
+	// Stuck: connected, with work left, and no progress past the
+	// strictest deadline among the resources still moving.
+	if rec.Connected && !progress.At.IsZero() && (out.Status == StatusPending || out.Status == StatusProgressing) {
+		cl := strictest(classes, out.Resources, func(rs ResourceStatus) bool {
+			return rs.Status == StatusPending || rs.Status == StatusProgressing
+		}, func(c Class) time.Duration { return c.ProgressDeadline })
+		if idle := now.Sub(progress.At); idle > cl.ProgressDeadline {
+			out.Status, out.Since = StatusStuck, progress.At
+			out.Reason = fmt.Sprintf("no progress for %s (%s allows %s); last state: %s %s: %s",
+				fmtDuration(idle), cl.Name, fmtDuration(cl.ProgressDeadline), subject.Key, subject.Status, subject.Reason)
+		}
+	}
+
+	// Unreachable: disconnected and silent past the strictest threshold
+	// among all its resources. A device never seen is not judged.
+	if !rec.Connected && rec.LastSeen != 0 {
+		cl := strictest(classes, out.Resources, func(ResourceStatus) bool { return true },
+			func(c Class) time.Duration { return c.UnreachableAfter })
+		last := time.Unix(0, rec.LastSeen)
+		if gap := now.Sub(last); gap > cl.UnreachableAfter {
+			out.Status, out.Since, out.NextRetry = StatusUnreachable, last, time.Time{}
+			out.Reason = fmt.Sprintf("no contact for %s (%s allows %s)", fmtDuration(gap), cl.Name, fmtDuration(cl.UnreachableAfter))
+		}
+	}
+	return out
+}
+
+// classifyResource returns a resource's status and when the agent last
+// saw it change (zero if unknown).
+func classifyResource(rv ResourceView, rec *fsm.DeviceRecord, cl Class) (ResourceStatus, time.Time) {
+	rs := ResourceStatus{Key: rv.Key, Class: cl.Name}
+	rep := rv.Reported
+	var state, detail, lastErr string
+	var updated time.Time
+	if rep != nil {
+		state, detail = splitDetail(rep.Detail)
+		lastErr = rep.LastError
+		if rep.UpdatedAt != 0 {
+			updated = time.Unix(0, rep.UpdatedAt)
+		} else if rec.LastSeen != 0 {
+			updated = time.Unix(0, rec.LastSeen)
+		}
+	}
+	set := func(status, reason string) { rs.Status, rs.Reason = status, reason }
+	switch {
+	case rv.State == StatePending:
+		set(StatusPending, fmt.Sprintf("revision %d not acknowledged yet (device acknowledged %d)", rv.IntendedRevision, rec.AckedRevision))
+	case rv.State == StateFailed || lastErr != "" && (state == StatusFailed || rv.State == StateRemoving):
+		attempts := int(rep.Attempts)
+		switch {
+		case strings.HasPrefix(detail, "terminal"):
+			set(StatusFailed, fmt.Sprintf("apply failed (attempt %d, terminal): %s; change the intent to retry", attempts, lastErr))
+		case updated.IsZero():
+			set(StatusFailed, fmt.Sprintf("apply failed (attempt %d): %s; retrying", attempts, lastErr))
+		default:
+			// An absolute time keeps the reason stable between evaluations.
+			rs.NextRetry = updated.Add(cl.RetryDelay(attempts))
+			set(StatusFailed, fmt.Sprintf("apply failed (attempt %d): %s; next retry at %s", attempts, lastErr, rs.NextRetry.UTC().Format(time.RFC3339)))
+		}
+	case rv.State == StateRemoving:
+		set(StatusProgressing, "no longer desired; the device has not removed it yet")
+	case state == StatusBlocked && rv.State != StateConverged:
+		set(StatusBlocked, or(detail, "blocked by a precondition"))
+	case state == StatusOverridden:
+		set(StatusOverridden, or(detail, "a tolerated local change"))
+	case rv.State == StateDrifted || state == StatusDrifted:
+		set(StatusDrifted, or(detail, "the probe sees something other than what was applied"))
+	case rv.State == StateConverged:
+		set(StatusConverged, "applied and confirmed by the probe")
+	case rv.State == StateApplied:
+		set(StatusProgressing, "applied; the probe has not confirmed it yet")
+	default:
+		set(StatusProgressing, "acknowledged; not applied yet")
+	}
+	return rs, updated
+}
+
+// splitDetail splits an agent's detail ("blocked: requires app/db") into
+// the agent's resource state and the rest. A detail that does not start
+// with a known state is all rest.
+func splitDetail(detail string) (state, rest string) {
+	state, rest, _ = strings.Cut(detail, ":")
+	switch state {
+	case StatusPending, StatusProgressing, StatusConverged, StatusDrifted, StatusOverridden, StatusBlocked, StatusFailed:
+		return state, strings.TrimSpace(rest)
+	}
+	return "", detail
+}
+
+// agentState is the state prefix of an agent's detail.
+func agentState(detail string) string {
+	state, _ := splitDetail(detail)
+	return state
+}
+
+// earlierRetry orders retry times, a zero time (no retry) last.
+func earlierRetry(a, b time.Time) bool {
+	return !a.IsZero() && (b.IsZero() || a.Before(b))
+}
+
+// strictest returns the class with the smallest limit among the classes
+// of the resources that match; the default class if none does.
+func strictest(classes Classes, rs []ResourceStatus, match func(ResourceStatus) bool, limit func(Class) time.Duration) Class {
+	var best Class
+	found := false
+	for _, r := range rs {
+		if cl := classes.For(r.Class); match(r) && (!found || limit(cl) < limit(best)) {
+			best, found = cl, true
+		}
+	}
+	if !found {
+		return classes.For(DefaultClass)
+	}
+	return best
+}
+
+// fmtDuration prints whole seconds and drops zero trailing units: 7m12s,
+// 2m, 1h, 1h5m.
+func fmtDuration(d time.Duration) string {
+	if d >= time.Second {
+		d = d.Truncate(time.Second)
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
