@@ -18,6 +18,7 @@ import (
 
 	"github.com/meteor-edge/meteor/cluster"
 	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/scheduler"
 )
 
 func newDevCmd() *cobra.Command {
@@ -104,6 +105,11 @@ func runDev(ctx context.Context, out io.Writer, n, basePort int, dataDir, exampl
 		}
 		cfg.AgentTLS = &cluster.AgentTLS{ClientCAs: ca.Pool(), Certificate: cert}
 		cfg.ClusterSecret = secret
+		// A development cluster shows transitions within seconds: devices
+		// that go silent are unreachable after 15 s, not minutes.
+		cfg.Classes = devClasses()
+		cfg.StatusEvalInterval = time.Second
+		cfg.AgentIdleTimeout = 10 * time.Second
 		cfg.Logger = logger
 		if n == 1 {
 			cfg.Dev = true
@@ -196,6 +202,20 @@ func showCluster(ctx context.Context, out io.Writer, c *api.Client) error {
 	tw.Flush()
 	fmt.Fprintf(out, "cluster revision %d\n", list.Revision)
 	return nil
+}
+
+// devClasses are the default reconcile classes with thresholds short
+// enough to watch: silence is a comms gap after 15 s, no progress for a
+// minute is stuck.
+func devClasses() scheduler.Classes {
+	classes := scheduler.DefaultClasses()
+	for name, cl := range classes {
+		cl.ReportEvery = 5 * time.Second
+		cl.UnreachableAfter = 15 * time.Second
+		cl.ProgressDeadline = time.Minute
+		classes[name] = cl
+	}
+	return classes
 }
 
 func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
