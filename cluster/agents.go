@@ -179,22 +179,28 @@ func (a *agentServer) rotateLoop() {
 }
 
 // notifyLoop pushes a Notify to every session whose desired state changed
-// when the FSM revision moves. Agents also pull on their own cadence, so a
-// lost push only delays convergence.
+// when the intents change. Devices registering (which also take a
+// revision) do not wake it, and the desired state is computed once per
+// distinct label set, not once per session. Agents also pull on their own
+// cadence, so a lost push only delays convergence.
 func (a *agentServer) notifyLoop() {
 	defer a.wg.Done()
 	for {
 		ws := memdb.NewWatchSet()
 		read := a.s.fsm.Read()
-		read.WatchRevision(ws)
+		if _, err := read.Intents(ws); err != nil {
+			a.logger.Error("watch intents", "error", err)
+			return
+		}
 		a.mu.Lock()
 		sessions := make([]*agentSession, 0, len(a.sessions))
 		for sess := range a.sessions {
 			sessions = append(sessions, sess)
 		}
 		a.mu.Unlock()
+		fingerprints := map[string]*scheduler.DesiredState{}
 		for _, sess := range sessions {
-			sess.maybeNotify(read)
+			sess.maybeNotify(read, fingerprints)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {

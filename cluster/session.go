@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -147,21 +149,35 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 	}
 
 	// Nothing others can observe happens before the handshake completes:
-	// until then the Hello may be a replay of 0-RTT data.
-	select {
-	case <-sess.conn.HandshakeComplete():
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-	if err := sess.commitSession(ctx, true); err != nil {
-		sess.logger.Warn("could not record the session; serving it anyway", "error", err)
-	}
-	sess.mu.Lock()
-	sess.registered = true
-	sess.mu.Unlock()
-	a.add(sess)
-	a.stats.sessions.Add(1)
+	// until then the Hello may be a replay of 0-RTT data. A Pull is a read
+	// and is answered at once (in 0.5-RTT when the agent sent it early);
+	// the session is recorded in the background, and Acks and Reports,
+	// which change state, wait for that.
+	registered := make(chan struct{})
+	var regErr error
+	go func() {
+		defer close(registered)
+		select {
+		case <-sess.conn.HandshakeComplete():
+		case <-ctx.Done():
+			regErr = context.Cause(ctx)
+			return
+		}
+		if err := sess.commitSession(ctx, true); err != nil {
+			sess.logger.Warn("could not record the session; serving it anyway", "error", err)
+		}
+		sess.mu.Lock()
+		sess.registered = true
+		sess.mu.Unlock()
+		a.add(sess)
+		a.stats.sessions.Add(1)
+		sess.logger.Debug("session established", "resumed", resumed, "acked", sess.acked, "early", hello.Early)
+	}()
 	defer func() {
+		<-registered
+		if regErr != nil {
+			return
+		}
 		a.remove(sess)
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -169,7 +185,14 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 			sess.logger.Debug("could not record the disconnect", "error", err)
 		}
 	}()
-	sess.logger.Debug("session established", "resumed", resumed, "acked", sess.acked, "early", hello.Early)
+	waitRegistered := func() error {
+		select {
+		case <-registered:
+			return regErr
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
 
 	for {
 		msg, err := r.Read()
@@ -184,9 +207,13 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 		case *wire.Pull:
 			err = sess.handlePull(ctx, m)
 		case *wire.Ack:
-			err = sess.handleAck(ctx, m)
+			if err = waitRegistered(); err == nil {
+				err = sess.handleAck(ctx, m)
+			}
 		case *wire.Report:
-			err = sess.handleReport(ctx, m)
+			if err = waitRegistered(); err == nil {
+				err = sess.handleReport(ctx, m)
+			}
 		default:
 			err = closeWith(wire.CloseProtocolError, "unexpected %s from an agent", msg.Type())
 		}
@@ -301,17 +328,25 @@ func (sess *agentSession) commitSession(ctx context.Context, connected bool) err
 
 // maybeNotify pushes Notify if the session's desired state changed as of
 // read. Called by notifyLoop.
-func (sess *agentSession) maybeNotify(read *fsm.Read) {
+//
+// byLabels caches desired states by label set for one pass over the
+// sessions.
+func (sess *agentSession) maybeNotify(read *fsm.Read, byLabels map[string]*scheduler.DesiredState) {
 	sess.mu.Lock()
 	if !sess.registered || read.Revision() <= sess.notified {
 		sess.mu.Unlock()
 		return
 	}
 	sess.mu.Unlock()
-	desired, err := sess.a.planner.Desired(read, sess.labels)
-	if err != nil {
-		sess.logger.Warn("compute desired state for notify", "error", err)
-		return
+	key := labelsKey(sess.labels)
+	desired, ok := byLabels[key]
+	if !ok {
+		var err error
+		if desired, err = sess.a.planner.Desired(read, sess.labels); err != nil {
+			sess.logger.Warn("compute desired state for notify", "error", err)
+			return
+		}
+		byLabels[key] = desired
 	}
 	fp := desired.Fingerprint()
 	sess.mu.Lock()
@@ -338,4 +373,21 @@ func effectiveName(e wire.Effective) string {
 		return "mismatch"
 	}
 	return "unknown"
+}
+
+// labelsKey is a canonical string of a label set.
+func labelsKey(labels map[string]string) string {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(labels[k])
+		b.WriteByte(0)
+	}
+	return b.String()
 }

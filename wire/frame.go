@@ -18,6 +18,14 @@ const DefaultMaxFrameSize = 4 << 20
 // cannot make the reader allocate the whole announced size.
 const readChunk = 64 << 10
 
+// keepWriteBuf is the largest frame buffer a Writer keeps between
+// messages, and readBuf the read buffer of a Reader: small, since a server
+// holds one of each per connected agent and most frames are small.
+const (
+	keepWriteBuf = 1 << 10
+	readBuf      = 1 << 10
+)
+
 var (
 	// ErrFrameTooLarge reports a frame whose announced size exceeds the
 	// reader's limit (checked before allocating), or a message too large
@@ -140,7 +148,7 @@ type Reader struct {
 
 // NewReader returns a Reader on r with the default frame size limit.
 func NewReader(r io.Reader) *Reader {
-	return &Reader{MaxFrameSize: DefaultMaxFrameSize, r: bufio.NewReader(r)}
+	return &Reader{MaxFrameSize: DefaultMaxFrameSize, r: bufio.NewReaderSize(r, readBuf)}
 }
 
 // Read reads the next message; see ReadMessage for errors.
@@ -176,8 +184,11 @@ func (w *Writer) Write(m Message) error {
 	}
 	w.buf = AppendFrame(w.buf[:0], m)
 	_, err := w.w.Write(w.buf)
-	if cap(w.buf) > readChunk {
-		w.buf = nil // do not pin a large buffer between messages
+	if cap(w.buf) > keepWriteBuf {
+		// Do not pin a large buffer between messages: a server holds one
+		// Writer per idle agent, and the first Delta is often the only big
+		// frame a session sends.
+		w.buf = nil
 	}
 	return err
 }

@@ -1,0 +1,154 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/meteor-edge/meteor/cluster"
+	"github.com/meteor-edge/meteor/fsm"
+)
+
+// checkLinearizable checks the history against Model. It returns the
+// verdict and the linearization info for a report.
+func checkLinearizable(ops []porcupine.Operation, timeout time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo) {
+	return porcupine.CheckOperationsVerbose(Model, ops, timeout)
+}
+
+// waitConverged waits until a leader serves reads, every server (all must
+// be running) has applied the leader's last index, and every server's state
+// hashes the same.
+func waitConverged(ctx context.Context, h *Harness) error {
+	var last error
+	for {
+		last = convergedOnce(ctx, h)
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not converged: %w (last: %v)", ctx.Err(), last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func convergedOnce(ctx context.Context, h *Harness) error {
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	li, err := h.Leader(lctx)
+	if err != nil {
+		return err
+	}
+	servers := h.Servers()
+	want := servers[li].Raft().LastIndex()
+	var hash string
+	for _, s := range servers {
+		if s == nil {
+			return errors.New("a server is down")
+		}
+		if got := s.Raft().AppliedIndex(); got < want {
+			return fmt.Errorf("%s applied %d of %d", s.ID(), got, want)
+		}
+		hs, err := s.State().Hash()
+		if err != nil {
+			return fmt.Errorf("%s: hash state: %w", s.ID(), err)
+		}
+		if hash != "" && hs != hash {
+			return fmt.Errorf("%s: state hash differs", s.ID())
+		}
+		hash = hs
+	}
+	return nil
+}
+
+// checkAcknowledged checks that every acknowledged put is in every
+// server's history of its intent, at its revision, with its value.
+func checkAcknowledged(h *Harness, ops []porcupine.Operation) []string {
+	var out []string
+	for _, s := range h.Servers() {
+		if s == nil {
+			out = append(out, "acknowledged writes: a server is down")
+			continue
+		}
+		r := s.State().Read()
+		missing := 0
+		for _, op := range ops {
+			in, res := op.Input.(Input), op.Output.(Output)
+			if in.Op != OpPut || res.Unknown || res.Conflict {
+				continue
+			}
+			rec, err := r.IntentAt(in.Name, res.Revision)
+			var got string
+			if err == nil && rec.Revision == res.Revision {
+				doc, derr := rec.Intent()
+				if derr == nil {
+					got = content(doc)
+				}
+			}
+			if got != in.Value {
+				missing++
+				if missing <= 5 {
+					out = append(out, fmt.Sprintf("acknowledged write lost: %s has no %s=%q at revision %d (%v)", s.ID(), in.Name, in.Value, res.Revision, errOr(err, rec)))
+				}
+			}
+		}
+		if missing > 5 {
+			out = append(out, fmt.Sprintf("acknowledged writes lost on %s: %d in all", s.ID(), missing))
+		}
+	}
+	return out
+}
+
+func errOr(err error, rec *fsm.HistoryRecord) string {
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("found revision %d", rec.Revision)
+}
+
+// revisionWatch samples every running server's FSM revision and records
+// any that goes backwards. A restarted server is a new instance whose FSM
+// is rebuilt from its snapshot and log, so it is tracked afresh.
+type revisionWatch struct {
+	h *Harness
+
+	mu         sync.Mutex
+	last       map[*cluster.Server]uint64 // guarded by mu
+	violations []string                   // guarded by mu
+	samples    int                        // guarded by mu
+}
+
+func (w *revisionWatch) run(ctx context.Context) {
+	w.last = map[*cluster.Server]uint64{}
+	for ctx.Err() == nil {
+		w.sample()
+		sleep(ctx, 25*time.Millisecond)
+	}
+}
+
+func (w *revisionWatch) sample() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.h.Servers() {
+		if s == nil {
+			continue
+		}
+		rev := s.State().Read().Revision()
+		if prev, ok := w.last[s]; ok && rev < prev {
+			w.violations = append(w.violations, fmt.Sprintf("revision went backwards on %s: %d after %d", s.ID(), rev, prev))
+		}
+		w.last[s] = max(rev, w.last[s])
+		w.samples++
+	}
+}
+
+func (w *revisionWatch) result() ([]string, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.violations...), w.samples
+}

@@ -1,0 +1,311 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+
+	"github.com/meteor-edge/meteor/chaos"
+	"github.com/meteor-edge/meteor/cluster"
+)
+
+// HarnessConfig configures a Harness.
+type HarnessConfig struct {
+	// Servers is the cluster size (3 or 5).
+	Servers int
+	// Dir holds one data dir per server.
+	Dir string
+	// Seed seeds the chaos.Network (its drop rates).
+	Seed uint64
+	// Faults receives every fault; nil means a new log (see Harness.Faults).
+	Faults *chaos.FaultLog
+	// Log receives the servers' and the network's logs; nil discards them.
+	Log io.Writer
+	// LogLevel is the servers' log level; 0 means Warn.
+	LogLevel hclog.Level
+}
+
+// Harness is an in-process cluster of real servers on loopback, every
+// server's Raft and gossip traffic going through one chaos.Network. It is
+// safe for concurrent use.
+type Harness struct {
+	cfg     HarnessConfig
+	net     *chaos.Network
+	faults  *chaos.FaultLog
+	logger  hclog.Logger
+	configs []cluster.Config // addresses resolved after the first start
+
+	mu      sync.Mutex
+	servers []*cluster.Server // guarded by mu; nil while a server is down
+}
+
+// NewHarness starts cfg.Servers servers, which bootstrap a cluster
+// together, and waits for a leader.
+func NewHarness(ctx context.Context, cfg HarnessConfig) (*Harness, error) {
+	if cfg.Servers < 1 || cfg.Servers > 7 {
+		return nil, fmt.Errorf("harness: %d servers, want 1 to 7", cfg.Servers)
+	}
+	if cfg.Faults == nil {
+		cfg.Faults = chaos.NewFaultLog()
+	}
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	if cfg.LogLevel == hclog.NoLevel {
+		cfg.LogLevel = hclog.Warn
+	}
+	// The harness and the network log every fault at Info, whatever the
+	// servers' level.
+	logger := hclog.New(&hclog.LoggerOptions{Name: "chaos", Level: min(cfg.LogLevel, hclog.Info), Output: cfg.Log})
+	h := &Harness{
+		cfg:    cfg,
+		faults: cfg.Faults,
+		logger: logger,
+		net:    chaos.NewNetwork(cfg.Seed, cfg.Faults, chaos.WithLogger(logger)),
+	}
+	for i := range cfg.Servers {
+		c := h.serverConfig(fmt.Sprintf("s%d", i+1))
+		c.BootstrapExpect = cfg.Servers
+		if i > 0 {
+			c.Join = []string{h.servers[0].GossipAddr()}
+		}
+		s, err := cluster.New(c)
+		if err != nil {
+			h.Close()
+			return nil, fmt.Errorf("harness: start %s: %w", c.NodeID, err)
+		}
+		c.HTTPAddr, c.RaftAddr, c.GossipAddr = s.HTTPAddr(), s.RaftAddr(), s.GossipAddr()
+		h.configs = append(h.configs, c)
+		h.servers = append(h.servers, s)
+	}
+	if _, err := h.Leader(ctx); err != nil {
+		h.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// serverConfig returns a config with loopback ports and timings tightened
+// so that elections and failure detection take well under a second, with
+// headroom for -race on a busy machine.
+func (h *Harness) serverConfig(id string) cluster.Config {
+	c := cluster.DefaultConfig()
+	c.NodeID = id
+	c.Region = "eu"
+	c.DataDir = filepath.Join(h.cfg.Dir, id)
+	c.HTTPAddr, c.RaftAddr, c.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	c.FSM.HistoryLimit = 100000 // keep every revision: the lost-write check reads them all
+	c.ApplyTimeout = 3 * time.Second
+	c.ReconcileInterval = 200 * time.Millisecond
+	c.ReconnectInterval = 500 * time.Millisecond
+	c.Logger = hclog.New(&hclog.LoggerOptions{Name: id, Level: h.cfg.LogLevel, Output: h.cfg.Log})
+	c.RaftTuning = func(rc *raft.Config) {
+		rc.HeartbeatTimeout = 400 * time.Millisecond
+		rc.ElectionTimeout = 400 * time.Millisecond
+		rc.LeaderLeaseTimeout = 200 * time.Millisecond
+		rc.CommitTimeout = 5 * time.Millisecond
+	}
+	c.GossipTuning = func(mc *memberlist.Config) {
+		mc.ProbeInterval = 200 * time.Millisecond
+		mc.ProbeTimeout = 100 * time.Millisecond
+		mc.GossipInterval = 50 * time.Millisecond
+		mc.SuspicionMult = 2
+		mc.PushPullInterval = 2 * time.Second
+		mc.TCPTimeout = time.Second
+	}
+	c.RaftLayer = func(id string, ln net.Listener) raft.StreamLayer { return h.net.StreamLayer(id, ln) }
+	c.GossipTransport = func(id string, t memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
+		return h.net.MemberlistTransport(id, t)
+	}
+	return c
+}
+
+// Network returns the partition table every server's traffic crosses.
+func (h *Harness) Network() *chaos.Network { return h.net }
+
+// Faults returns the log every fault is recorded in.
+func (h *Harness) Faults() *chaos.FaultLog { return h.faults }
+
+// Size returns the number of servers, running or not.
+func (h *Harness) Size() int { return len(h.configs) }
+
+// ID returns server i's node ID.
+func (h *Harness) ID(i int) string { return h.configs[i].NodeID }
+
+// HTTPAddr returns server i's HTTP address (the same across restarts).
+func (h *Harness) HTTPAddr(i int) string { return h.configs[i].HTTPAddr }
+
+// Servers returns the servers by index, nil for those that are down.
+func (h *Harness) Servers() []*cluster.Server {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]*cluster.Server(nil), h.servers...)
+}
+
+// Alive returns the indexes of the running servers.
+func (h *Harness) Alive() []int {
+	var out []int
+	for i, s := range h.Servers() {
+		if s != nil {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// Index returns the index of the server with the given ID, or -1.
+func (h *Harness) Index(id string) int {
+	for i, c := range h.configs {
+		if c.NodeID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// Leader waits until exactly one running server leads, every running
+// server agrees, and the leader serves linearizable reads, and returns its
+// index. It gives up when ctx ends.
+func (h *Harness) Leader(ctx context.Context) (int, error) {
+	var last error
+	for {
+		i, err := h.leaderOnce(ctx)
+		if err == nil {
+			return i, nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return -1, fmt.Errorf("harness: no leader: %w (last: %v)", ctx.Err(), last)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (h *Harness) leaderOnce(ctx context.Context) (int, error) {
+	servers := h.Servers()
+	leader := -1
+	for i, s := range servers {
+		if s != nil && s.IsLeader() {
+			if leader >= 0 {
+				return -1, fmt.Errorf("two leaders: %s and %s", servers[leader].ID(), s.ID())
+			}
+			leader = i
+		}
+	}
+	if leader < 0 {
+		return -1, errors.New("no leader")
+	}
+	for _, s := range servers {
+		if s == nil {
+			continue
+		}
+		if _, id := s.Raft().LeaderWithID(); string(id) != servers[leader].ID() {
+			return -1, fmt.Errorf("%s thinks the leader is %q, not %s", s.ID(), id, servers[leader].ID())
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := servers[leader].ConsistentRead(rctx); err != nil {
+		return -1, fmt.Errorf("leader %s: %w", servers[leader].ID(), err)
+	}
+	return leader, nil
+}
+
+// CurrentLeader returns the index of a running server that believes it
+// leads, without waiting, or -1.
+func (h *Harness) CurrentLeader() int {
+	for i, s := range h.Servers() {
+		if s != nil && s.IsLeader() {
+			return i
+		}
+	}
+	return -1
+}
+
+// Kill stops server i abruptly, without leaving the cluster, like a crash:
+// its data dir keeps whatever was fsynced.
+func (h *Harness) Kill(i int) error {
+	h.mu.Lock()
+	s := h.servers[i]
+	h.servers[i] = nil
+	h.mu.Unlock()
+	if s == nil {
+		return fmt.Errorf("harness: kill %s: not running", h.configs[i].NodeID)
+	}
+	h.faults.Record(KindCrash, h.configs[i].NodeID, "", "killed (shutdown without leave)")
+	h.logger.Info("fault", "kind", KindCrash, "server", h.configs[i].NodeID)
+	if err := s.Shutdown(); err != nil {
+		return fmt.Errorf("harness: kill %s: %w", h.configs[i].NodeID, err)
+	}
+	return nil
+}
+
+// Restart starts server i again with its data dir and addresses, joining
+// the running servers.
+func (h *Harness) Restart(i int) error {
+	c := h.configs[i]
+	c.BootstrapExpect = 0
+	c.Join = nil
+	for j, s := range h.Servers() {
+		if s != nil && j != i {
+			c.Join = append(c.Join, s.GossipAddr())
+		}
+	}
+	h.mu.Lock()
+	running := h.servers[i] != nil
+	h.mu.Unlock()
+	if running {
+		return fmt.Errorf("harness: restart %s: already running", c.NodeID)
+	}
+	h.faults.Record(KindRestart, c.NodeID, "", "restarted from its data dir")
+	h.logger.Info("fault", "kind", KindRestart, "server", c.NodeID)
+	s, err := cluster.New(c)
+	if err != nil {
+		return fmt.Errorf("harness: restart %s: %w", c.NodeID, err)
+	}
+	h.mu.Lock()
+	h.servers[i] = s
+	h.mu.Unlock()
+	return nil
+}
+
+// Close stops every server and closes the network's connections. It waits
+// for the servers' goroutines.
+func (h *Harness) Close() error {
+	h.mu.Lock()
+	servers := h.servers
+	h.servers = make([]*cluster.Server, len(servers))
+	h.mu.Unlock()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, s := range servers {
+		if s == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Shutdown(); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("shutdown %s: %w", s.ID(), err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	errs = append(errs, h.net.Close())
+	return errors.Join(errs...)
+}

@@ -1,0 +1,279 @@
+package scenario
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/hashicorp/go-hclog"
+	"go.uber.org/goleak"
+
+	"github.com/meteor-edge/meteor/chaos"
+)
+
+// Options configure a run.
+type Options struct {
+	// Seed drives the fault schedule, the clients' choices and the
+	// network's random drops.
+	Seed uint64
+	// Duration is how long the workload runs under faults.
+	Duration time.Duration
+	// Dir holds the servers' data dirs and, if a check fails, the report
+	// folder.
+	Dir string
+	// Log receives the servers' logs (warnings and errors) and the run's
+	// progress; nil discards them.
+	Log io.Writer
+	// Clients is the number of concurrent clients; 0 means 4.
+	Clients int
+	// Intents is the number of intents they use; 0 means 4.
+	Intents int
+	// CheckTimeout bounds the linearizability check; 0 means 30 s. A check
+	// that times out is inconclusive, not a violation.
+	CheckTimeout time.Duration
+	// StaleReads makes the clients read with ?stale=true, which is not
+	// linearizable: under partitions the checker should flag it. It exists
+	// to show that the checkers can fail.
+	StaleReads bool
+	// SkipLeakCheck leaves out the goroutine leak check (for callers that
+	// run scenarios in parallel, where other runs' goroutines come and go).
+	SkipLeakCheck bool
+}
+
+// Result is what a run found.
+type Result struct {
+	Scenario string
+	Seed     uint64
+	// Faults is the number of faults the schedule injected (network
+	// changes and crashes; heals and restarts not counted).
+	Faults int
+	// Ops is the number of operations in the checked history; Unknown of
+	// them had an unknown outcome and Dropped operations that certainly
+	// had no effect were left out of it.
+	Ops     int
+	Unknown int
+	Dropped int
+	// Linearizability is porcupine's verdict: Ok, Illegal or Unknown (the
+	// check timed out).
+	Linearizability porcupine.CheckResult
+	// Violations lists every failed check; empty means the run passed.
+	Violations []string
+	// Reconverge is how long the cluster took, after the faults were
+	// healed and stopped servers restarted, to agree on one state.
+	Reconverge time.Duration
+	// Report is the folder written for a failing run, or "".
+	Report string
+}
+
+// Run starts a cluster, runs the workload for opts.Duration while the
+// scenario injects faults, heals, waits for the cluster to converge and
+// checks it. The error reports a run that could not be carried out (the
+// cluster did not start); failed checks are Result.Violations.
+func Run(ctx context.Context, sc Scenario, opts Options) (Result, error) {
+	res := Result{Scenario: sc.Name, Seed: opts.Seed}
+	if opts.Clients <= 0 {
+		opts.Clients = 4
+	}
+	if opts.Intents <= 0 {
+		opts.Intents = 4
+	}
+	if opts.CheckTimeout <= 0 {
+		opts.CheckTimeout = 30 * time.Second
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	if opts.Dir == "" {
+		return res, errors.New("scenario: Options.Dir must be set")
+	}
+	var leakOpts []goleak.Option
+	if !opts.SkipLeakCheck {
+		leakOpts = append(leakOpts, goleak.IgnoreCurrent())
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "scenario", Level: hclog.Info, Output: opts.Log}).
+		With("scenario", sc.Name, "seed", opts.Seed)
+
+	faults := chaos.NewFaultLog()
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	h, err := NewHarness(startCtx, HarnessConfig{
+		Servers: sc.Servers,
+		Dir:     filepath.Join(opts.Dir, "data"),
+		Seed:    opts.Seed,
+		Faults:  faults,
+		Log:     opts.Log,
+	})
+	cancel()
+	if err != nil {
+		return res, fmt.Errorf("scenario %s: %w", sc.Name, err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			h.Close()
+		}
+	}()
+
+	names := make([]string, opts.Intents)
+	for i := range names {
+		names[i] = fmt.Sprintf("chaos-%d", i)
+	}
+	wl := newWorkload(h, opts.Seed, opts.Clients, names)
+	wl.stale = opts.StaleReads
+	defer wl.close()
+	watch := &revisionWatch{h: h}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var watchWG sync.WaitGroup
+	watchWG.Add(1)
+	go func() { defer watchWG.Done(); watch.run(watchCtx) }()
+	defer func() { stopWatch(); watchWG.Wait() }()
+
+	// Faults and workload run together for the duration.
+	logger.Info("running", "servers", sc.Servers, "duration", opts.Duration)
+	inj := &Injector{H: h, Rng: rand.New(rand.NewPCG(opts.Seed, 0x5eed))}
+	runCtx, stopRun := context.WithTimeout(ctx, opts.Duration)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); sc.Inject(runCtx, inj) }()
+	go func() { defer wg.Done(); wl.run(runCtx) }()
+	wg.Wait()
+	stopRun()
+	res.Faults = inj.Count()
+
+	// Heal, restart what is down, and let the cluster settle.
+	h.Network().Heal()
+	for i, s := range h.Servers() {
+		if s == nil {
+			if err := h.Restart(i); err != nil {
+				res.Violations = append(res.Violations, fmt.Sprintf("restart after the run: %v", err))
+			}
+		}
+	}
+	healed := time.Now()
+	convCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = waitConverged(convCtx, h)
+	cancel()
+	res.Reconverge = time.Since(healed)
+	if err != nil {
+		res.Violations = append(res.Violations, fmt.Sprintf("servers did not converge within 30 s of healing: %v", err))
+	} else {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		li, lerr := h.Leader(lctx)
+		cancel()
+		if lerr == nil {
+			lerr = wl.finalReads(ctx, h.HTTPAddr(li))
+		}
+		if lerr != nil {
+			res.Violations = append(res.Violations, fmt.Sprintf("after convergence: %v", lerr))
+		}
+	}
+	stopWatch()
+	watchWG.Wait()
+	logger.Info("healed", "reconverge", res.Reconverge, "faults", faults.String())
+
+	// Checks.
+	ops, unknown, dropped := wl.history()
+	res.Ops, res.Unknown, res.Dropped = len(ops), unknown, dropped
+	verdict, info := checkLinearizable(ops, opts.CheckTimeout)
+	res.Linearizability = verdict
+	if verdict == porcupine.Illegal {
+		res.Violations = append(res.Violations, "history is not linearizable (see linearizability.html)")
+	}
+	if err == nil {
+		res.Violations = append(res.Violations, checkAcknowledged(h, ops)...)
+	}
+	revViolations, _ := watch.result()
+	res.Violations = append(res.Violations, revViolations...)
+
+	closed = true
+	if err := h.Close(); err != nil {
+		res.Violations = append(res.Violations, fmt.Sprintf("shutdown: %v", err))
+	}
+	wl.close()
+	if !opts.SkipLeakCheck {
+		if err := findLeaks(leakOpts); err != nil {
+			res.Violations = append(res.Violations, fmt.Sprintf("goroutines leaked: %v", err))
+		}
+	}
+	logger.Info("checked", "ops", res.Ops, "unknown", res.Unknown, "dropped", res.Dropped,
+		"linearizability", res.Linearizability, "violations", len(res.Violations))
+
+	if len(res.Violations) > 0 {
+		dir := filepath.Join(opts.Dir, fmt.Sprintf("report-%s-%d", sc.Name, opts.Seed))
+		if err := writeReport(dir, res, faults, ops, verdict, info); err != nil {
+			return res, fmt.Errorf("scenario %s: write report: %w", sc.Name, err)
+		}
+		res.Report = dir
+		logger.Error("run failed", "report", dir, "violations", strings.Join(res.Violations, "; "))
+	}
+	return res, nil
+}
+
+// writeReport writes a failing run's folder: the result with the seed,
+// the fault log as JSON lines, the history, and porcupine's visualization.
+func writeReport(dir string, res Result, faults *chaos.FaultLog, ops []porcupine.Operation, verdict porcupine.CheckResult, info porcupine.LinearizationInfo) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	res.Report = dir
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "result.json"), b, 0o644); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "faults.jsonl"))
+	if err != nil {
+		return err
+	}
+	werr := faults.WriteJSONL(f)
+	if err := errors.Join(werr, f.Close()); err != nil {
+		return err
+	}
+	type op struct {
+		Client int    `json:"client"`
+		Input  Input  `json:"input"`
+		Output Output `json:"output"`
+		Call   int64  `json:"call_ns"`
+		Return int64  `json:"return_ns"`
+	}
+	hist := make([]op, len(ops))
+	for i, o := range ops {
+		hist[i] = op{o.ClientId, o.Input.(Input), o.Output.(Output), o.Call, o.Return}
+	}
+	if b, err = json.MarshalIndent(hist, "", " "); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "history.json"), b, 0o644); err != nil {
+		return err
+	}
+	if verdict != porcupine.Ok {
+		if err := porcupine.VisualizePath(Model, info, filepath.Join(dir, "linearizability.html")); err != nil {
+			return fmt.Errorf("visualize: %w", err)
+		}
+	}
+	return nil
+}
+
+// findLeaks looks for goroutines started during the run that outlive it.
+// Some stop shortly after shutdown on their own (a memberlist probe waits
+// for its ack timer), so it looks again for a few seconds before judging.
+func findLeaks(opts []goleak.Option) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := goleak.Find(opts...)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -1,0 +1,237 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Fault kinds the harness records besides the chaos package's.
+const (
+	// KindCrash is a server stopped without leaving (Harness.Kill).
+	KindCrash = "crash"
+	// KindRestart is a server started again from its data dir.
+	KindRestart = "restart"
+)
+
+// Scenario is a named fault schedule for a cluster of a given size.
+type Scenario struct {
+	Name        string
+	Description string
+	// Servers is the cluster size.
+	Servers int
+	// Inject runs the fault schedule until ctx ends. It need not heal: Run
+	// heals the network and restarts stopped servers afterwards.
+	Inject func(ctx context.Context, f *Injector)
+}
+
+// Injector is what a scenario's schedule acts through: the harness, a
+// random source seeded by the run's seed, and a count of the faults
+// injected.
+type Injector struct {
+	H   *Harness
+	Rng *rand.Rand
+	n   int
+}
+
+// Count returns the number of faults injected so far.
+func (f *Injector) Count() int { return f.n }
+
+// Sleep waits a random duration in [lo, hi), or until ctx ends; it
+// reports whether ctx is still live.
+func (f *Injector) Sleep(ctx context.Context, lo, hi time.Duration) bool {
+	d := lo
+	if hi > lo {
+		d += time.Duration(f.Rng.Int64N(int64(hi - lo)))
+	}
+	sleep(ctx, d)
+	return ctx.Err() == nil
+}
+
+// Leader returns the ID of the server that currently believes it leads,
+// waiting up to 2 s for one, or "".
+func (f *Injector) Leader(ctx context.Context) string {
+	deadline := time.Now().Add(2 * time.Second)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		if i := f.H.CurrentLeader(); i >= 0 {
+			return f.H.ID(i)
+		}
+		sleep(ctx, 20*time.Millisecond)
+	}
+	return ""
+}
+
+// IDs returns every server's ID, in index order.
+func (f *Injector) IDs() []string {
+	ids := make([]string, f.H.Size())
+	for i := range ids {
+		ids[i] = f.H.ID(i)
+	}
+	return ids
+}
+
+// Others returns the IDs other than those given, shuffled.
+func (f *Injector) Others(except ...string) []string {
+	var out []string
+	for _, id := range f.IDs() {
+		skip := false
+		for _, e := range except {
+			skip = skip || id == e
+		}
+		if !skip {
+			out = append(out, id)
+		}
+	}
+	f.Rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+// Partition, Isolate, CutOneWay and Heal change the network (the network
+// records each change in the fault log).
+func (f *Injector) Partition(groups ...[]string) { f.n++; f.H.Network().Partition(groups...) }
+func (f *Injector) Isolate(ids ...string)        { f.n++; f.H.Network().Isolate(ids...) }
+func (f *Injector) CutOneWay(from, to string)    { f.n++; f.H.Network().CutOneWay(from, to) }
+func (f *Injector) Heal()                        { f.H.Network().Heal() }
+
+// Kill crashes a server; Restart starts it again. Errors are recorded in
+// the fault log and otherwise ignored: the checkers judge the outcome.
+func (f *Injector) Kill(id string) {
+	f.n++
+	if err := f.H.Kill(f.H.Index(id)); err != nil {
+		f.H.Faults().Record(KindCrash, id, "", fmt.Sprintf("error: %v", err))
+	}
+}
+
+func (f *Injector) Restart(id string) {
+	if err := f.H.Restart(f.H.Index(id)); err != nil {
+		f.H.Faults().Record(KindRestart, id, "", fmt.Sprintf("error: %v", err))
+	}
+}
+
+// All returns the scenarios, in the order the tests run them.
+func All() []Scenario {
+	return []Scenario{LeaderIsolated, MinorityPartition, MajorityPartition, Flapping, KillLeader, Ring}
+}
+
+// ByName returns the scenario with the given name.
+func ByName(name string) (Scenario, bool) {
+	for _, s := range All() {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Scenario{}, false
+}
+
+// LeaderIsolated cuts the leader off from everyone, both ways, for 1.5-2.5
+// s, then heals, over and over.
+var LeaderIsolated = Scenario{
+	Name:        "leader-isolated",
+	Description: "3 servers; isolate the current leader for 1.5-2.5 s, heal, wait about 1 s, repeat",
+	Servers:     3,
+	Inject: func(ctx context.Context, f *Injector) {
+		for f.Sleep(ctx, 800*time.Millisecond, 1200*time.Millisecond) {
+			l := f.Leader(ctx)
+			if l == "" {
+				continue
+			}
+			f.Isolate(l)
+			f.Sleep(ctx, 1500*time.Millisecond, 2500*time.Millisecond)
+			f.Heal()
+		}
+	},
+}
+
+// MinorityPartition puts the leader in the minority side of a 2/3 split.
+var MinorityPartition = Scenario{
+	Name:        "minority-partition",
+	Description: "5 servers; split 2/3 with the leader on the 2 side for 1.5-2.5 s, heal, repeat",
+	Servers:     5,
+	Inject: func(ctx context.Context, f *Injector) {
+		for f.Sleep(ctx, 800*time.Millisecond, 1200*time.Millisecond) {
+			l := f.Leader(ctx)
+			if l == "" {
+				continue
+			}
+			f.Partition([]string{l, f.Others(l)[0]})
+			f.Sleep(ctx, 1500*time.Millisecond, 2500*time.Millisecond)
+			f.Heal()
+		}
+	},
+}
+
+// MajorityPartition cuts two followers off: the leader keeps its majority.
+var MajorityPartition = Scenario{
+	Name:        "majority-partition",
+	Description: "5 servers; split 2/3 with the leader on the 3 side for 1.5-2.5 s, heal, repeat",
+	Servers:     5,
+	Inject: func(ctx context.Context, f *Injector) {
+		for f.Sleep(ctx, 800*time.Millisecond, 1200*time.Millisecond) {
+			l := f.Leader(ctx)
+			if l == "" {
+				continue
+			}
+			f.Partition(f.Others(l)[:2])
+			f.Sleep(ctx, 1500*time.Millisecond, 2500*time.Millisecond)
+			f.Heal()
+		}
+	},
+}
+
+// Flapping alternates random 2/3 splits and heals about every second.
+var Flapping = Scenario{
+	Name:        "flapping",
+	Description: "5 servers; a random 2/3 split for 0.7-1.3 s, healed for 0.7-1.3 s, repeat",
+	Servers:     5,
+	Inject: func(ctx context.Context, f *Injector) {
+		for f.Sleep(ctx, 700*time.Millisecond, 1300*time.Millisecond) {
+			f.Partition(f.Others()[:2])
+			f.Sleep(ctx, 700*time.Millisecond, 1300*time.Millisecond)
+			f.Heal()
+		}
+	},
+}
+
+// KillLeader crashes the leader during writes and restarts it later.
+var KillLeader = Scenario{
+	Name:        "kill-leader",
+	Description: "3 servers; crash the leader (no leave), restart it from its data dir 1.5-2.5 s later, repeat",
+	Servers:     3,
+	Inject: func(ctx context.Context, f *Injector) {
+		for f.Sleep(ctx, 800*time.Millisecond, 1200*time.Millisecond) {
+			l := f.Leader(ctx)
+			if l == "" {
+				continue
+			}
+			f.Kill(l)
+			f.Sleep(ctx, 1500*time.Millisecond, 2500*time.Millisecond)
+			f.Restart(l)
+		}
+	},
+}
+
+// Ring arranges the 5 servers in a random ring where each reaches only its
+// two neighbours: every server sees a majority (itself and its
+// neighbours), each a different one, and no two non-adjacent servers can
+// talk.
+var Ring = Scenario{
+	Name:        "ring",
+	Description: "5 servers in a random ring, each reaching only its two neighbours (each sees a different majority) for 2-3 s, heal, repeat",
+	Servers:     5,
+	Inject: func(ctx context.Context, f *Injector) {
+		for f.Sleep(ctx, 800*time.Millisecond, 1200*time.Millisecond) {
+			ring := f.Others()
+			n := len(ring)
+			for i := range ring {
+				for _, d := range []int{2, n - 2} { // the non-neighbours
+					if d > 1 && d < n-1 {
+						f.CutOneWay(ring[i], ring[(i+d)%n])
+					}
+				}
+			}
+			f.Sleep(ctx, 2*time.Second, 3*time.Second)
+			f.Heal()
+		}
+	},
+}
