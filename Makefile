@@ -7,6 +7,8 @@ PKGS      := ./...
 # make test must stay well under 15 minutes with -race on 2 cores.
 TEST_TIMEOUT ?= 14m
 FUZZTIME  ?= 30s
+CHAOS_SEEDS    ?= 5
+CHAOS_DURATION ?= 20s
 
 .DEFAULT_GOAL := help
 
@@ -48,6 +50,10 @@ bench-sessions: build ## Resync bytes, reconnect time (0-RTT vs full handshake),
 .PHONY: bench-status
 bench-status: ## Status transitions/s, Raft entries per 1,000 transitions, visibility delay (10,000 devices x 5, 3 servers)
 	$(GO) test -run '^$$' -bench BenchmarkStatusTransitions -benchtime 1x -timeout 10m ./cluster
+
+.PHONY: chaos
+chaos: build ## Every chaos scenario with several seeds; prints scenario, faults, ops checked, violations, reconvergence
+	./$(BIN) chaos matrix --seeds $(CHAOS_SEEDS) --duration $(CHAOS_DURATION)
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s)

@@ -67,6 +67,7 @@ func newRootCmd() *cobra.Command {
 		newHealthCmd(g),
 		newStatusCmd(g),
 		newCACmd(),
+		newChaosCmd(),
 		newVersionCmd(),
 	)
 	return root
