@@ -21,9 +21,8 @@ const (
 	// DeviceSessionType records a device's session: which server it is
 	// connected to, its labels and its acknowledged desired revision.
 	DeviceSessionType MessageType = 4
-	// DeviceReportType records an agent's report of applied and effective
-	// state, at most once per report sequence number.
-	DeviceReportType MessageType = 5
+	// Type 5 is reserved (an early per-report command that status batches
+	// replaced); do not reuse it.
 	// StatusBatchType records a batch of device status transitions,
 	// committed by the devices' owners.
 	StatusBatchType MessageType = 6
@@ -45,8 +44,6 @@ func (t MessageType) String() string {
 		return "upsert-device"
 	case DeviceSessionType:
 		return "device-session"
-	case DeviceReportType:
-		return "device-report"
 	case StatusBatchType:
 		return "status-batch"
 	}
@@ -106,23 +103,6 @@ type ResourceStatus struct {
 	LastError string `json:"last_error,omitempty"`
 	Attempts  uint32 `json:"attempts,omitempty"`
 	UpdatedAt int64  `json:"updated_at,omitempty"`
-}
-
-// DeviceReportRequest records an agent's report.
-type DeviceReportRequest struct {
-	ID string `json:"id"`
-	// Seq is the report's sequence number; a report at or below the
-	// stored one is a duplicate and is ignored.
-	Seq             uint64 `json:"seq"`
-	DesiredRevision uint64 `json:"desired_revision"`
-	// Full reports list every resource the agent has; others only those
-	// that changed.
-	Full          bool             `json:"full"`
-	Status        string           `json:"status,omitempty"`
-	BlockedReason string           `json:"blocked_reason,omitempty"`
-	Resources     []ResourceStatus `json:"resources,omitempty"`
-	Server        string           `json:"server"`
-	Time          int64            `json:"time"`
 }
 
 // StatusTransition is one device's change of status, with what its agent

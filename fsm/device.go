@@ -67,34 +67,6 @@ func (f *FSM) applyDeviceSession(txn *memdb.Txn, index uint64, body []byte) (App
 	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
 }
 
-func (f *FSM) applyDeviceReport(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
-	var req DeviceReportRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return ApplyResult{}, fmt.Errorf("decode: %w", err)
-	}
-	cur, err := f.device(txn, req.ID)
-	if err != nil {
-		return ApplyResult{}, err
-	}
-	if cur == nil {
-		return rejected(txn, fmt.Errorf("device %q: %w (a device reports only within a session)", req.ID, ErrNotFound))
-	}
-	if req.Seq <= cur.ReportSeq {
-		// A duplicate (resent after a reconnect): applied at most once.
-		return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
-	}
-	rec := *cur
-	rec.ReportSeq, rec.ReportRevision = req.Seq, req.DesiredRevision
-	rec.AgentStatus, rec.BlockedReason = req.Status, req.BlockedReason
-	rec.LastSeen = max(rec.LastSeen, req.Time)
-	rec.ModifyIndex, rec.UpdatedAt = index, req.Time
-	rec.Resources = MergeResources(cur.Resources, req.Resources, req.Full)
-	if err := txn.Insert(tableDevices, &rec); err != nil {
-		return ApplyResult{}, err
-	}
-	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
-}
-
 // MergeResources applies a report to stored resource states: a full
 // report replaces them, a partial one updates the resources it names.
 // The result is sorted by key, so replicas store the same bytes.

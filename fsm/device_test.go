@@ -15,8 +15,8 @@ func TestDeviceSessionAndReports(t *testing.T) {
 		idx++
 		return f.Apply(idx, mustEncode(t, typ, req))
 	}
-	if res := apply(DeviceReportType, &DeviceReportRequest{ID: "d1", Seq: 1}); !errors.Is(res.Err, ErrNotFound) {
-		t.Fatalf("report before any session: %+v", res)
+	if res := apply(DeviceSessionType, &DeviceSessionRequest{ID: "d1", SessionID: "x", Server: "a"}); !errors.Is(res.Err, ErrNotFound) {
+		t.Fatalf("disconnect of an unknown device: %+v", res)
 	}
 	res := apply(DeviceSessionType, &DeviceSessionRequest{ID: "d1", Labels: map[string]string{"region": "eu"}, SessionID: "s-a", Server: "srv1", Connected: true, AckedRevision: 0, Time: 5})
 	if res.Err != nil || res.Revision != 1 {
@@ -38,24 +38,28 @@ func TestDeviceSessionAndReports(t *testing.T) {
 		t.Fatalf("device %+v", d)
 	}
 
-	rep := &DeviceReportRequest{ID: "d1", Seq: 2, DesiredRevision: 7, Full: true, Resources: []ResourceStatus{
+	report := func(tr StatusTransition) {
+		tr.Device, tr.Status = "d1", "converged"
+		apply(StatusBatchType, &StatusBatchRequest{Owner: "srv2", Transitions: []StatusTransition{tr}})
+	}
+	rep := StatusTransition{Seq: 2, Revision: 7, Full: true, Resources: []ResourceStatus{
 		{Key: "net/b", AppliedDigest: "bb", Effective: "ok"},
 		{Key: "net/a", AppliedDigest: "aa", Effective: "mismatch", Detail: "old cert served"},
 	}, Time: 9}
-	apply(DeviceReportType, rep)
+	report(rep)
 	// A resent duplicate (same seq, other content) is ignored: at most once.
-	dup := *rep
+	dup := rep
 	dup.Resources = nil
-	apply(DeviceReportType, &dup)
+	report(dup)
 	// A partial report updates only the resources it names.
-	apply(DeviceReportType, &DeviceReportRequest{ID: "d1", Seq: 3, DesiredRevision: 7, Resources: []ResourceStatus{{Key: "net/a", AppliedDigest: "aa", Effective: "ok"}}, Time: 10})
+	report(StatusTransition{Seq: 3, Revision: 7, Resources: []ResourceStatus{{Key: "net/a", AppliedDigest: "aa", Effective: "ok"}}, Time: 10})
 	d, _ = f.Read().Device(nil, "d1")
 	want := []ResourceStatus{{Key: "net/a", AppliedDigest: "aa", Effective: "ok"}, {Key: "net/b", AppliedDigest: "bb", Effective: "ok"}}
 	if diff := cmp.Diff(want, d.Resources); diff != "" || d.ReportSeq != 3 {
 		t.Fatalf("resources (-want +got):\n%s\nseq %d", diff, d.ReportSeq)
 	}
 	// A full report drops resources it does not list.
-	apply(DeviceReportType, &DeviceReportRequest{ID: "d1", Seq: 5, Full: true, Resources: []ResourceStatus{{Key: "net/b", AppliedDigest: "bb", Effective: "ok"}}, Time: 11})
+	report(StatusTransition{Seq: 5, Full: true, Resources: []ResourceStatus{{Key: "net/b", AppliedDigest: "bb", Effective: "ok"}}, Time: 11})
 	apply(DeviceSessionType, &DeviceSessionRequest{ID: "d1", SessionID: "s-a", Server: "srv2", Connected: false, Time: 12})
 	d, _ = f.Read().Device(nil, "d1")
 	if len(d.Resources) != 1 || d.Connected || d.ReportSeq != 5 {

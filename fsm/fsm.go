@@ -18,7 +18,6 @@ var handlers = map[MessageType]handler{
 	DeleteIntentType:  (*FSM).applyDeleteIntent,
 	UpsertDeviceType:  (*FSM).applyUpsertDevice,
 	DeviceSessionType: (*FSM).applyDeviceSession,
-	DeviceReportType:  (*FSM).applyDeviceReport,
 	StatusBatchType:   (*FSM).applyStatusBatch,
 }
 

@@ -192,11 +192,6 @@ func randomLog(t testing.TB, seed uint64, n int) [][]byte {
 				Status: []string{"pending", "converged", "failed"}[rng.IntN(3)], Full: true,
 				Resources: []ResourceStatus{{Key: name + "/motd", AppliedDigest: fmt.Sprint(i), Effective: "ok"}},
 			}}}))
-		case 3:
-			log = append(log, mustEncode(t, DeviceReportType, &DeviceReportRequest{
-				ID: fmt.Sprintf("dev-%d", rng.IntN(20)), Seq: uint64(rng.IntN(i + 1)), Full: rng.IntN(2) == 0,
-				Resources: []ResourceStatus{{Key: name + "/motd", AppliedDigest: fmt.Sprint(i), Effective: "ok"}}, Time: int64(i),
-			}))
 		default:
 			log = append(log, mustEncode(t, UpsertDeviceType, &UpsertDeviceRequest{
 				ID: fmt.Sprintf("dev-%d", rng.IntN(20)), Labels: map[string]string{"site": fmt.Sprint(rng.IntN(3)), "region": "eu"}, Time: int64(i),
