@@ -52,8 +52,9 @@ bench-status: ## Status transitions/s, Raft entries per 1,000 transitions, visib
 	$(GO) test -run '^$$' -bench BenchmarkStatusTransitions -benchtime 1x -timeout 10m ./cluster
 
 .PHONY: chaos
-chaos: build ## Every chaos scenario with several seeds; prints scenario, faults, ops checked, violations, reconvergence
+chaos: build ## Every chaos scenario with several seeds (table of faults, ops checked, violations, reconvergence), then the Docker multi-host suite
 	./$(BIN) chaos matrix --seeds $(CHAOS_SEEDS) --duration $(CHAOS_DURATION)
+	$(GO) test -count=1 -v -run TestMultiHost -timeout 10m ./chaos/docker -chaos.docker
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s)

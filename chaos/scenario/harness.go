@@ -105,6 +105,11 @@ func (h *Harness) serverConfig(id string) cluster.Config {
 	c.HTTPAddr, c.RaftAddr, c.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	c.FSM.HistoryLimit = 100000 // keep every revision: the lost-write check reads them all
 	c.ApplyTimeout = 3 * time.Second
+	// Compact the log often, so that a follower kept behind must be sent a
+	// snapshot (the follower-behind-compaction scenario).
+	c.TrailingLogs = 64
+	c.SnapshotThreshold = 256
+	c.SnapshotInterval = 500 * time.Millisecond
 	c.ReconcileInterval = 200 * time.Millisecond
 	c.ReconnectInterval = 500 * time.Millisecond
 	c.Logger = hclog.New(&hclog.LoggerOptions{Name: id, Level: h.cfg.LogLevel, Output: h.cfg.Log})

@@ -111,7 +111,8 @@ func (f *Injector) Restart(id string) {
 
 // All returns the scenarios, in the order the tests run them.
 func All() []Scenario {
-	return []Scenario{LeaderIsolated, MinorityPartition, MajorityPartition, Flapping, KillLeader, Ring}
+	return []Scenario{LeaderIsolated, MinorityPartition, MajorityPartition, Flapping, KillLeader, Ring,
+		KillRandom, WholeClusterRestart, FollowerBehindCompaction}
 }
 
 // ByName returns the scenario with the given name.
@@ -231,6 +232,77 @@ var Ring = Scenario{
 				}
 			}
 			f.Sleep(ctx, 2*time.Second, 3*time.Second)
+			f.Heal()
+		}
+	},
+}
+
+// KillRandom crashes random servers, never more than a minority at once,
+// and restarts them.
+var KillRandom = Scenario{
+	Name:        "kill-random",
+	Description: "5 servers; crash one or two random servers (no leave), restart them 1-2 s later, repeat",
+	Servers:     5,
+	Inject: func(ctx context.Context, f *Injector) {
+		for f.Sleep(ctx, 500*time.Millisecond, 1000*time.Millisecond) {
+			victims := f.Others()[:1+f.Rng.IntN(2)]
+			for _, id := range victims {
+				f.Kill(id)
+			}
+			f.Sleep(ctx, time.Second, 2*time.Second)
+			for _, id := range victims {
+				f.Restart(id)
+			}
+		}
+	},
+}
+
+// WholeClusterRestart crashes every server at once and starts them all
+// again from their data dirs: no acknowledged write may be lost.
+var WholeClusterRestart = Scenario{
+	Name:        "whole-cluster-restart",
+	Description: "3 servers; crash all of them at once, restart all from their data dirs 0.5-1 s later, repeat",
+	Servers:     3,
+	Inject: func(ctx context.Context, f *Injector) {
+		for f.Sleep(ctx, 1500*time.Millisecond, 2500*time.Millisecond) {
+			ids := f.IDs()
+			for _, id := range ids {
+				f.Kill(id)
+			}
+			f.Sleep(ctx, 500*time.Millisecond, time.Second)
+			for _, id := range ids {
+				f.Restart(id)
+			}
+		}
+	},
+}
+
+// FollowerBehindCompaction cuts a follower off while the others commit
+// enough writes to compact their logs past it (the harness snapshots every
+// 256 entries and keeps 64), so when it returns it must install a snapshot.
+var FollowerBehindCompaction = Scenario{
+	Name:        "follower-behind-compaction",
+	Description: "3 servers; isolate a follower for 2-3 s while the leader compacts its log past it, heal (the follower installs a snapshot), repeat",
+	Servers:     3,
+	Inject: func(ctx context.Context, f *Injector) {
+		for f.Sleep(ctx, 500*time.Millisecond, 1000*time.Millisecond) {
+			l := f.Leader(ctx)
+			if l == "" {
+				continue
+			}
+			follower := f.Others(l)[0]
+			f.Isolate(follower)
+			f.Sleep(ctx, 2*time.Second, 3*time.Second)
+			if i := f.H.Index(l); i >= 0 {
+				if srv := f.H.Servers()[i]; srv != nil {
+					// Compact now, whatever the thresholds say.
+					if err := srv.Raft().Snapshot().Error(); err != nil {
+						f.H.Faults().Record("snapshot", l, "", fmt.Sprintf("error: %v", err))
+					} else {
+						f.H.Faults().Record("snapshot", l, "", "leader compacted its log")
+					}
+				}
+			}
 			f.Heal()
 		}
 	},

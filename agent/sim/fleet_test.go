@@ -1,0 +1,262 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meteor-edge/meteor/agent"
+	"github.com/meteor-edge/meteor/cluster"
+	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/scheduler"
+	"github.com/meteor-edge/meteor/wire"
+)
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func testLogger(t *testing.T, name string) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: testWriter{t}})
+}
+
+// testServer starts a single-node development server serving agents with
+// a CA written to the returned PKI directory, as `meteor dev` lays it out.
+func testServer(t *testing.T) (*cluster.Server, string) {
+	t.Helper()
+	ca, err := wire.NewCA("sim test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pki := t.TempDir()
+	certPEM, keyPEM, err := ca.PEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{CACertFile: certPEM, CAKeyFile: keyPEM} {
+		if err := os.WriteFile(filepath.Join(pki, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cert, err := ca.IssueServer("solo", []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := cluster.DefaultConfig()
+	cfg.NodeID, cfg.Region, cfg.Dev = "solo", "eu-west", true
+	cfg.DataDir = filepath.Join(t.TempDir(), "solo")
+	cfg.HTTPAddr, cfg.RaftAddr, cfg.GossipAddr, cfg.AgentAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.AgentTLS = &cluster.AgentTLS{ClientCAs: ca.Pool(), Certificate: cert}
+	cfg.ClusterSecret = []byte("0123456789abcdef0123456789abcdef")
+	classes := scheduler.DefaultClasses()
+	for name, cl := range classes {
+		cl.ReportEvery = time.Second
+		cl.UnreachableAfter = 10 * time.Second
+		classes[name] = cl
+	}
+	cfg.Classes = classes
+	cfg.StatusEvalInterval = 200 * time.Millisecond
+	cfg.StatusBatchInterval = 20 * time.Millisecond
+	cfg.Logger = testLogger(t, "server")
+	s, err := cluster.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Shutdown(); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return s, pki
+}
+
+// fastAgents shortens the agents' cadences for tests.
+func fastAgents(cfg *agent.Config) {
+	cfg.PullInterval = 2 * time.Second
+	cfg.ReportInterval = time.Second
+	cfg.ProbeInterval = time.Second
+	cfg.BackoffMin, cfg.BackoffMax = 50*time.Millisecond, time.Second
+	cfg.RetryMin, cfg.RetryMax = 50*time.Millisecond, 500*time.Millisecond
+}
+
+// waitFor polls cond every 100 ms until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v; last: %s", what, timeout, state)
+		}
+		<-tick.C
+	}
+}
+
+const kioskIntent = `name: kiosk-sim-test
+selector:
+  role: kiosk
+  link: cellular
+resources:
+  - id: firmware-channel
+    type: sim
+    spec:
+      value: stable-2024.11
+      applyTime: 100ms
+  - id: catalogue
+    type: sim
+    requires: [firmware-channel]
+    spec:
+      value: 20241127
+`
+
+// TestCellularFleetConverges runs 30 real agents on cellular links with
+// 5 % loss in each direction (and outages scaled to every 1.8 s) against a
+// real server, applies an intent with two sim resources through the HTTP
+// API, and checks that every device converges and that the fleet's count
+// agrees with the server's GET /v1/status.
+func TestCellularFleetConverges(t *testing.T) {
+	const n = 30
+	srv, pki := testServer(t)
+	var summary syncBuffer
+	opts := DefaultOptions()
+	opts.Servers = []string{srv.AgentAddr()}
+	opts.PKIDir = pki
+	opts.BaseDir = t.TempDir()
+	opts.Devices = n
+	opts.Profile = LinkCellular
+	opts.Seed = 42
+	opts.Loss = 0.05
+	opts.TimeScale = 0.01
+	opts.RampBatch, opts.RampEvery = 10, 100*time.Millisecond
+	opts.SampleEvery = 50 * time.Millisecond
+	opts.SummaryEvery = 500 * time.Millisecond
+	opts.Summary = &summary
+	opts.Logger = testLogger(t, "sim")
+	opts.Agent = fastAgents
+	f, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- f.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+
+	waitFor(t, 30*time.Second, "every device connected", func() (bool, string) {
+		s := f.Summary()
+		return s.Connected == n, s.String()
+	})
+
+	c := api.NewClient(srv.HTTPAddr(), nil)
+	wr, err := c.PutIntent(ctx, "kiosk-sim-test", []byte(kioskIntent), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Mark(wr.Revision)
+
+	waitFor(t, 40*time.Second, "every agent converged", func() (bool, string) {
+		s := f.Summary()
+		return s.Converged == n, s.String()
+	})
+	waitFor(t, 20*time.Second, "the server sees every device converged", func() (bool, string) {
+		st, err := c.Status(ctx, api.ReadOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return st.ByStatus[scheduler.StatusConverged] == n, mustJSON(st.ByStatus)
+	})
+	if s := f.Summary(); s.Converged != n {
+		t.Fatalf("fleet converged %d after the server saw %d", s.Converged, n)
+	}
+
+	stop()
+	rep := f.Report()
+	lr := rep.Links[LinkCellular]
+	if lr == nil || lr.Devices != n || lr.Converged != n {
+		t.Fatalf("report links: %s", mustJSON(rep.Links))
+	}
+	p := lr.TimeToConverged
+	if p.P50 == nil || p.P90 == nil || p.P99 == nil || p.P100 == nil || *p.P50 > *p.P100 || *p.P100 <= 0 {
+		t.Fatalf("time to converged: %s", mustJSON(p))
+	}
+	if lr.SentBytes.Mean <= 0 || lr.ReceivedBytes.Mean <= 0 {
+		t.Fatalf("bytes: sent %+v received %+v", lr.SentBytes, lr.ReceivedBytes)
+	}
+	var dropped uint64
+	for _, d := range rep.DeviceReports {
+		if d.ConvergedAfter == nil || d.SentBytes == 0 || d.Labels["role"] != "kiosk" {
+			t.Fatalf("device %s: %s", d.ID, mustJSON(d))
+		}
+		dropped += d.DroppedOut + d.DroppedIn
+	}
+	if dropped == 0 {
+		t.Fatal("a lossy link dropped nothing")
+	}
+	var buf bytes.Buffer
+	if _, err := rep.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
+		t.Fatalf("report JSON: %v", err)
+	}
+	if !strings.Contains(summary.String(), "cellular 30: conn") {
+		t.Fatalf("summary lines: %q", summary.String())
+	}
+	t.Logf("time to converged (s): 50%% %.2f  90%% %.2f  100%% %.2f; bytes per device sent %.0f received %.0f; dropped packets %d",
+		*p.P50, *p.P90, *p.P100, lr.SentBytes.Mean, lr.ReceivedBytes.Mean, dropped)
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
