@@ -29,7 +29,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 func testLogger(t *testing.T, name string) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: testWriter{t}})
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Info, Output: testWriter{t}})
 }
 
 // testServer starts a single-node development server serving agents with

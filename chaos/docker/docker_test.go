@@ -313,4 +313,3 @@ func checkAll(cl *api.Client, acked map[string]uint64) error {
 	}
 	return nil
 }
-
