@@ -21,8 +21,8 @@ build: ## Build bin/meteor
 	$(GO) build -o $(BIN) ./cmd/meteor
 
 .PHONY: demo
-demo: build ## Run a local 3-server cluster, apply the example intents, show members and revisions (Ctrl-C stops)
-	./$(BIN) dev --servers 3 --examples docs/examples
+demo: build ## A local 3-server cluster and a simulated 1,200-device retail fleet taking three changes, status redrawn live (Ctrl-C stops)
+	./$(BIN) dev --servers 3 --fleet retail --changes docs/examples/retail
 
 .PHONY: test
 test: ## Run all tests with the race detector

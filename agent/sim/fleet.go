@@ -298,7 +298,8 @@ func (f *Fleet) Mark(revision uint64) {
 
 // Run starts the devices, RampBatch every RampEvery, and keeps them
 // running, samples them and writes the live summary until ctx ends. It
-// returns after every agent stopped and every goroutine exited; the error
+// returns after every agent stopped and every goroutine exited, leaving
+// the last sample taken while they ran for Summary and Report; the error
 // joins those of devices that could not start.
 func (f *Fleet) Run(ctx context.Context) error {
 	if !f.running.CompareAndSwap(false, true) {
@@ -338,7 +339,6 @@ ramping:
 	}
 	<-ctx.Done()
 	wg.Wait()
-	f.sample()
 	f.log.Info("fleet stopped")
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -422,6 +422,8 @@ func (f *Fleet) runDevice(ctx context.Context, d *device) {
 		exited := false
 		if l.onlineFor > 0 {
 			powerLoss, exited, err = f.goOffline(actx, d, rng, jitter, done)
+		} else {
+			err, exited = <-done, true // runs until ctx ends
 		}
 		stop()
 		if !exited {

@@ -29,7 +29,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 func testLogger(t *testing.T, name string) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Info, Output: testWriter{t}})
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: testWriter{t}})
 }
 
 // testServer starts a single-node development server serving agents with
@@ -259,4 +259,68 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+const popupIntent = `name: popup-sim-test
+selector:
+  link: popup
+resources:
+  - id: till-config
+    type: sim
+    spec:
+      value: v2
+      applyTime: 300ms
+`
+
+// TestPopupPowerLoss runs pop-up devices whose offline periods are scaled
+// to about a second, half of them power losses: agents are stopped
+// abruptly and restarted from their journals, and every device still
+// converges.
+func TestPopupPowerLoss(t *testing.T) {
+	const n = 6
+	srv, pki := testServer(t)
+	c := api.NewClient(srv.HTTPAddr(), nil)
+	c.RetryNoLeader = 10 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wr, err := c.PutIntent(ctx, "popup-sim-test", []byte(popupIntent), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := DefaultOptions()
+	opts.Servers = []string{srv.AgentAddr()}
+	opts.PKIDir = pki
+	opts.BaseDir = t.TempDir()
+	opts.Devices = n
+	opts.Profile = LinkPopup
+	opts.Seed = 3
+	opts.TimeScale = 0.001 // online ~1.2 s, offline ~1.8 s
+	opts.SampleEvery = 50 * time.Millisecond
+	opts.Logger = testLogger(t, "sim")
+	opts.Agent = fastAgents
+	f, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Mark(wr.Revision)
+	runErr := make(chan error, 1)
+	go func() { runErr <- f.Run(ctx) }()
+	waitFor(t, 30*time.Second, "every device converged and some lost power", func() (bool, string) {
+		r := f.Report()
+		l := r.Links[LinkPopup]
+		done := 0
+		for _, d := range r.DeviceReports {
+			if d.ConvergedAfter != nil {
+				done++
+			}
+		}
+		return done == n && l.Restarts > 0, mustJSON(l)
+	})
+	cancel()
+	if err := <-runErr; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if l := f.Report().Links[LinkPopup]; l.TimeToConverged.P100 == nil {
+		t.Fatalf("report: %s", mustJSON(l))
+	}
 }

@@ -22,8 +22,8 @@ import (
 )
 
 func newDevCmd() *cobra.Command {
-	var servers, basePort int
-	var examples, dataDir string
+	var servers, basePort, fleetDevices int
+	var examples, dataDir, fleet, changes string
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local development cluster and apply example intents",
@@ -34,17 +34,29 @@ stops every server and removes the data dir (unless --data-dir was given).
 Server i listens on ports base+10*i (HTTP), +1 (Raft), +2 (gossip).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runDev(cmd.Context(), cmd.OutOrStdout(), servers, basePort, dataDir, examples)
+			return runDev(cmd.Context(), cmd.OutOrStdout(), devOptions{
+				servers: servers, basePort: basePort, dataDir: dataDir, examples: examples,
+				fleet: fleet, fleetDevices: fleetDevices, changes: changes,
+			})
 		},
 	}
 	cmd.Flags().IntVar(&servers, "servers", 3, "number of servers (3 or 5)")
 	cmd.Flags().IntVar(&basePort, "base-port", 8470, "first server's HTTP port")
 	cmd.Flags().StringVar(&examples, "examples", "", "file or directory of intents to apply once the cluster is up")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "keep the servers' data here instead of a temporary dir")
+	cmd.Flags().StringVar(&fleet, "fleet", "", "also run a simulated fleet in this process with this profile (fiber, cellular, popup, retail)")
+	cmd.Flags().IntVar(&fleetDevices, "fleet-devices", 0, "devices in the simulated fleet (0: the profile's default, 1,200 for retail)")
+	cmd.Flags().StringVar(&changes, "changes", "", "with --fleet: a directory of intents applied one after another, each once the previous has converged, while the fleet status is redrawn")
 	return cmd
 }
 
-func runDev(ctx context.Context, out io.Writer, n, basePort int, dataDir, examples string) (err error) {
+type devOptions struct {
+	servers, basePort, fleetDevices int
+	dataDir, examples, fleet, changes string
+}
+
+func runDev(ctx context.Context, out io.Writer, o devOptions) (err error) {
+	n, basePort, dataDir, examples := o.servers, o.basePort, o.dataDir, o.examples
 	if n < 1 || n > 7 {
 		return fmt.Errorf("--servers %d: must be between 1 and 7", n)
 	}
@@ -55,6 +67,9 @@ func runDev(ctx context.Context, out io.Writer, n, basePort int, dataDir, exampl
 		}
 		defer os.RemoveAll(dir)
 		dataDir = dir
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return err
 	}
 	logPath := filepath.Join(dataDir, "meteor.log")
 	logFile, err := os.Create(logPath)
@@ -165,6 +180,9 @@ func runDev(ctx context.Context, out io.Writer, n, basePort int, dataDir, exampl
 	var agentAddrs []string
 	for _, s := range srvs {
 		agentAddrs = append(agentAddrs, s.AgentAddr())
+	}
+	if o.fleet != "" {
+		return runDevFleet(ctx, out, c, o, agentAddrs, pkiDir, logger)
 	}
 	devCert, err := ca.IssueDevice("pos-1")
 	if err != nil {

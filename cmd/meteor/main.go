@@ -68,6 +68,7 @@ func newRootCmd() *cobra.Command {
 		newStatusCmd(g),
 		newCACmd(),
 		newChaosCmd(),
+		newSimCmd(),
 		newVersionCmd(),
 	)
 	return root

@@ -263,6 +263,11 @@ func TestExamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	retail, err := filepath.Glob("../../docs/examples/retail/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, retail...)
 	if len(files) < 4 {
 		t.Fatalf("found %d examples, want at least 4", len(files))
 	}
