@@ -51,7 +51,7 @@ Server i listens on ports base+10*i (HTTP), +1 (Raft), +2 (gossip).`,
 }
 
 type devOptions struct {
-	servers, basePort, fleetDevices int
+	servers, basePort, fleetDevices   int
 	dataDir, examples, fleet, changes string
 }
 
