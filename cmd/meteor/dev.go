@@ -182,6 +182,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) (err error) {
 		agentAddrs = append(agentAddrs, s.AgentAddr())
 	}
 	if o.fleet != "" {
+		o.dataDir = dataDir // the temporary dir, when none was given
 		return runDevFleet(ctx, out, c, o, agentAddrs, pkiDir, logger)
 	}
 	devCert, err := ca.IssueDevice("pos-1")
