@@ -221,12 +221,22 @@ func TestGrowAndShrink(t *testing.T) {
 	if leaving[1] == leaving[0] {
 		leaving[1] = c.servers[4]
 	}
-	for _, s := range leaving {
-		if err := s.Leave(15 * time.Second); err != nil {
-			t.Fatalf("leave %s: %v", s.ID(), err)
-		}
-		c.servers[c.index(s)] = nil
+	// The leader leaves through the Go API, the other through the HTTP API
+	// (meteor members leave).
+	if err := leaving[0].Leave(15 * time.Second); err != nil {
+		t.Fatalf("leave %s: %v", leaving[0].ID(), err)
 	}
+	c.servers[c.index(leaving[0])] = nil
+	if err := client(leaving[1]).Leave(ctx); err != nil {
+		t.Fatalf("leave %s through the API: %v", leaving[1].ID(), err)
+	}
+	select {
+	case <-leaving[1].shutdownCh:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not shut down after leaving", leaving[1].ID())
+	}
+	leaving[1].Shutdown() // waits for the leave to finish
+	c.servers[c.index(leaving[1])] = nil
 	waitFor(t, 20*time.Second, func() error {
 		if v := c.voters(); len(v) != 3 {
 			return fmt.Errorf("voters %v", v)

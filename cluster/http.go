@@ -40,6 +40,7 @@ func (s *Server) handler() http.Handler {
 	mux.HandleFunc("GET /v1/cluster/members", s.handleMembers)
 	mux.HandleFunc("GET /v1/cluster/ownership", s.handleOwnership)
 	mux.HandleFunc("DELETE /v1/cluster/members/{id}", s.onLeader(s.handleRemoveMember))
+	mux.HandleFunc("POST /v1/cluster/leave", s.handleLeave)
 	mux.HandleFunc("GET /v1/health", s.handleHealth)
 	mux.HandleFunc("POST /v1/internal/apply", s.handleInternalApply)
 	mux.HandleFunc("POST /v1/internal/report", s.handleInternalReport)
@@ -270,6 +271,20 @@ func (s *Server) handleRemoveMember(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"removed": id})
+}
+
+// handleLeave makes the contacted server leave the cluster for good: it
+// answers at once, then hands over leadership if it leads, is removed from
+// the Raft configuration and shuts down (Server.Leave).
+func (s *Server) handleLeave(w http.ResponseWriter, r *http.Request) {
+	s.leaveOnce.Do(func() {
+		go func() {
+			if err := s.Leave(30 * time.Second); err != nil {
+				s.logger.Error("leave", "error", err)
+			}
+		}()
+	})
+	writeJSON(w, http.StatusAccepted, map[string]string{"leaving": s.config.NodeID})
 }
 
 // parseIfMatch reads an If-Match header holding a revision number.

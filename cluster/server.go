@@ -60,6 +60,7 @@ type Server struct {
 	shutdownCh  chan struct{}
 	wg          sync.WaitGroup
 
+	leaveOnce    sync.Once
 	shutdownOnce sync.Once
 	shutdownErr  error
 }

@@ -108,6 +108,12 @@ func (c *Client) RemoveMember(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/cluster/members/"+url.PathEscape(id), nil, nil, nil, nil)
 }
 
+// Leave asks the contacted server to leave the cluster for good and shut
+// down. It returns once the server has started leaving.
+func (c *Client) Leave(ctx context.Context) error {
+	return c.do(ctx, http.MethodPost, "/v1/cluster/leave", nil, nil, nil, nil)
+}
+
 // Health reads the contacted server's health. A server without a leader
 // answers 503 with the body filled in; Health returns both.
 func (c *Client) Health(ctx context.Context) (*Health, error) {

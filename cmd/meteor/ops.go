@@ -372,6 +372,19 @@ func newMembersCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.AddCommand(&cobra.Command{
+		Use: "leave", Short: "Make the server at --addr leave the cluster for good and shut down", Args: cobra.NoArgs,
+		Long: `Make the server at --addr leave the cluster: it hands over leadership if it
+leads, is removed from the Raft configuration, leaves gossip and shuts down.
+Use it to shrink a cluster; a server that only restarts should not leave.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := g.client().Leave(cmd.Context()); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "server at %s is leaving; check with 'meteor members'\n", g.addr)
+			return nil
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
 		Use: "remove ID", Short: "Remove a failed server from the Raft configuration", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := g.client().RemoveMember(cmd.Context(), args[0]); err != nil {
