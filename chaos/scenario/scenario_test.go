@@ -112,3 +112,34 @@ func TestCheckerCatchesStaleReads(t *testing.T) {
 		t.Errorf("fault log: %d faults, %v", len(faults), err)
 	}
 }
+
+// TestCheckDeployment checks a running cluster from the outside, as an
+// operator would check theirs, while a server is crashed and restarted.
+func TestCheckDeployment(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real cluster")
+	}
+	ctx := context.Background()
+	h, err := NewHarness(ctx, HarnessConfig{Servers: 3, Dir: t.TempDir(), Seed: 21, Log: newTestWriter(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	addrs := []string{h.HTTPAddr(0), h.HTTPAddr(1), h.HTTPAddr(2)}
+	go func() {
+		time.Sleep(time.Second)
+		if i := h.CurrentLeader(); i >= 0 {
+			h.Kill(i)
+			time.Sleep(time.Second)
+			h.Restart(i)
+		}
+	}()
+	res, err := CheckDeployment(ctx, addrs, DeploymentOptions{Seed: 21, Duration: 4 * time.Second, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Ops < 50 || len(res.Violations) > 0 || res.Linearizability != porcupine.Ok {
+		t.Fatalf("deployment check: %d ops, %v, violations %v", res.Ops, res.Linearizability, res.Violations)
+	}
+	t.Logf("deployment check: %d ops (%d unknown, %d dropped), reconverged in %s", res.Ops, res.Unknown, res.Dropped, res.Reconverge)
+}

@@ -17,8 +17,15 @@ import (
 
 // workload runs concurrent clients against a harness and records their
 // operations.
+// targets are the servers a workload talks to: a Harness, or the HTTP
+// addresses of a deployment.
+type targets interface {
+	Alive() []int
+	HTTPAddr(i int) string
+}
+
 type workload struct {
-	h       *Harness
+	h       targets
 	names   []string
 	clients int
 	seed    uint64
@@ -34,7 +41,7 @@ type workload struct {
 	dropped int   // guarded by mu; operations that certainly had no effect
 }
 
-func newWorkload(h *Harness, seed uint64, clients int, names []string) *workload {
+func newWorkload(h targets, seed uint64, clients int, names []string) *workload {
 	return &workload{
 		h:       h,
 		names:   names,

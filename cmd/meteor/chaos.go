@@ -77,7 +77,49 @@ for leaks. A failing run leaves a report folder. See docs/chaos.md.`,
 	}
 	matrix.Flags().IntVar(&seeds, "seeds", 3, "seeds per scenario")
 	matrix.Flags().StringVar(&only, "scenarios", "", "comma-separated scenarios (default: all)")
-	cmd.AddCommand(run, matrix, &cobra.Command{
+	var targets string
+	check := &cobra.Command{
+		Use:   "check --servers H:P,...",
+		Short: "Check a running cluster while you inject faults into it",
+		Long: `Run the scenarios' workload (concurrent conditional and plain writes and
+linearizable reads on a few intents named meteor-chaos-<seed>-<n>) against a
+running cluster for --duration, while you inject faults by any means: kill
+servers, cut links with firewall rules, docker network disconnect, pause
+processes. Then wait for the servers to converge and check that the history is
+linearizable and that every server holds the same revision of every intent.
+The intents are deleted at the end; nothing else is touched. Exits non-zero,
+naming the report folder, if a check failed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if targets == "" {
+				return fmt.Errorf("--servers: give the HTTP addresses of the cluster's servers")
+			}
+			base := dir
+			if base == "" {
+				base = "."
+			}
+			res, err := scenario.CheckDeployment(cmd.Context(), strings.Split(targets, ","), scenario.DeploymentOptions{
+				Seed: seed, Duration: duration, Dir: base, Log: cmd.ErrOrStderr(),
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "ops checked %d (%d unknown outcome, %d certainly not applied), linearizability %s, reconverged in %s, violations %d\n",
+				res.Ops, res.Unknown, res.Dropped, res.Linearizability, res.Reconverge.Round(time.Millisecond), len(res.Violations))
+			for _, v := range res.Violations {
+				fmt.Fprintf(cmd.OutOrStdout(), "  VIOLATION: %s\n", v)
+			}
+			if len(res.Violations) > 0 {
+				return fmt.Errorf("violations found: report in %s", res.Report)
+			}
+			return nil
+		},
+	}
+	check.Flags().StringVar(&targets, "servers", "", "comma-separated HTTP addresses of the cluster's servers")
+	check.Flags().Uint64Var(&seed, "seed", 1, "seed of the clients' choices (and of the intents' names)")
+	check.Flags().DurationVar(&duration, "duration", time.Minute, "how long the workload runs")
+	check.Flags().StringVar(&dir, "dir", "", "where a failure report goes (default: the working dir)")
+	cmd.AddCommand(run, matrix, check, &cobra.Command{
 		Use: "list", Short: "List the scenarios", Args: cobra.NoArgs,
 		Run: func(cmd *cobra.Command, args []string) {
 			for _, sc := range scenario.All() {
