@@ -7,15 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 )
 
 // levelParams describe one measured run of a system.
@@ -87,7 +87,7 @@ func runLevel(ctx context.Context, hc *http.Client, w *workload, sys *system, p 
 		}()
 	}
 
-	res := &levelResult{System: w.system, Clients: p.clients, WindowSec: p.duration.Seconds(), Load1: load1()}
+	res := &levelResult{System: w.system, Clients: p.clients, WindowSec: p.duration.Seconds(), Load1: benchkit.Load1()}
 	cpuAtStart, drvAtStart, werr := sleepThenCPU(ctx, start, procs)
 	electionsAtStart := sys.elections()
 	var cpuAtEnd map[string]time.Duration
@@ -116,25 +116,25 @@ func runLevel(ctx context.Context, hc *http.Client, w *workload, sys *system, p 
 	slices.Sort(all)
 	res.Writes = len(all)
 	res.WritesPerSec = float64(len(all)) / p.duration.Seconds()
-	res.P50ms = ms(percentile(all, 50))
-	res.P90ms = ms(percentile(all, 90))
-	res.P99ms = ms(percentile(all, 99))
-	res.Maxms = ms(percentile(all, 100))
+	res.P50ms = benchkit.MS(benchkit.Percentile(all, 50))
+	res.P90ms = benchkit.MS(benchkit.Percentile(all, 90))
+	res.P99ms = benchkit.MS(benchkit.Percentile(all, 99))
+	res.Maxms = benchkit.MS(benchkit.Percentile(all, 100))
 	if res.Writes > 0 {
 		res.ServerCPUmsBy = map[string]float64{}
 		for name, t := range cpuAtEnd {
-			used := ms(t-cpuAtStart[name]) / float64(res.Writes)
+			used := benchkit.MS(t-cpuAtStart[name]) / float64(res.Writes)
 			res.ServerCPUmsBy[name] = used
 			res.ServerCPUms += used
 		}
-		res.DriverCPUms = ms(drvAtEnd-drvAtStart) / float64(res.Writes)
+		res.DriverCPUms = benchkit.MS(drvAtEnd-drvAtStart) / float64(res.Writes)
 	}
 	return res, nil
 }
 
 // sleepThenCPU waits until t, then returns the CPU time each server and
 // this process have used so far.
-func sleepThenCPU(ctx context.Context, t time.Time, procs []*proc) (servers map[string]time.Duration, driver time.Duration, err error) {
+func sleepThenCPU(ctx context.Context, t time.Time, procs []*benchkit.Proc) (servers map[string]time.Duration, driver time.Duration, err error) {
 	timer := time.NewTimer(time.Until(t))
 	defer timer.Stop()
 	select {
@@ -144,13 +144,13 @@ func sleepThenCPU(ctx context.Context, t time.Time, procs []*proc) (servers map[
 	}
 	servers = map[string]time.Duration{}
 	for _, p := range procs {
-		d, err := p.cpuTime()
+		d, err := p.CPUTime()
 		if err != nil {
-			return nil, 0, fmt.Errorf("%s: read CPU time: %w (did it exit? log: %s)", p.name, err, p.logPath)
+			return nil, 0, fmt.Errorf("%s: read CPU time: %w (did it exit? log: %s)", p.Name, err, p.LogPath)
 		}
-		servers[p.name] = d
+		servers[p.Name] = d
 	}
-	driver, err = procCPUTime("self")
+	driver, err = benchkit.CPUTime("self")
 	return servers, driver, err
 }
 
@@ -266,31 +266,4 @@ func classify(err error) (kind, msg string) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
-}
-
-// percentile returns the p-th percentile (0 < p <= 100) of sorted by the
-// nearest-rank method: the smallest value with at least p% of the values
-// at or below it. It returns 0 for no values.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
-	rank = min(max(rank, 1), len(sorted))
-	return sorted[rank-1]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// load1 returns the 1-minute load average, or -1 if it cannot be read.
-func load1() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return -1
-	}
-	var v float64
-	if _, err := fmt.Sscan(string(b), &v); err != nil {
-		return -1
-	}
-	return v
 }

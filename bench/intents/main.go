@@ -8,19 +8,13 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
-)
 
-// modulePath identifies the module root, found by walking up from the
-// working directory.
-const modulePath = "github.com/meteor-edge/meteor"
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
+)
 
 // config is the command line.
 type config struct {
@@ -71,7 +65,7 @@ func parseFlags(args []string, errOut io.Writer) (*config, error) {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var err error
-	if c.clients, err = parseLevels(*clients); err != nil {
+	if c.clients, err = benchkit.ParseLevels(*clients, "clients", 4096); err != nil {
 		return nil, err
 	}
 	switch {
@@ -87,65 +81,22 @@ func parseFlags(args []string, errOut io.Writer) (*config, error) {
 	if c.perfLeader {
 		c.keep = true
 	}
-	// Servers run in their data dirs, so relative paths would break.
-	for _, p := range []*string{&c.meteorBin, &c.etcdBin, &c.outDir, &c.cpuProfile} {
-		if *p != "" {
-			if *p, err = filepath.Abs(*p); err != nil {
-				return nil, err
-			}
-		}
+	if err := benchkit.AbsPaths(&c.meteorBin, &c.etcdBin, &c.outDir, &c.cpuProfile); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
 
-// parseLevels parses "1,16,64" into sorted, distinct positive levels.
-func parseLevels(s string) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 4096 {
-			return nil, fmt.Errorf("-clients %q: %q is not a count between 1 and 4096", s, f)
-		}
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
-}
-
-func main() {
-	cfg, err := parseFlags(os.Args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench-intents:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	go func() {
-		<-ctx.Done()
-		// Restore default handling: a second Ctrl-C ends the driver at
-		// once, and Pdeathsig still takes the servers along.
-		stop()
-	}()
-	err = run(ctx, cfg, os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench-intents:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchkit.Main("bench-intents", parseFlags, run) }
 
 // run does the whole benchmark. Every process it starts is stopped before
 // it returns, whatever happens.
 func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
-	root, err := moduleRoot()
-	if err != nil && (cfg.outDir == "" || cfg.meteorBin == "") {
-		return fmt.Errorf("%w (or pass -out and -meteor-bin)", err)
+	root, outDir, err := benchkit.Locate(cfg.outDir, cfg.meteorBin)
+	if err != nil {
+		return err
 	}
-	if cfg.outDir == "" {
-		cfg.outDir = filepath.Join(root, "bench", "results")
-	}
+	cfg.outDir = outDir
 	if cfg.cpuProfile != "" {
 		f, err := os.Create(cfg.cpuProfile)
 		if err != nil {
@@ -158,29 +109,18 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		defer pprof.StopCPUProfile()
 	}
 
-	tmp, err := os.MkdirTemp("", "meteor-bench-intents-")
+	tmp, finish, err := benchkit.TempDir(ctx, "meteor-bench-intents-", "data, logs and profiles", cfg.keep, log)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if ctx.Err() != nil {
-			err = errors.New("interrupted")
-		}
-		if (err != nil && ctx.Err() == nil) || cfg.keep {
-			fmt.Fprintf(log, "data, logs and profiles kept in %s\n", tmp)
-			return
-		}
-		if rerr := os.RemoveAll(tmp); rerr != nil {
-			fmt.Fprintf(log, "remove %s: %v\n", tmp, rerr)
-		}
-	}()
-	procs := &procGroup{}
+	defer finish(&err)
+	procs := &benchkit.Group{}
 	defer func() {
 		fmt.Fprintln(log, "stopping servers")
 		// The data is thrown away, so a member still shutting down
 		// gracefully (etcd tries to hand its leadership over) after a
 		// few seconds is killed.
-		procs.stopAll(3 * time.Second)
+		procs.StopAll(3 * time.Second)
 	}()
 
 	maxClients := slices.Max(cfg.clients)
@@ -198,7 +138,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 
 	rep := &report{
 		Date:    time.Now().UTC().Format(time.RFC3339),
-		Machine: readMachine(),
+		Machine: benchkit.ReadMachine(),
 		Leaders: map[string]any{},
 		Params: paramInfo{
 			Clients: cfg.clients, WarmupSec: cfg.warmup.Seconds(), DurationSec: cfg.duration.Seconds(),
@@ -209,7 +149,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	meteorBin := cfg.meteorBin
 	if meteorBin == "" {
 		fmt.Fprintln(log, "building ./cmd/meteor")
-		if meteorBin, err = buildMeteor(ctx, root, tmp); err != nil {
+		if meteorBin, err = benchkit.BuildMeteor(ctx, root, tmp); err != nil {
 			return err
 		}
 	}
@@ -254,8 +194,8 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		if err != nil {
 			return fmt.Errorf("%s: find the leader: %w", s.name, err)
 		}
-		rep.Leaders[s.name] = map[string]any{"at_start": leader, "pid": s.procOf(leader).pid()}
-		fmt.Fprintf(log, "%s: leader %s (pid %d)\n", s.name, leader, s.procOf(leader).pid())
+		rep.Leaders[s.name] = map[string]any{"at_start": leader, "pid": s.procOf(leader).PID()}
+		fmt.Fprintf(log, "%s: leader %s (pid %d)\n", s.name, leader, s.procOf(leader).PID())
 		bases := s.bases
 		if cfg.leaderOnly {
 			bases = []string{s.bases[slices.Index(s.ids, leader)]}
@@ -278,7 +218,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	rep.Params.LeaderOnly = cfg.leaderOnly
 
 	fmt.Fprintf(out, "Intent writes, %d-byte documents, %s per level after %s warm-up; load average %s\n",
-		cfg.docSize, cfg.duration, cfg.warmup, loadavg())
+		cfg.docSize, cfg.duration, cfg.warmup, benchkit.LoadAvg())
 	rowHeader(out)
 	for _, n := range cfg.clients {
 		// Interleave the systems level by level, so a change in the
@@ -290,7 +230,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 				if err != nil {
 					return err
 				}
-				if rec, err = startPerf(tmp, s.name, s.procOf(leader).pid()); err != nil {
+				if rec, err = startPerf(tmp, s.name, s.procOf(leader).PID()); err != nil {
 					return err
 				}
 			}
@@ -315,7 +255,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 			rep.Leaders[s.name].(map[string]any)["at_end"] = leader
 		}
 	}
-	rep.Machine.LoadAvgEnd = loadavg()
+	rep.Machine.LoadAvgEnd = benchkit.LoadAvg()
 	rep.Ratios = ratios(rep.Results)
 	rep.Verdict = verdict(rep.Ratios)
 	if rep.Versions.EtcdSkipped != "" {
@@ -326,7 +266,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	if err := writeResults(cfg.outDir, rep); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "results: %s, %s\n", filepath.Join(cfg.outDir, "intents.json"), filepath.Join(cfg.outDir, "intents.md"))
+	benchkit.ResultsLine(out, cfg.outDir, "intents")
 	return nil
 }
 
@@ -357,23 +297,4 @@ func notes(rep *report) []string {
 		n = append(n, "etcd was skipped: "+rep.Versions.EtcdSkipped)
 	}
 	return n
-}
-
-// moduleRoot walks up from the working directory to this module's go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.Contains(string(b), "module "+modulePath+"\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("not inside the %s module", modulePath)
-		}
-		dir = parent
-	}
 }

@@ -6,42 +6,9 @@ import (
 	"io"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/meteor-edge/meteor/fsm/intent"
 )
-
-func TestPercentileNearestRank(t *testing.T) {
-	var hundred []time.Duration
-	for i := 1; i <= 100; i++ {
-		hundred = append(hundred, time.Duration(i)*time.Millisecond)
-	}
-	tests := []struct {
-		name   string
-		sorted []time.Duration
-		p      float64
-		want   time.Duration
-	}{
-		{"empty", nil, 50, 0},
-		{"single p50", []time.Duration{7}, 50, 7},
-		{"single p99", []time.Duration{7}, 99, 7},
-		{"p50 of 1..100", hundred, 50, 50 * time.Millisecond},
-		{"p99 of 1..100", hundred, 99, 99 * time.Millisecond},
-		{"p100 is the max", hundred, 100, 100 * time.Millisecond},
-		{"p1 of 1..100", hundred, 1, 1 * time.Millisecond},
-		{"tiny p is the min", hundred, 0.001, 1 * time.Millisecond},
-		{"p50 of four rounds down", []time.Duration{1, 2, 3, 4}, 50, 2},
-		{"p51 of four", []time.Duration{1, 2, 3, 4}, 51, 3},
-		{"p99 of ten is the max", []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 99, 10},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := percentile(tt.sorted, tt.p); got != tt.want {
-				t.Errorf("percentile(%v, %v) = %v, want %v", tt.sorted, tt.p, got, tt.want)
-			}
-		})
-	}
-}
 
 func TestIntentDocIsExactSizeAndValid(t *testing.T) {
 	for _, keys := range []int{1, 10, 10000, 123456} {
@@ -140,21 +107,6 @@ func TestEtcdBodyCarriesTheDocument(t *testing.T) {
 	}
 	if got, want := w.urls[0][42], "http://a/v3/kv/put"; got != want {
 		t.Errorf("etcd url %q, want %q", got, want)
-	}
-}
-
-func TestParseLevels(t *testing.T) {
-	got, err := parseLevels("64, 1,16,16")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []int{1, 16, 64}; len(got) != len(want) || got[0] != 1 || got[1] != 16 || got[2] != 64 {
-		t.Errorf("parseLevels = %v, want %v", got, want)
-	}
-	for _, bad := range []string{"", "0", "1,x", "-3"} {
-		if _, err := parseLevels(bad); err == nil {
-			t.Errorf("parseLevels(%q): no error", bad)
-		}
 	}
 }
 

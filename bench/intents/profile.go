@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 )
 
 // perfRecorder samples one server process with Linux perf while a level
@@ -33,7 +35,7 @@ func startPerf(dir, name string, pid int) (*perfRecorder, error) {
 	defer logFile.Close()
 	r.cmd = exec.Command(bin, "record", "-F", "499", "-g", "-p", strconv.Itoa(pid), "-o", r.data)
 	r.cmd.Stdout, r.cmd.Stderr = logFile, logFile
-	r.cmd.SysProcAttr = childAttr()
+	r.cmd.SysProcAttr = benchkit.ChildAttr()
 	if err := r.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start perf: %w", err)
 	}

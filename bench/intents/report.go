@@ -1,36 +1,24 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
+
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 )
 
 // report is everything a run found; it is written as intents.json.
 type report struct {
-	Date     string         `json:"date"`
-	Machine  machineInfo    `json:"machine"`
-	Versions versionInfo    `json:"versions"`
-	Params   paramInfo      `json:"params"`
-	Leaders  map[string]any `json:"leaders"`
-	Results  []*levelResult `json:"results"`
-	Ratios   []ratio        `json:"ratios"`
-	Verdict  string         `json:"verdict"`
-	Notes    []string       `json:"notes"`
-}
-
-type machineInfo struct {
-	NProc        int    `json:"nproc"`
-	CPUModel     string `json:"cpu_model"`
-	GoVersion    string `json:"go_version"`
-	Kernel       string `json:"kernel"`
-	LoadAvgStart string `json:"loadavg_start"`
-	LoadAvgEnd   string `json:"loadavg_end"`
+	Date     string           `json:"date"`
+	Machine  benchkit.Machine `json:"machine"`
+	Versions versionInfo      `json:"versions"`
+	Params   paramInfo        `json:"params"`
+	Leaders  map[string]any   `json:"leaders"`
+	Results  []*levelResult   `json:"results"`
+	Ratios   []ratio          `json:"ratios"`
+	Verdict  string           `json:"verdict"`
+	Notes    []string         `json:"notes"`
 }
 
 type versionInfo struct {
@@ -124,37 +112,19 @@ func printSummary(w io.Writer, rep *report) {
 			fmt.Fprintf(w, "%-7d %22.2f %18.2f\n", r.Clients, r.Throughput, r.P99)
 		}
 	}
-	fmt.Fprintln(w)
-	for _, n := range rep.Notes {
-		fmt.Fprintf(w, "note: %s\n", n)
-	}
-	fmt.Fprintf(w, "verdict: %s\n", rep.Verdict)
+	benchkit.PrintSummary(w, rep.Notes, []string{rep.Verdict})
 }
 
 // writeResults writes intents.json and intents.md into dir.
 func writeResults(dir string, rep *report) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create results dir: %w", err)
-	}
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "intents.json"), append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "intents.md"), []byte(markdown(rep)), 0o644); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	return nil
+	return benchkit.WriteResults(dir, "intents", rep, markdown(rep))
 }
 
 func markdown(rep *report) string {
 	var b strings.Builder
-	p, m := rep.Params, rep.Machine
+	p := rep.Params
 	fmt.Fprintf(&b, "# Intent writes: Meteor vs etcd\n\n")
-	fmt.Fprintf(&b, "Measured %s on %d CPUs (%s), %s, kernel %s. Load average at start %s, at end %s.\n\n",
-		rep.Date, m.NProc, m.CPUModel, m.GoVersion, m.Kernel, m.LoadAvgStart, m.LoadAvgEnd)
+	fmt.Fprintf(&b, "%s\n\n", rep.Machine.Measured(rep.Date))
 	etcd := rep.Versions.Etcd
 	if rep.Versions.EtcdSkipped != "" {
 		etcd = "skipped: " + rep.Versions.EtcdSkipped
@@ -181,37 +151,4 @@ func markdown(rep *report) string {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
 	return b.String()
-}
-
-// readMachine describes the machine the run shares with everything else
-// on it.
-func readMachine() machineInfo {
-	m := machineInfo{NProc: runtime.NumCPU(), GoVersion: runtime.Version(), LoadAvgStart: loadavg()}
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
-		f.Close()
-	}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(b))
-	}
-	return m
-}
-
-// loadavg returns the three load averages of /proc/loadavg.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }

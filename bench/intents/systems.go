@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 	"github.com/meteor-edge/meteor/cluster/api"
 )
 
@@ -26,7 +26,7 @@ import (
 type system struct {
 	name    string
 	version string
-	procs   []*proc
+	procs   []*benchkit.Proc
 	ids     []string // server names, in the order of bases
 	bases   []string // "http://127.0.0.1:PORT" client endpoints
 	// leader reports the current leader's server name.
@@ -40,7 +40,7 @@ type system struct {
 func (s *system) elections() int {
 	n := 0
 	for _, p := range s.procs {
-		b, err := os.ReadFile(p.logPath)
+		b, err := os.ReadFile(p.LogPath)
 		if err != nil {
 			continue
 		}
@@ -50,7 +50,7 @@ func (s *system) elections() int {
 }
 
 // procOf returns the process of the named server.
-func (s *system) procOf(id string) *proc {
+func (s *system) procOf(id string) *benchkit.Proc {
 	for i, x := range s.ids {
 		if x == id {
 			return s.procs[i]
@@ -59,65 +59,13 @@ func (s *system) procOf(id string) *proc {
 	return nil
 }
 
-// freePorts returns n distinct loopback ports that are free for TCP and,
-// with udp, for UDP as well (memberlist gossips over both). The ports are
-// released before returning, so another process could take one first;
-// server start-up then fails with a clear "address in use".
-func freePorts(n int, udp bool) ([]int, error) {
-	var closers []io.Closer
-	defer func() {
-		for _, c := range closers {
-			c.Close()
-		}
-	}()
-	var ports []int
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 100*n {
-			return nil, errors.New("cannot find free loopback ports")
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		closers = append(closers, ln)
-		port := ln.Addr().(*net.TCPAddr).Port
-		if udp {
-			pc, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-			if err != nil {
-				continue
-			}
-			closers = append(closers, pc)
-		}
-		ports = append(ports, port)
-	}
-	return ports, nil
-}
-
-func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
-
-// buildMeteor compiles ./cmd/meteor from the module at root into dir.
-func buildMeteor(ctx context.Context, root, dir string) (string, error) {
-	bin := filepath.Join(dir, "bin", "meteor")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/meteor")
-	cmd.Dir = root
-	cmd.SysProcAttr = childAttr()
-	// Stop the whole build (the go command and its compilers) on Ctrl-C.
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/meteor: %w\n%s", err, out.String())
-	}
-	return bin, nil
-}
-
 // startMeteor starts three `meteor server` processes that form a cluster
 // through --bootstrap-expect 3 and waits until each reports a leader.
-func startMeteor(ctx context.Context, g *procGroup, hc *http.Client, bin, dir string) (*system, error) {
+func startMeteor(ctx context.Context, g *benchkit.Group, hc *http.Client, bin, dir string) (*system, error) {
 	const n = 3
 	// One call, so the ports are distinct; gossip (the last n) needs UDP
 	// too, and asking it of all of them costs nothing.
-	ports, err := freePorts(3*n, true)
+	ports, err := benchkit.FreePorts(3*n, true)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +81,7 @@ func startMeteor(ctx context.Context, g *procGroup, hc *http.Client, bin, dir st
 	}
 	gossip := make([]string, n)
 	for i := range n {
-		gossip[i] = loopback(gossipPorts[i])
+		gossip[i] = benchkit.Loopback(gossipPorts[i])
 	}
 	for i := range n {
 		id := fmt.Sprintf("meteor-%d", i+1)
@@ -143,20 +91,20 @@ func startMeteor(ctx context.Context, g *procGroup, hc *http.Client, bin, dir st
 				join = append(join, gossip[j])
 			}
 		}
-		httpAddr := loopback(ports[2*i])
+		httpAddr := benchkit.Loopback(ports[2*i])
 		args := []string{
 			"server",
 			"--node-id", id,
 			"--region", "eu",
 			"--data-dir", filepath.Join(dir, id),
 			"--http-addr", httpAddr,
-			"--raft-addr", loopback(ports[2*i+1]),
+			"--raft-addr", benchkit.Loopback(ports[2*i+1]),
 			"--gossip-addr", gossip[i],
 			"--join", strings.Join(join, ","),
 			"--bootstrap-expect", strconv.Itoa(n),
 		}
 		args = append(args, extra...)
-		p, err := g.start(id, bin, args, dir, filepath.Join(dir, id+".log"))
+		p, err := g.Start(id, bin, args, nil, dir, filepath.Join(dir, id+".log"))
 		if err != nil {
 			return nil, err
 		}
@@ -170,7 +118,7 @@ func startMeteor(ctx context.Context, g *procGroup, hc *http.Client, bin, dir st
 		return &h, code, err
 	}
 	for i, base := range sys.bases {
-		err := waitFor(ctx, 60*time.Second, sys.procs[i], func(ctx context.Context) error {
+		err := benchkit.WaitFor(ctx, 60*time.Second, 200*time.Millisecond, sys.procs[i], func(ctx context.Context) error {
 			h, code, err := health(ctx, base)
 			if err != nil {
 				return err
@@ -278,9 +226,9 @@ const etcdQuotaBytes = 8 << 30
 // startEtcd starts a three-member etcd cluster with a static initial
 // cluster on loopback ports, default durability (fsync on), and waits until
 // every member is healthy. It returns the gateway's put path too.
-func startEtcd(ctx context.Context, g *procGroup, hc *http.Client, bin, dir string) (*system, string, error) {
+func startEtcd(ctx context.Context, g *benchkit.Group, hc *http.Client, bin, dir string) (*system, string, error) {
 	const n = 3
-	ports, err := freePorts(2*n, false)
+	ports, err := benchkit.FreePorts(2*n, false)
 	if err != nil {
 		return nil, "", err
 	}
@@ -291,13 +239,13 @@ func startEtcd(ctx context.Context, g *procGroup, hc *http.Client, bin, dir stri
 	sys := &system{name: "etcd", electionMarker: "became leader at term"}
 	var initial []string
 	for i := range n {
-		initial = append(initial, fmt.Sprintf("etcd-%d=http://%s", i+1, loopback(ports[2*i+1])))
+		initial = append(initial, fmt.Sprintf("etcd-%d=http://%s", i+1, benchkit.Loopback(ports[2*i+1])))
 	}
 	token := fmt.Sprintf("bench-%d-%d", os.Getpid(), time.Now().UnixNano())
 	for i := range n {
 		id := fmt.Sprintf("etcd-%d", i+1)
-		client := "http://" + loopback(ports[2*i])
-		peer := "http://" + loopback(ports[2*i+1])
+		client := "http://" + benchkit.Loopback(ports[2*i])
+		peer := "http://" + benchkit.Loopback(ports[2*i+1])
 		args := []string{
 			"--name", id,
 			"--data-dir", filepath.Join(dir, id),
@@ -311,7 +259,7 @@ func startEtcd(ctx context.Context, g *procGroup, hc *http.Client, bin, dir stri
 			"--quota-backend-bytes", strconv.FormatInt(etcdQuotaBytes, 10),
 			"--logger", "zap",
 		}
-		p, err := g.start(id, bin, args, dir, filepath.Join(dir, id+".log"))
+		p, err := g.Start(id, bin, args, nil, dir, filepath.Join(dir, id+".log"))
 		if err != nil {
 			return nil, "", err
 		}
@@ -320,7 +268,7 @@ func startEtcd(ctx context.Context, g *procGroup, hc *http.Client, bin, dir stri
 		sys.bases = append(sys.bases, client)
 	}
 	for i, base := range sys.bases {
-		err := waitFor(ctx, 60*time.Second, sys.procs[i], func(ctx context.Context) error {
+		err := benchkit.WaitFor(ctx, 60*time.Second, 200*time.Millisecond, sys.procs[i], func(ctx context.Context) error {
 			var h struct {
 				Health string `json:"health"`
 			}
@@ -384,33 +332,6 @@ func etcdGatewayPath(ctx context.Context, hc *http.Client, base string) (string,
 		errs = append(errs, fmt.Errorf("%s: HTTP %d: %v", path, code, err))
 	}
 	return "", fmt.Errorf("etcd's JSON gateway answers no known put path: %w", errors.Join(errs...))
-}
-
-// waitFor calls check every 200ms until it succeeds, p exits, or timeout.
-func waitFor(ctx context.Context, timeout time.Duration, p *proc, check func(context.Context) error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := check(cctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if p.exited() {
-			return fmt.Errorf("exited (%v); last log lines from %s:\n%s", p.err, p.logPath, p.logTail(20))
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready after %s: %v; last log lines from %s:\n%s", timeout, err, p.logPath, p.logTail(20))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 func getJSON(ctx context.Context, hc *http.Client, url string, out any) (int, error) {

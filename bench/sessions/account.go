@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"math"
 	"math/bits"
 	"regexp"
 	"strconv"
@@ -111,19 +110,6 @@ func (t *traffic) bytesOf(types ...wire.MessageType) int {
 	}
 	return n
 }
-
-// percentile returns the nearest-rank p-th percentile (0 < p <= 100) of
-// sorted, or 0 if it is empty.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
-	rank = min(max(rank, 1), len(sorted))
-	return sorted[rank-1]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // procStatusKB reads a "Name:   123 kB" field of /proc/PID/status.
 func procStatusKB(status []byte, name string) (int64, error) {

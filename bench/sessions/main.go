@@ -7,18 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
-)
 
-// modulePath identifies the module root, found by walking up from the
-// working directory.
-const modulePath = "github.com/meteor-edge/meteor"
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
+)
 
 // The parts a run can do.
 const (
@@ -89,7 +84,7 @@ func parseFlags(args []string, errOut io.Writer) (*config, error) {
 		}
 	}
 	var err error
-	if c.agents, err = parseLevels(*agents); err != nil {
+	if c.agents, err = benchkit.ParseLevels(*agents, "agents", 100000); err != nil {
 		return nil, err
 	}
 	switch {
@@ -108,95 +103,42 @@ func parseFlags(args []string, errOut io.Writer) (*config, error) {
 	case c.bodySize > 64<<10:
 		return nil, errors.New("-body-size: at most 64 KiB")
 	}
-	for _, p := range []*string{&c.meteorBin, &c.outDir} {
-		if *p != "" {
-			if *p, err = filepath.Abs(*p); err != nil {
-				return nil, err
-			}
-		}
+	if err := benchkit.AbsPaths(&c.meteorBin, &c.outDir); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
 
-// parseLevels parses "1000,10000" into sorted, distinct positive counts.
-func parseLevels(s string) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 100000 {
-			return nil, fmt.Errorf("-agents %q: %q is not a count between 1 and 100000", s, f)
-		}
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
-}
-
-func main() {
-	cfg, err := parseFlags(os.Args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench-sessions:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	go func() {
-		<-ctx.Done()
-		// Restore default handling: a second Ctrl-C ends the driver at
-		// once, and Pdeathsig still takes the server along.
-		stop()
-	}()
-	err = run(ctx, cfg, os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench-sessions:", err)
-		os.Exit(1)
-	}
-}
+func main() { benchkit.Main("bench-sessions", parseFlags, run) }
 
 // run does the whole benchmark. Every process and server it starts is
 // stopped before it returns, whatever happens.
 func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
-	root, err := moduleRoot()
-	if err != nil && (cfg.outDir == "" || cfg.meteorBin == "") {
-		return fmt.Errorf("%w (or pass -out and -meteor-bin)", err)
+	root, outDir, err := benchkit.Locate(cfg.outDir, cfg.meteorBin)
+	if err != nil {
+		return err
 	}
-	if cfg.outDir == "" {
-		cfg.outDir = filepath.Join(root, "bench", "results")
-	}
+	cfg.outDir = outDir
 	// Both sides raise their UDP buffers as far as the host allows; the
 	// warning that it is not 7 MB says nothing about this benchmark.
 	os.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true")
 
-	tmp, err := os.MkdirTemp("", "meteor-bench-sessions-")
+	tmp, finish, err := benchkit.TempDir(ctx, "meteor-bench-sessions-", "PKI, data and logs", cfg.keep, log)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if ctx.Err() != nil {
-			err = errors.New("interrupted")
-		}
-		if (err != nil && ctx.Err() == nil) || cfg.keep {
-			fmt.Fprintf(log, "PKI, data and logs kept in %s\n", tmp)
-			return
-		}
-		if rerr := os.RemoveAll(tmp); rerr != nil {
-			fmt.Fprintf(log, "remove %s: %v\n", tmp, rerr)
-		}
-	}()
-	procs := &procGroup{}
-	defer procs.stopAll(3 * time.Second)
+	defer finish(&err)
+	procs := &benchkit.Group{}
+	defer procs.StopAll(3 * time.Second)
 
 	rep := &report{
 		Date:    time.Now().UTC().Format(time.RFC3339),
-		Machine: readMachine(),
+		Machine: benchkit.ReadMachine(),
 		Params: paramInfo{
 			Parts:     cfg.parts,
 			Client:    "wire-level clients written with package wire (Hello, Pull, Ack and Report as the agent sends them; every frame counted with wire.FrameLen), not package agent",
 			Resources: cfg.resources, BodyBytes: cfg.bodySize, Revisions: cfg.revisions, Changed: cfg.changed, Churn: cfg.churn,
-			Reconnects: cfg.reconnects, OneWayDelayMs: ms(cfg.delay),
+			Reconnects: cfg.reconnects, OneWayDelayMs: benchkit.MS(cfg.delay),
 			Agents: cfg.agents, Sockets: cfg.sockets, Concurrency: cfg.concurrency, SettleSec: cfg.settle.Seconds(),
 		},
 	}
@@ -205,7 +147,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	bin := cfg.meteorBin
 	if bin == "" {
 		fmt.Fprintln(log, "building ./cmd/meteor")
-		if bin, err = buildMeteor(ctx, root, tmp); err != nil {
+		if bin, err = benchkit.BuildMeteor(ctx, root, tmp); err != nil {
 			return err
 		}
 	}
@@ -244,13 +186,13 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	}
 	if cfg.has(partMemory) {
 		rep.Memory, err = runMemory(ctx, cfg, procs, bin, p, filepath.Join(tmp, "memory"), out, log)
-		procs.stopAll(3 * time.Second)
+		procs.StopAll(3 * time.Second)
 		if err != nil {
 			return fmt.Errorf("memory: %w", err)
 		}
 	}
 
-	rep.Machine.LoadAvgEnd = loadavg()
+	rep.Machine.LoadAvgEnd = benchkit.LoadAvg()
 	if rep.Resync != nil {
 		rep.Verdicts = append(rep.Verdicts, resyncVerdict(rep.Resync))
 	}
@@ -261,11 +203,11 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		rep.Verdicts = append(rep.Verdicts, memoryVerdict(rep.Memory))
 	}
 	rep.Notes = notes(rep)
-	printSummary(out, rep)
+	benchkit.PrintSummary(out, rep.Notes, rep.Verdicts)
 	if err := writeResults(cfg.outDir, rep); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "results: %s, %s\n", filepath.Join(cfg.outDir, "sessions.json"), filepath.Join(cfg.outDir, "sessions.md"))
+	benchkit.ResultsLine(out, cfg.outDir, "sessions")
 	return nil
 }
 
@@ -320,23 +262,4 @@ func notes(rep *report) []string {
 		}
 	}
 	return n
-}
-
-// moduleRoot walks up from the working directory to this module's go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.Contains(string(b), "module "+modulePath+"\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("not inside the %s module", modulePath)
-		}
-		dir = parent
-	}
 }

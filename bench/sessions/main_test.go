@@ -11,50 +11,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/scheduler"
 	"github.com/meteor-edge/meteor/wire"
 )
-
-func TestPercentileNearestRank(t *testing.T) {
-	var hundred []time.Duration
-	for i := 1; i <= 100; i++ {
-		hundred = append(hundred, time.Duration(i)*time.Millisecond)
-	}
-	tests := []struct {
-		name   string
-		sorted []time.Duration
-		p      float64
-		want   time.Duration
-	}{
-		{"empty", nil, 50, 0},
-		{"single p50", []time.Duration{7}, 50, 7},
-		{"single p99", []time.Duration{7}, 99, 7},
-		{"p50 of 1..100", hundred, 50, 50 * time.Millisecond},
-		{"p99 of 1..100", hundred, 99, 99 * time.Millisecond},
-		{"p100 is the max", hundred, 100, 100 * time.Millisecond},
-		{"tiny p is the min", hundred, 0.001, 1 * time.Millisecond},
-		{"p50 of four rounds down", []time.Duration{1, 2, 3, 4}, 50, 2},
-		{"p99 of 200 is the 198th", durations(200), 99, 198},
-		{"p99 of ten is the max", durations(10), 99, 10},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := percentile(tt.sorted, tt.p); got != tt.want {
-				t.Errorf("percentile(%d values, %v) = %v, want %v", len(tt.sorted), tt.p, got, tt.want)
-			}
-		})
-	}
-}
-
-// durations returns 1..n nanoseconds.
-func durations(n int) []time.Duration {
-	out := make([]time.Duration, n)
-	for i := range out {
-		out[i] = time.Duration(i + 1)
-	}
-	return out
-}
 
 func upsert(key string, rev uint64, bodyLen int) wire.Upsert {
 	body := []byte(strings.Repeat("b", bodyLen))
@@ -356,7 +317,7 @@ func TestParseFlags(t *testing.T) {
 func TestMarkdownHasEverySection(t *testing.T) {
 	rep := &report{
 		Date:    "2026-01-01T00:00:00Z",
-		Machine: machineInfo{NProc: 2, LoadAvgStart: "1 1 1", LoadAvgEnd: "2 2 2"},
+		Machine: benchkit.Machine{NProc: 2, LoadAvgStart: "1 1 1", LoadAvgEnd: "2 2 2"},
 		Params:  paramInfo{Agents: []int{10}, Resources: 50},
 		Resync:  &resyncResult{Resync: deltaBytes{Total: 10, Bodies: 9}},
 		Reconnect: []*reconnectRow{

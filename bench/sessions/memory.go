@@ -13,6 +13,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/wire"
 )
@@ -77,7 +78,7 @@ func (f *fleet) close() {
 }
 
 // runMemory measures part 3 against a server process.
-func runMemory(ctx context.Context, cfg *config, g *procGroup, bin string, p *pki, dir string, out, log io.Writer) (*memoryResult, error) {
+func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, p *pki, dir string, out, log io.Writer) (*memoryResult, error) {
 	res := &memoryResult{Sockets: cfg.sockets, Concurrency: cfg.concurrency}
 	maxAgents := slices.Max(cfg.agents)
 	fmt.Fprintf(log, "memory: issuing %d device certificates\n", maxAgents)
@@ -126,7 +127,7 @@ func runMemory(ctx context.Context, cfg *config, g *procGroup, bin string, p *pk
 	if _, err := settle(ctx, sp, cfg.settle); err != nil {
 		return nil, err
 	}
-	if res.Baseline, err = sp.p.readMemory(); err != nil {
+	if res.Baseline, err = readMemory(sp.p); err != nil {
 		return nil, err
 	}
 	memoryHeader(out, res)
@@ -140,7 +141,7 @@ func runMemory(ctx context.Context, cfg *config, g *procGroup, bin string, p *pk
 		if err != nil {
 			return nil, err
 		}
-		cpu0, err := sp.p.cpuTime()
+		cpu0, err := sp.p.CPUTime()
 		if err != nil {
 			return nil, err
 		}
@@ -154,17 +155,17 @@ func runMemory(ctx context.Context, cfg *config, g *procGroup, bin string, p *pk
 			times = append(times, more...)
 		}
 		lvl.ConnectSec = time.Since(start).Seconds()
-		cpu1, err := sp.p.cpuTime()
+		cpu1, err := sp.p.CPUTime()
 		if err != nil {
 			return nil, err
 		}
 		lvl.Failed = len(failed)
 		ok := lvl.Added - lvl.Failed
 		slices.Sort(times)
-		lvl.ConnectP50ms, lvl.ConnectP99ms = ms(percentile(times, 50)), ms(percentile(times, 99))
+		lvl.ConnectP50ms, lvl.ConnectP99ms = benchkit.MS(benchkit.Percentile(times, 50)), benchkit.MS(benchkit.Percentile(times, 99))
 		if ok > 0 {
 			lvl.ConnectsPerSec = float64(ok) / lvl.ConnectSec
-			lvl.ServerCPUms = ms(cpu1-cpu0) / float64(ok)
+			lvl.ServerCPUms = benchkit.MS(cpu1-cpu0) / float64(ok)
 		}
 		connected = n
 		if lvl.SettleSec, err = settle(ctx, sp, cfg.settle); err != nil {
@@ -177,7 +178,7 @@ func runMemory(ctx context.Context, cfg *config, g *procGroup, bin string, p *pk
 		if ok > 0 {
 			lvl.RaftEntries = float64(h1.LastIndex-h0.LastIndex) / float64(ok)
 		}
-		if lvl.Memory, err = sp.p.readMemory(); err != nil {
+		if lvl.Memory, err = readMemory(sp.p); err != nil {
 			return nil, err
 		}
 		live := n - countFailed(fl, n)

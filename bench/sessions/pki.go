@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -9,14 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
-	"time"
 
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 	"github.com/meteor-edge/meteor/wire"
 )
 
@@ -46,7 +43,7 @@ func makePKI(ctx context.Context, bin, dir string) (*pki, error) {
 		{"ca", "init", "--dir", dir},
 		{"ca", "issue-server", "--dir", dir, "--id", serverID, "--hosts", "127.0.0.1"},
 	} {
-		if out, err := runCmd(ctx, bin, args...); err != nil {
+		if out, err := benchkit.RunCmd(ctx, bin, args...); err != nil {
 			return nil, fmt.Errorf("meteor %s: %w\n%s", strings.Join(args, " "), err, out)
 		}
 	}
@@ -91,32 +88,4 @@ func (p *pki) issueDevices(ids []string) ([]tls.Certificate, error) {
 	}
 	wg.Wait()
 	return certs, errors.Join(errs...)
-}
-
-// runCmd runs bin with args and returns its combined output.
-func runCmd(ctx context.Context, bin string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.SysProcAttr = childAttr()
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.Bytes(), err
-}
-
-// buildMeteor compiles ./cmd/meteor from the module at root into dir.
-func buildMeteor(ctx context.Context, root, dir string) (string, error) {
-	bin := filepath.Join(dir, "bin", "meteor")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/meteor")
-	cmd.Dir = root
-	cmd.SysProcAttr = childAttr()
-	// Stop the whole build (the go command and its compilers) on Ctrl-C.
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/meteor: %w\n%s", err, out.String())
-	}
-	return bin, nil
 }

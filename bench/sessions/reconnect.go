@@ -11,6 +11,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 	"github.com/meteor-edge/meteor/chaos"
 	"github.com/meteor-edge/meteor/cluster"
 	"github.com/meteor-edge/meteor/wire"
@@ -111,9 +112,9 @@ func (r *reconnector) finish() {
 	for _, s := range [][]time.Duration{r.welcome, r.delta, r.rtt} {
 		slices.Sort(s)
 	}
-	row.WelcomeP50, row.WelcomeP99 = ms(percentile(r.welcome, 50)), ms(percentile(r.welcome, 99))
-	row.DeltaP50, row.DeltaP99 = ms(percentile(r.delta, 50)), ms(percentile(r.delta, 99))
-	row.MinRTTms = ms(percentile(r.rtt, 50))
+	row.WelcomeP50, row.WelcomeP99 = benchkit.MS(benchkit.Percentile(r.welcome, 50)), benchkit.MS(benchkit.Percentile(r.welcome, 99))
+	row.DeltaP50, row.DeltaP99 = benchkit.MS(benchkit.Percentile(r.delta, 50)), benchkit.MS(benchkit.Percentile(r.delta, 99))
+	row.MinRTTms = benchkit.MS(benchkit.Percentile(r.rtt, 50))
 	if row.N > 0 {
 		row.Used0RTTFrac = float64(row.Used0RTT) / float64(row.N)
 	}
@@ -134,7 +135,7 @@ func runReconnect(ctx context.Context, cfg *config, srv *cluster.Server, p *pki,
 		delay time.Duration
 	}{
 		{"loopback", 0},
-		{fmt.Sprintf("%g ms RTT", ms(2*cfg.delay)), cfg.delay},
+		{fmt.Sprintf("%g ms RTT", benchkit.MS(2*cfg.delay)), cfg.delay},
 	}
 	var ids []string
 	for i := range links {
@@ -156,10 +157,10 @@ func runReconnect(ctx context.Context, cfg *config, srv *cluster.Server, p *pki,
 		pc := chaos.NewPacketConn(udp, chaos.LinkProfile{Delay: l.delay, Dir: chaos.DirBoth}, uint64(li+1), nil)
 		tr := &quic.Transport{Conn: pc}
 		zero := &reconnector{d: newDevice(ids[2*li], certs[2*li]), cache: newTicketCache(),
-			row: &reconnectRow{Link: l.name, OneWayDelayMs: ms(l.delay), Mode: "0-RTT resumption"}}
+			row: &reconnectRow{Link: l.name, OneWayDelayMs: benchkit.MS(l.delay), Mode: "0-RTT resumption"}}
 		zero.shared = zero.d.tlsConfig(p.pool, zero.cache)
 		full := &reconnector{d: newDevice(ids[2*li+1], certs[2*li+1]),
-			row: &reconnectRow{Link: l.name, OneWayDelayMs: ms(l.delay), Mode: "full handshake"}}
+			row: &reconnectRow{Link: l.name, OneWayDelayMs: benchkit.MS(l.delay), Mode: "full handshake"}}
 		modes := []*reconnector{zero, full}
 		err = func() error {
 			defer func() {

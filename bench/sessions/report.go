@@ -1,36 +1,24 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
+
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 )
 
 // report is everything a run found; it is written as sessions.json.
 type report struct {
-	Date      string          `json:"date"`
-	Machine   machineInfo     `json:"machine"`
-	Params    paramInfo       `json:"params"`
-	Resync    *resyncResult   `json:"resync,omitempty"`
-	Reconnect []*reconnectRow `json:"reconnect,omitempty"`
-	Memory    *memoryResult   `json:"memory,omitempty"`
-	Verdicts  []string        `json:"verdicts"`
-	Notes     []string        `json:"notes"`
-}
-
-type machineInfo struct {
-	NProc        int    `json:"nproc"`
-	CPUModel     string `json:"cpu_model"`
-	GoVersion    string `json:"go_version"`
-	Kernel       string `json:"kernel"`
-	LoadAvgStart string `json:"loadavg_start"`
-	LoadAvgEnd   string `json:"loadavg_end"`
+	Date      string           `json:"date"`
+	Machine   benchkit.Machine `json:"machine"`
+	Params    paramInfo        `json:"params"`
+	Resync    *resyncResult    `json:"resync,omitempty"`
+	Reconnect []*reconnectRow  `json:"reconnect,omitempty"`
+	Memory    *memoryResult    `json:"memory,omitempty"`
+	Verdicts  []string         `json:"verdicts"`
+	Notes     []string         `json:"notes"`
 }
 
 type paramInfo struct {
@@ -157,40 +145,11 @@ func heapText(m memory) string {
 	return fmt.Sprintf("%d (%.0f s old)", m.HeapLiveMB, m.GCAgeSec)
 }
 
-func printSummary(w io.Writer, rep *report) {
-	fmt.Fprintln(w)
-	for _, n := range rep.Notes {
-		fmt.Fprintf(w, "note: %s\n", n)
-	}
-	for _, v := range rep.Verdicts {
-		fmt.Fprintf(w, "verdict: %s\n", v)
-	}
-}
-
-// writeResults writes sessions.json and sessions.md into dir.
-func writeResults(dir string, rep *report) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create results dir: %w", err)
-	}
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "sessions.json"), append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "sessions.md"), []byte(markdown(rep)), 0o644); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	return nil
-}
-
 func markdown(rep *report) string {
 	var b strings.Builder
-	m, p := rep.Machine, rep.Params
+	p := rep.Params
 	fmt.Fprintf(&b, "# Agent sessions: resync bytes, reconnect time, server memory per agent\n\n")
-	fmt.Fprintf(&b, "Measured %s on %d CPUs (%s), %s, kernel %s. Load average at start %s, at end %s.\n\n",
-		rep.Date, m.NProc, m.CPUModel, m.GoVersion, m.Kernel, m.LoadAvgStart, m.LoadAvgEnd)
+	fmt.Fprintf(&b, "%s\n\n", rep.Machine.Measured(rep.Date))
 	fmt.Fprintf(&b, "Devices are %s. Everything runs on 127.0.0.1.\n\n", p.Client)
 	if r := rep.Resync; r != nil {
 		a := r.Resync
@@ -250,35 +209,7 @@ func markdown(rep *report) string {
 	return b.String()
 }
 
-// readMachine describes the machine the run shares with everything else
-// on it.
-func readMachine() machineInfo {
-	m := machineInfo{NProc: runtime.NumCPU(), GoVersion: runtime.Version(), LoadAvgStart: loadavg()}
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
-		f.Close()
-	}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(b))
-	}
-	return m
-}
-
-// loadavg returns the three load averages of /proc/loadavg.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
+// writeResults writes sessions.json and sessions.md into dir.
+func writeResults(dir string, rep *report) error {
+	return benchkit.WriteResults(dir, "sessions", rep, markdown(rep))
 }

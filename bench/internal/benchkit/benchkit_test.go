@@ -1,0 +1,194 @@
+package benchkit
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// durations returns 1..n nanoseconds.
+func durations(n int) []time.Duration {
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = time.Duration(i + 1)
+	}
+	return out
+}
+
+func TestPercentileNearestRank(t *testing.T) {
+	hundred := make([]time.Duration, 100)
+	for i := range hundred {
+		hundred[i] = time.Duration(i+1) * time.Millisecond
+	}
+	tests := []struct {
+		name   string
+		sorted []time.Duration
+		p      float64
+		want   time.Duration
+	}{
+		{"empty", nil, 50, 0},
+		{"single p50", []time.Duration{7}, 50, 7},
+		{"single p99", []time.Duration{7}, 99, 7},
+		{"p50 of 1..100", hundred, 50, 50 * time.Millisecond},
+		{"p99 of 1..100", hundred, 99, 99 * time.Millisecond},
+		{"p100 is the max", hundred, 100, 100 * time.Millisecond},
+		{"p1 of 1..100", hundred, 1, 1 * time.Millisecond},
+		{"tiny p is the min", hundred, 0.001, 1 * time.Millisecond},
+		{"p50 of four rounds down", []time.Duration{1, 2, 3, 4}, 50, 2},
+		{"p51 of four", []time.Duration{1, 2, 3, 4}, 51, 3},
+		{"p99 of 200 is the 198th", durations(200), 99, 198},
+		{"p99 of ten is the max", durations(10), 99, 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Percentile(tt.sorted, tt.p); got != tt.want {
+				t.Errorf("Percentile(%d values, %v) = %v, want %v", len(tt.sorted), tt.p, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseLevels(t *testing.T) {
+	got, err := ParseLevels("64, 1,16,16", "clients", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{1, 16, 64}; !slices.Equal(got, want) {
+		t.Errorf("ParseLevels = %v, want %v", got, want)
+	}
+	for _, bad := range []string{"", "0", "1,x", "-3", "4097"} {
+		if _, err := ParseLevels(bad, "clients", 4096); err == nil {
+			t.Errorf("ParseLevels(%q): no error", bad)
+		}
+	}
+	if _, err := ParseLevels("0", "agents", 10); err == nil || !strings.HasPrefix(err.Error(), `-agents "0": "0" is not a count between 1 and 10`) {
+		t.Errorf("error %v", err)
+	}
+}
+
+func TestCPUTimeOfSelf(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	// Burn some CPU so that the reading is not zero.
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for time.Now().Before(deadline) {
+	}
+	d, err := CPUTime("self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d <= 0 {
+		t.Errorf("CPUTime(self) = %v", d)
+	}
+}
+
+func TestFreePortsAreDistinct(t *testing.T) {
+	for _, udp := range []bool{false, true} {
+		ports, err := FreePorts(6, udp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[int]bool{}
+		for _, p := range ports {
+			if seen[p] || p <= 0 {
+				t.Errorf("udp %v: ports %v", udp, ports)
+			}
+			seen[p] = true
+		}
+	}
+}
+
+func TestGroupStartsAndStops(t *testing.T) {
+	sh, err := os.Stat("/bin/sh")
+	if err != nil || sh.IsDir() {
+		t.Skip("no /bin/sh")
+	}
+	dir := t.TempDir()
+	var g Group
+	// The child ignores SIGTERM, so StopAll has to kill it.
+	p, err := g.Start("sleeper", "/bin/sh", []string{"-c", `trap "" TERM; echo "$BENCHKIT_TEST"; sleep 30`}, []string{"BENCHKIT_TEST=hello"}, dir, filepath.Join(dir, "sleeper.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitFor(context.Background(), 10*time.Second, 10*time.Millisecond, p, func(context.Context) error {
+		if p.LogTail(1) != "hello" {
+			return errors.New("no output yet")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if p.Exited() || p.Err() != nil {
+		t.Fatal("exited early")
+	}
+	if _, err := p.CPUTime(); err != nil {
+		t.Error(err)
+	}
+	start := time.Now()
+	g.StopAll(100 * time.Millisecond)
+	if !p.Exited() || p.Err() == nil {
+		t.Errorf("after StopAll: exited %v, err %v", p.Exited(), p.Err())
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Errorf("StopAll took %s", time.Since(start))
+	}
+	err = WaitFor(context.Background(), time.Second, 10*time.Millisecond, p, func(context.Context) error { return errors.New("never") })
+	if err == nil || !strings.Contains(err.Error(), "exited") {
+		t.Errorf("WaitFor on an exited process: %v", err)
+	}
+}
+
+func TestTempDirKeepsOnFailure(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		runErr error
+		keep   bool
+		kept   bool
+	}{{nil, false, false}, {nil, true, true}, {errors.New("boom"), false, true}} {
+		dir, finish, err := TempDir(ctx, "benchkit-test-", "stuff", tc.keep, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runErr := tc.runErr
+		finish(&runErr)
+		_, serr := os.Stat(dir)
+		if kept := serr == nil; kept != tc.kept {
+			t.Errorf("err %v keep %v: kept %v", tc.runErr, tc.keep, kept)
+		}
+		os.RemoveAll(dir)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	dir, finish, err := TempDir(cctx, "benchkit-test-", "stuff", false, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runErr error
+	finish(&runErr)
+	if runErr == nil || runErr.Error() != "interrupted" {
+		t.Errorf("cancelled run: err %v", runErr)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Error("cancelled run kept its dir")
+		os.RemoveAll(dir)
+	}
+}
+
+func TestWriteResults(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "out")
+	if err := WriteResults(dir, "x", map[string]int{"a": 1}, "# x\n"); err != nil {
+		t.Fatal(err)
+	}
+	j, _ := os.ReadFile(filepath.Join(dir, "x.json"))
+	m, _ := os.ReadFile(filepath.Join(dir, "x.md"))
+	if string(j) != "{\n  \"a\": 1\n}\n" || string(m) != "# x\n" {
+		t.Errorf("json %q md %q", j, m)
+	}
+}
