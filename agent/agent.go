@@ -51,7 +51,7 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, deviceID: id, drivers: cfg.Drivers}
 	a.log = cfg.Logger.Named("agent").With("device", id)
 	if a.drivers == nil {
-		a.drivers, err = driver.NewRegistry(driver.Config{Root: cfg.Root, Clock: cfg.Clock, Logger: a.log})
+		a.drivers, err = driver.NewRegistry(driver.Config{Root: cfg.Root, Clock: cfg.Clock, Logger: a.log, ExecPolicy: cfg.ExecPolicy})
 		if err != nil {
 			return nil, fmt.Errorf("agent drivers: %w", err)
 		}

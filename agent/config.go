@@ -51,6 +51,10 @@ type Config struct {
 	// directory (driver.Config.Root), for demos and tests; empty means the
 	// real paths. Ignored when Drivers is set.
 	Root string
+	// ExecPolicy, if set, decides which programs exec resources may run
+	// (driver.AllowPrograms); nil allows every program. Ignored when
+	// Drivers is set.
+	ExecPolicy driver.ExecPolicy
 
 	// Logger receives the agent's logs, named "agent"; nil means none.
 	Logger hclog.Logger

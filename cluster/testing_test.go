@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 
 	"github.com/meteor-edge/meteor/cluster/api"
@@ -36,23 +35,8 @@ func testConfig(t testing.TB, id string) Config {
 	cfg.DataDir = filepath.Join(t.TempDir(), id)
 	cfg.HTTPAddr, cfg.RaftAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.ApplyTimeout = 5 * time.Second
-	cfg.ReconcileInterval = 200 * time.Millisecond
-	cfg.ReconnectInterval = 500 * time.Millisecond
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: id, Level: hclog.Warn, Output: testWriter{t}})
-	cfg.RaftTuning = func(rc *raft.Config) {
-		rc.HeartbeatTimeout = 400 * time.Millisecond
-		rc.ElectionTimeout = 400 * time.Millisecond
-		rc.LeaderLeaseTimeout = 200 * time.Millisecond
-		rc.CommitTimeout = 5 * time.Millisecond
-	}
-	cfg.GossipTuning = func(mc *memberlist.Config) {
-		mc.ProbeInterval = 200 * time.Millisecond
-		mc.ProbeTimeout = 100 * time.Millisecond
-		mc.GossipInterval = 50 * time.Millisecond
-		mc.SuspicionMult = 2
-		mc.PushPullInterval = 2 * time.Second
-		mc.TCPTimeout = time.Second
-	}
+	LoopbackTimings(&cfg)
 	return cfg
 }
 

@@ -110,23 +110,8 @@ func (h *Harness) serverConfig(id string) cluster.Config {
 	c.TrailingLogs = 64
 	c.SnapshotThreshold = 256
 	c.SnapshotInterval = 500 * time.Millisecond
-	c.ReconcileInterval = 200 * time.Millisecond
-	c.ReconnectInterval = 500 * time.Millisecond
 	c.Logger = hclog.New(&hclog.LoggerOptions{Name: id, Level: h.cfg.LogLevel, Output: h.cfg.Log})
-	c.RaftTuning = func(rc *raft.Config) {
-		rc.HeartbeatTimeout = 400 * time.Millisecond
-		rc.ElectionTimeout = 400 * time.Millisecond
-		rc.LeaderLeaseTimeout = 200 * time.Millisecond
-		rc.CommitTimeout = 5 * time.Millisecond
-	}
-	c.GossipTuning = func(mc *memberlist.Config) {
-		mc.ProbeInterval = 200 * time.Millisecond
-		mc.ProbeTimeout = 100 * time.Millisecond
-		mc.GossipInterval = 50 * time.Millisecond
-		mc.SuspicionMult = 2
-		mc.PushPullInterval = 2 * time.Second
-		mc.TCPTimeout = time.Second
-	}
+	cluster.LoopbackTimings(&c)
 	c.RaftLayer = func(id string, ln net.Listener) raft.StreamLayer { return h.net.StreamLayer(id, ln) }
 	c.GossipTransport = func(id string, t memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
 		return h.net.MemberlistTransport(id, t)

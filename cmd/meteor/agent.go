@@ -13,13 +13,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meteor-edge/meteor/agent"
+	"github.com/meteor-edge/meteor/agent/driver"
 	"github.com/meteor-edge/meteor/cluster"
 	"github.com/meteor-edge/meteor/wire"
 )
 
 func newAgentCmd() *cobra.Command {
 	cfg := agent.DefaultConfig()
-	var servers, labelList, deviceID, caFile, certFile, keyFile, logLevel string
+	var servers, labelList, deviceID, caFile, certFile, keyFile, logLevel, execAllow string
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the device agent",
@@ -73,6 +74,15 @@ under a directory, for demos and tests. See docs/agent.md.`,
 			}
 			cfg.AgentVersion = "meteor-agent " + cluster.Version
 			cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "meteor", Level: hclog.LevelFromString(logLevel), Output: os.Stderr})
+			if execAllow != "" {
+				programs := strings.Split(execAllow, ",")
+				for _, p := range programs {
+					if !filepath.IsAbs(p) {
+						return fmt.Errorf("--exec-allow: %q is not an absolute path", p)
+					}
+				}
+				cfg.ExecPolicy = driver.AllowPrograms(programs...)
+			}
 			a, err := agent.New(cfg)
 			if err != nil {
 				return err
@@ -91,6 +101,7 @@ under a directory, for demos and tests. See docs/agent.md.`,
 	f.StringVar(&certFile, "cert-file", "", "PEM file of the device certificate (required)")
 	f.StringVar(&keyFile, "key-file", "", "PEM file of the device key (required)")
 	f.StringVar(&cfg.Root, "root", "", "confine file and certificate resource paths under this directory (demos, tests)")
+	f.StringVar(&execAllow, "exec-allow", "", "comma-separated absolute paths of the only programs exec resources may run (default: any)")
 	f.DurationVar(&cfg.PullInterval, "pull-interval", cfg.PullInterval, "how often to pull without a push, unless the server says otherwise")
 	f.DurationVar(&cfg.ReportInterval, "report-interval", cfg.ReportInterval, "longest time between two reports")
 	f.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "how often applied resources are re-checked for drift and probed")
