@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-memdb"
+	"github.com/hashicorp/memberlist"
 	"github.com/quic-go/quic-go"
 
 	"github.com/meteor-edge/meteor/scheduler"
@@ -310,7 +311,7 @@ func (a *agentServer) redirects() []string {
 	_, leader := a.s.raft.LeaderWithID()
 	var out []string
 	for _, m := range a.s.members() {
-		if m.AgentAddr == "" || m.ID == a.s.config.NodeID || m.State != 0 {
+		if m.AgentAddr == "" || m.ID == a.s.config.NodeID || m.State != memberlist.StateAlive || m.Leaving {
 			continue
 		}
 		if m.ID == string(leader) {

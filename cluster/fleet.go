@@ -53,9 +53,34 @@ func (s *Server) handleTimeline(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// viewCache computes each device's view once per request, however many
+// intents ask for it.
+type viewCache struct {
+	s     *Server
+	read  *fsm.Read
+	views map[string]scheduler.DeviceView
+}
+
+func (c *viewCache) view(d *fsm.DeviceRecord) (scheduler.DeviceView, error) {
+	if v, ok := c.views[d.ID]; ok {
+		return v, nil
+	}
+	desired, err := c.s.devicePlanner().Desired(c.read, d.Labels)
+	if err != nil {
+		return scheduler.DeviceView{}, err
+	}
+	v := scheduler.Compare(desired, d)
+	c.views[d.ID] = v
+	return v, nil
+}
+
+func (s *Server) newViewCache(read *fsm.Read) *viewCache {
+	return &viewCache{s: s, read: read, views: map[string]scheduler.DeviceView{}}
+}
+
 // intentProgress counts where the devices an intent's current revision
 // targets are with it, and builds the series from their timelines.
-func (s *Server) intentProgress(read *fsm.Read, rec *fsm.IntentRecord, devices []*fsm.DeviceRecord, series bool) (api.IntentProgress, error) {
+func (s *Server) intentProgress(read *fsm.Read, views *viewCache, rec *fsm.IntentRecord, devices []*fsm.DeviceRecord, series bool) (api.IntentProgress, error) {
 	out := api.IntentProgress{Name: rec.Name, Revision: rec.Revision, UpdatedAt: time.Unix(0, rec.UpdatedAt).UTC()}
 	prefix := rec.Name + "/"
 	var targeted []*fsm.DeviceRecord
@@ -71,11 +96,10 @@ func (s *Server) intentProgress(read *fsm.Read, rec *fsm.IntentRecord, devices [
 		if deviceStatus(d) == scheduler.StatusUnreachable {
 			out.Unreachable++
 		}
-		desired, err := s.devicePlanner().Desired(read, d.Labels)
+		v, err := views.view(d)
 		if err != nil {
 			return out, err
 		}
-		v := scheduler.Compare(desired, d)
 		converged, failed, drifted := true, false, false
 		for _, r := range v.Resources {
 			if !strings.HasPrefix(r.Key, prefix) {
@@ -188,7 +212,7 @@ func (s *Server) handleIntentProgress(w http.ResponseWriter, r *http.Request) {
 		writeError(w, toAPIError(err))
 		return
 	}
-	out, err := s.intentProgress(read, rec, devices, true)
+	out, err := s.intentProgress(read, s.newViewCache(read), rec, devices, true)
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return
@@ -213,8 +237,9 @@ func (s *Server) handleFleetStatus(w http.ResponseWriter, r *http.Request) {
 	for _, d := range devices {
 		out.ByStatus[deviceStatus(d)]++
 	}
+	views := s.newViewCache(read)
 	for _, rec := range intents {
-		p, err := s.intentProgress(read, rec, devices, false)
+		p, err := s.intentProgress(read, views, rec, devices, false)
 		if err != nil {
 			writeError(w, toAPIError(err))
 			return

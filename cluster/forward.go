@@ -109,19 +109,30 @@ func (s *Server) sign(body []byte) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
+// readSigned reads a server-to-server request body and checks its
+// signature; on failure it answers the request and returns false.
+func (s *Server) readSigned(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil || len(body) == 0 {
+		writeError(w, badRequest("read request body: %v", err))
+		return nil, false
+	}
+	got, err := hex.DecodeString(r.Header.Get(headerSignature))
+	want, _ := hex.DecodeString(s.sign(body))
+	if err != nil || !hmac.Equal(got, want) {
+		writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "bad or missing request signature: servers must share the cluster secret"})
+		return nil, false
+	}
+	return body, true
+}
+
 // handleInternalApply proposes a command forwarded by another server.
 // Commands about devices are accepted only from servers that share the
 // cluster secret; intent writes carry nothing the public API would not
 // accept (and the state machine validates them again).
 func (s *Server) handleInternalApply(w http.ResponseWriter, r *http.Request) {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err != nil || len(data) < 2 {
-		writeError(w, badRequest("read command: %v", err))
-		return
-	}
-	want, err := hex.DecodeString(r.Header.Get(headerSignature))
-	if err != nil || !hmac.Equal(want, mustHex(s.sign(data))) {
-		writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "bad or missing request signature: servers must share the cluster secret"})
+	data, ok := s.readSigned(w, r)
+	if !ok {
 		return
 	}
 	t := fsm.MessageType(data[0])
@@ -150,9 +161,4 @@ func (s *Server) handleInternalApply(w http.ResponseWriter, r *http.Request) {
 		out.Rejected = toAPIError(res.Err)
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-func mustHex(s string) []byte {
-	b, _ := hex.DecodeString(s)
-	return b
 }

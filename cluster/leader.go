@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -177,7 +178,7 @@ func (s *Server) tryBootstrap() (bool, error) {
 			return true, nil
 		}
 	}
-	slices.SortFunc(alive, func(a, b member) int { return cmpString(a.ID, b.ID) })
+	slices.SortFunc(alive, func(a, b member) int { return strings.Compare(a.ID, b.ID) })
 	var conf raft.Configuration
 	for _, m := range alive {
 		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.RaftAddr), Suffrage: raft.Voter})
@@ -187,16 +188,6 @@ func (s *Server) tryBootstrap() (bool, error) {
 	}
 	s.logger.Info("bootstrapped cluster", "servers", len(conf.Servers))
 	return true, nil
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // peerStatus fetches a peer's /v1/internal/self.

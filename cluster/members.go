@@ -3,6 +3,7 @@ package cluster
 import (
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/memberlist"
@@ -46,7 +47,7 @@ func (s *Server) Members() api.Members {
 			out.Members = append(out.Members, api.Member{ID: id, RaftAddr: raftAddr[id], GossipState: "unknown", Suffrage: suffrageName(sf), RaftRole: "unknown"})
 		}
 	}
-	slices.SortFunc(out.Members, func(a, b api.Member) int { return cmpString(a.ID, b.ID) })
+	slices.SortFunc(out.Members, func(a, b api.Member) int { return strings.Compare(a.ID, b.ID) })
 
 	var wg sync.WaitGroup
 	for i := range out.Members {

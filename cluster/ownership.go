@@ -4,6 +4,7 @@ import (
 	"hash/fnv"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/hashicorp/memberlist"
 
@@ -70,7 +71,7 @@ func (s *Server) ownerCandidates() []ownerCandidate {
 			out = append(out, ownerCandidate{ID: m.ID, Region: m.Region})
 		}
 	}
-	slices.SortFunc(out, func(a, b ownerCandidate) int { return cmpString(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b ownerCandidate) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
 

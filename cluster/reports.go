@@ -3,8 +3,6 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -62,14 +60,8 @@ func (s *Server) handleInternalReport(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "forwarded reports need a cluster secret shared by all servers (--cluster-secret-file)"})
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err != nil {
-		writeError(w, badRequest("read report: %v", err))
-		return
-	}
-	want, err := hex.DecodeString(r.Header.Get(headerSignature))
-	if err != nil || !hmac.Equal(want, mustHex(s.sign(body))) {
-		writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "bad or missing request signature: servers must share the cluster secret"})
+	body, ok := s.readSigned(w, r)
+	if !ok {
 		return
 	}
 	var fr forwardedReport
@@ -83,7 +75,8 @@ func (s *Server) handleInternalReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.status.ingest(r.Context(), fr.Device, fr.Labels, &rep); err != nil {
-		writeError(w, toAPIError(fmt.Errorf("%w: %v", ErrNotReady, err)))
+		writeError(w, &api.Error{StatusCode: http.StatusServiceUnavailable, Code: api.CodeTimeout, RetryAfterMS: 1000,
+			Message: fmt.Sprintf("owner %s could not record the report of %s: %v; the agent will send it again", s.config.NodeID, fr.Device, err)})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]uint64{"seq": rep.Seq})

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/meteor-edge/meteor/fsm"
@@ -92,7 +93,7 @@ func (p *Planner) Desired(read *fsm.Read, labels map[string]string) (*DesiredSta
 		}
 		out.Resources = append(out.Resources, rs...)
 	}
-	slices.SortFunc(out.Resources, func(a, b *Resource) int { return cmpString(a.Key, b.Key) })
+	slices.SortFunc(out.Resources, func(a, b *Resource) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }
 
@@ -182,14 +183,4 @@ func ComputeDelta(d *DesiredState, applied []Applied) Delta {
 	}
 	slices.Sort(out.Deletes)
 	return out
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"encoding/hex"
 	"slices"
+	"strings"
 
 	"github.com/meteor-edge/meteor/fsm"
 )
@@ -53,7 +54,7 @@ func Compare(d *DesiredState, rec *fsm.DeviceRecord) DeviceView {
 	for key, rep := range reported {
 		v.Resources = append(v.Resources, ResourceView{Key: key, Reported: rep, State: StateRemoving})
 	}
-	slices.SortFunc(v.Resources, func(a, b ResourceView) int { return cmpString(a.Key, b.Key) })
+	slices.SortFunc(v.Resources, func(a, b ResourceView) int { return strings.Compare(a.Key, b.Key) })
 	v.Converged = true
 	for _, r := range v.Resources {
 		v.Counts[r.State]++

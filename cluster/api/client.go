@@ -115,11 +115,21 @@ func (c *Client) Leave(ctx context.Context) error {
 }
 
 // Health reads the contacted server's health. A server without a leader
-// answers 503 with the body filled in; Health returns both.
+// answers 503 with its figures: Health returns them with an *Error saying
+// why it is unhealthy.
 func (c *Client) Health(ctx context.Context) (*Health, error) {
+	status, data, err := c.roundTrip(ctx, http.MethodGet, "/v1/health", nil, nil, nil)
+	if err != nil {
+		return &Health{}, err
+	}
 	var out Health
-	err := c.do(ctx, http.MethodGet, "/v1/health", nil, nil, nil, &out)
-	return &out, err
+	if err := json.Unmarshal(data, &out); err != nil {
+		return &out, decodeError(http.MethodGet, "/v1/health", status, data)
+	}
+	if status != http.StatusOK {
+		return &out, &Error{StatusCode: status, Code: CodeNoLeader, Message: out.Message, RetryAfterMS: 1000}
+	}
+	return &out, nil
 }
 
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, h http.Header, body []byte, out any) error {
@@ -145,6 +155,24 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, h ht
 }
 
 func (c *Client) once(ctx context.Context, method, path string, q url.Values, h http.Header, body []byte, out any) error {
+	status, data, err := c.roundTrip(ctx, method, path, q, h, body)
+	if err != nil {
+		return err
+	}
+	if status >= 300 {
+		return decodeError(method, path, status, data)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%s %s: decode response: %w", method, path, err)
+	}
+	return nil
+}
+
+// roundTrip sends one request and returns the status and body.
+func (c *Client) roundTrip(ctx context.Context, method, path string, q url.Values, h http.Header, body []byte) (int, []byte, error) {
 	u := c.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
@@ -155,38 +183,29 @@ func (c *Client) once(ctx context.Context, method, path string, q url.Values, h 
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
+		return 0, nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	for k, v := range h {
 		req.Header[k] = v
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w (is a Meteor server listening at %s? set --addr or METEOR_ADDR)", method, path, err, c.base)
+		return 0, nil, fmt.Errorf("%s %s: %w (is a Meteor server listening at %s? set --addr or METEOR_ADDR)", method, path, err, c.base)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("%s %s: read response: %w", method, path, err)
+		return 0, nil, fmt.Errorf("%s %s: read response: %w", method, path, err)
 	}
-	if resp.StatusCode >= 300 {
-		e := &Error{StatusCode: resp.StatusCode}
-		if json.Unmarshal(data, e) != nil || e.Message == "" {
-			e.Code, e.Message = CodeInternal, fmt.Sprintf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(data)))
-		}
-		// Health answers 503 with a full body; hand both back.
-		if out != nil && path == "/v1/health" {
-			_ = json.Unmarshal(data, out)
-		}
-		return e
+	return resp.StatusCode, data, nil
+}
+
+func decodeError(method, path string, status int, data []byte) *Error {
+	e := &Error{StatusCode: status}
+	if json.Unmarshal(data, e) != nil || e.Message == "" {
+		e.Code, e.Message = CodeInternal, fmt.Sprintf("%s %s: %d: %s", method, path, status, strings.TrimSpace(string(data)))
 	}
-	if out == nil {
-		return nil
-	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("%s %s: decode response: %w", method, path, err)
-	}
-	return nil
+	return e
 }
 
 // ListDevices lists the devices the cluster knows.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/meteor-edge/meteor/agent/sim"
 	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/fsm/intent"
 )
 
 // runDevFleet runs a simulated fleet against the dev cluster, applies the
@@ -57,7 +58,11 @@ func runDevFleet(ctx context.Context, out io.Writer, c *api.Client, o devOptions
 		for _, in := range docs {
 			changes = append(changes, in.Name)
 		}
-		go applyChanges(ctx, c, o.changes, logger)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			applyChanges(fctx, c, docs, logger)
+		}()
 	}
 
 	ticker := time.NewTicker(time.Second)
@@ -86,14 +91,9 @@ func runDevFleet(ctx context.Context, out io.Writer, c *api.Client, o devOptions
 	}
 }
 
-// applyChanges applies the intents of dir one after another, waiting for
-// each to converge on 99 % of its targets (at most 3 minutes).
-func applyChanges(ctx context.Context, c *api.Client, dir string, logger hclog.Logger) {
-	docs, err := readIntents(dir)
-	if err != nil {
-		logger.Error("read changes", "error", err)
-		return
-	}
+// applyChanges applies intents one after another, waiting for each to
+// converge on 99 % of its targets (at most 3 minutes).
+func applyChanges(ctx context.Context, c *api.Client, docs []*intent.Intent, logger hclog.Logger) {
 	for _, in := range docs {
 		body, err := json.Marshal(in)
 		if err != nil {
