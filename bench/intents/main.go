@@ -262,6 +262,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		rep.Verdict = "goal not evaluated: etcd was skipped (" + rep.Versions.EtcdSkipped + ")"
 	}
 	rep.Notes = notes(rep)
+	rep.Summary = summaryRows(rep)
 	printSummary(out, rep)
 	if err := writeResults(cfg.outDir, rep); err != nil {
 		return err

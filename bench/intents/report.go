@@ -19,6 +19,8 @@ type report struct {
 	Ratios   []ratio          `json:"ratios"`
 	Verdict  string           `json:"verdict"`
 	Notes    []string         `json:"notes"`
+	// Summary is this benchmark's row in bench/results/README.md.
+	Summary []benchkit.Row `json:"summary"`
 }
 
 type versionInfo struct {
@@ -91,6 +93,40 @@ func verdict(rs []ratio) string {
 			state, goalClients, r.Throughput, goalRatio, r.P99)
 	}
 	return fmt.Sprintf("goal not evaluated: no Meteor and etcd rows at %d clients", goalClients)
+}
+
+// summaryRows gives the goal level's writes/s, Meteor against etcd, for
+// the table of all benchmarks.
+func summaryRows(rep *report) []benchkit.Row {
+	row := benchkit.Row{Bench: 1, Name: "intents", Figure: fmt.Sprintf("intent writes/s at %d clients, 3 servers each", goalClients),
+		PeerName: "etcd " + rep.Versions.Etcd, Goal: fmt.Sprintf("Meteor >= %.1fx etcd", goalRatio)}
+	find := func(system string) *levelResult {
+		for _, r := range rep.Results {
+			if r.System == system && r.Clients == goalClients {
+				return r
+			}
+		}
+		return nil
+	}
+	m, e := find("meteor"), find("etcd")
+	if m != nil {
+		row.Meteor = fmt.Sprintf("%.0f writes/s (p99 %.1f ms)", m.WritesPerSec, m.P99ms)
+	}
+	if e != nil {
+		row.Peer = fmt.Sprintf("%.0f writes/s (p99 %.1f ms)", e.WritesPerSec, e.P99ms)
+	}
+	for _, r := range rep.Ratios {
+		if r.Clients == goalClients {
+			row.Ratio = fmt.Sprintf("%.2f", r.Throughput)
+			row.Met = benchkit.MetGoal(r.Throughput >= goalRatio)
+		}
+	}
+	if rep.Versions.EtcdSkipped != "" {
+		row.PeerName, row.Note = "etcd", "etcd skipped: "+rep.Versions.EtcdSkipped
+	} else if m != nil && e != nil {
+		row.Note = fmt.Sprintf("server CPU per write: Meteor %.2f ms, etcd %.2f ms; clients and both clusters share the machine's cores", m.ServerCPUms, e.ServerCPUms)
+	}
+	return []benchkit.Row{row}
 }
 
 // rowHeader and row print the stdout table one row at a time.

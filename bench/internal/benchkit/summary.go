@@ -1,0 +1,32 @@
+package benchkit
+
+// Row is one line of the benchmark summary table that `make bench` writes
+// to bench/results/README.md. Every driver puts its rows in its results
+// JSON under the key "summary"; cmd bench/report gathers them.
+type Row struct {
+	// Bench is the issue's row number (1 intent writes, 2 fan-out, 3
+	// reconnect storm, 4 scale, 5 seed scenario), which orders the table.
+	Bench int `json:"bench"`
+	// Name is the benchmark's short name ("intents", "fanout", ...), and
+	// the stem of its results files.
+	Name string `json:"name"`
+	// Figure says what was measured, with its unit and conditions
+	// ("writes/s at 64 clients", "time to 99% applied, 5% loss").
+	Figure string `json:"figure"`
+	// Meteor is Meteor's figure, Peer the figure it is compared with
+	// (etcd, Mosquitto, full handshakes...), PeerName what Peer is.
+	Meteor   string `json:"meteor"`
+	Peer     string `json:"peer,omitempty"`
+	PeerName string `json:"peer_name,omitempty"`
+	// Ratio is Meteor over Peer, or whichever way round the Goal reads.
+	Ratio string `json:"ratio,omitempty"`
+	// Goal is the issue's goal for this figure, if it sets one; Met says
+	// whether this run met it (nil where there is no goal).
+	Goal string `json:"goal,omitempty"`
+	Met  *bool `json:"met,omitempty"`
+	// Note is what limits the figure, or why a part was skipped.
+	Note string `json:"note,omitempty"`
+}
+
+// MetGoal returns a pointer to v, for Row.Met.
+func MetGoal(v bool) *bool { return &v }

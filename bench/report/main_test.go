@@ -1,0 +1,60 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
+)
+
+func writeJSON(t *testing.T, dir, name string, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBuildOrdersRowsAndNamesMissingOnes(t *testing.T) {
+	dir := t.TempDir()
+	writeJSON(t, dir, "b.json", map[string]any{"date": "D2", "summary": []benchkit.Row{
+		{Bench: 3, Name: "storm", Figure: "time to resume", Meteor: "2 s", Peer: "5 s", PeerName: "full", Ratio: "0.40"},
+	}})
+	writeJSON(t, dir, "a.json", map[string]any{"date": "D1", "summary": []benchkit.Row{
+		{Bench: 1, Name: "intents", Figure: "writes|s", Meteor: "10", Goal: ">= 1x", Met: benchkit.MetGoal(false), Note: "cpu bound"},
+	}})
+	writeJSON(t, dir, "old.json", map[string]any{"date": "D0"}) // no summary: ignored
+
+	md, err := build(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i1 := strings.Index(md, "| 1 | writes\\|s | 10 |")
+	i3 := strings.Index(md, "| 3 | time to resume | 2 s | full: 5 s | 0.40 |")
+	if i1 < 0 || i3 < 0 || i1 > i3 {
+		t.Fatalf("rows missing or out of order:\n%s", md)
+	}
+	if !strings.Contains(md, "**no**") || !strings.Contains(md, "- 1, writes|s: cpu bound") {
+		t.Fatalf("goal or note not rendered:\n%s", md)
+	}
+	for _, n := range []string{"| 2 |", "| 4 |", "| 5 |"} {
+		if !strings.Contains(md, n) || !strings.Contains(md, "not run") {
+			t.Fatalf("missing row %s not shown as not run:\n%s", n, md)
+		}
+	}
+	if strings.Contains(md, "old.json") {
+		t.Fatalf("a file without summary rows was listed:\n%s", md)
+	}
+}
+
+func TestBuildWithoutResults(t *testing.T) {
+	if _, err := build(t.TempDir()); err == nil {
+		t.Fatal("no error for an empty results directory")
+	}
+}
