@@ -23,7 +23,7 @@ type Row struct {
 	// Goal is the issue's goal for this figure, if it sets one; Met says
 	// whether this run met it (nil where there is no goal).
 	Goal string `json:"goal,omitempty"`
-	Met  *bool `json:"met,omitempty"`
+	Met  *bool  `json:"met,omitempty"`
 	// Note is what limits the figure, or why a part was skipped.
 	Note string `json:"note,omitempty"`
 }
