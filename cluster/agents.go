@@ -92,7 +92,7 @@ func (s *Server) listenAgents() (*agentServer, error) {
 		pc = s.config.AgentPacketConn(udp)
 	}
 	a.tr = &quic.Transport{Conn: pc}
-	if err := a.rotate(time.Now()); err != nil {
+	if err := a.rotate(a.s.now()); err != nil {
 		udp.Close()
 		return nil, err
 	}
@@ -166,14 +166,14 @@ func (a *agentServer) rotateLoop() {
 	defer a.wg.Done()
 	period := a.s.config.TicketPeriod
 	for {
-		now := time.Now()
+		now := a.s.now()
 		next := now.Truncate(period).Add(period)
 		select {
 		case <-a.s.shutdownCh:
 			return
 		case <-time.After(next.Sub(now)):
 		}
-		if err := a.rotate(time.Now()); err != nil {
+		if err := a.rotate(a.s.now()); err != nil {
 			a.logger.Error("rotate agent keys", "error", err)
 		}
 	}

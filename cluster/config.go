@@ -59,8 +59,17 @@ type Config struct {
 	// tokens and TLS session tickets, and signs server-to-server requests.
 	// At least 16 bytes; required with AgentAddr.
 	ClusterSecret []byte
+	// Now is the wall clock the server stamps and judges by (intent write
+	// times, device last-seen and status times, key epochs); nil means
+	// time.Now. Tests and chaos scenarios skew it. Raft and memberlist
+	// keep their own (monotonic) timers, as they would on a host whose
+	// wall clock is wrong.
+	Now func() time.Time
 	// TokenLifetime is how long a resume token stays valid; TicketPeriod
-	// how often session ticket and token keys rotate.
+	// how often session ticket and token keys rotate. Servers accept the
+	// keys of the previous and the next period too, so a server whose
+	// clock is up to one period ahead of or behind another's still resumes
+	// the sessions the other opened.
 	TokenLifetime time.Duration
 	TicketPeriod  time.Duration
 	// PullInterval is the pull cadence servers suggest to agents.

@@ -160,7 +160,7 @@ func (s *Server) handlePutIntent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("%v", err))
 		return
 	}
-	s.writeResult(w, r, name, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: in, IfMatch: ifMatch, Time: time.Now().UnixNano()})
+	s.writeResult(w, r, name, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: in, IfMatch: ifMatch, Time: s.now().UnixNano()})
 }
 
 func (s *Server) handleDeleteIntent(w http.ResponseWriter, r *http.Request) {
@@ -170,7 +170,7 @@ func (s *Server) handleDeleteIntent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("%v", err))
 		return
 	}
-	s.writeResult(w, r, name, fsm.DeleteIntentType, &fsm.DeleteIntentRequest{Name: name, IfMatch: ifMatch, Time: time.Now().UnixNano()})
+	s.writeResult(w, r, name, fsm.DeleteIntentType, &fsm.DeleteIntentRequest{Name: name, IfMatch: ifMatch, Time: s.now().UnixNano()})
 }
 
 func (s *Server) writeResult(w http.ResponseWriter, r *http.Request, name string, t fsm.MessageType, req any) {

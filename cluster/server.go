@@ -282,6 +282,14 @@ func (s *Server) inRaftConfig(id string) bool {
 // ID returns the node ID.
 func (s *Server) ID() string { return s.config.NodeID }
 
+// now reads the server's wall clock (Config.Now).
+func (s *Server) now() time.Time {
+	if s.config.Now != nil {
+		return s.config.Now()
+	}
+	return time.Now()
+}
+
 // HTTPAddr returns the bound HTTP API address.
 func (s *Server) HTTPAddr() string { return s.httpAddr }
 

@@ -37,6 +37,11 @@ type agentSession struct {
 	notified   uint64           // revision of the last Notify or Delta sent
 	fp         scheduler.Digest // fingerprint of the desired state last sent
 	registered bool             // the session is committed and receives pushes
+	recorded   uint64           // highest acked revision committed as connected
+	retrying   bool             // retryRecord is running
+
+	recCtx  context.Context // ends before the disconnect is recorded
+	retryWG sync.WaitGroup  // retryRecord
 }
 
 // serveConn runs one agent connection to its end.
@@ -97,7 +102,7 @@ func (a *agentServer) handshake(ctx context.Context, conn *quic.Conn, streamOut 
 
 func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Reader) error {
 	a, srv := sess.a, sess.a.s
-	now := time.Now()
+	now := srv.now()
 
 	// Resume the session if the token is valid for this device and session;
 	// otherwise start a new one, which needs the agent's inventory.
@@ -155,6 +160,12 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 	// which change state, wait for that.
 	registered := make(chan struct{})
 	var regErr error
+	// Commits retried in the background stop before the disconnect is
+	// recorded, so that a late retry cannot mark the device connected
+	// again.
+	recCtx, stopRecording := context.WithCancel(ctx)
+	defer stopRecording()
+	sess.recCtx = recCtx
 	go func() {
 		defer close(registered)
 		select {
@@ -163,9 +174,7 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 			regErr = context.Cause(ctx)
 			return
 		}
-		if err := sess.commitSession(ctx, true); err != nil {
-			sess.logger.Warn("could not record the session; serving it anyway", "error", err)
-		}
+		sess.record(recCtx, "the session")
 		sess.mu.Lock()
 		sess.registered = true
 		sess.mu.Unlock()
@@ -179,6 +188,8 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 			return
 		}
 		a.remove(sess)
+		stopRecording()
+		sess.retryWG.Wait()
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if err := sess.commitSession(cctx, false); err != nil {
@@ -280,11 +291,57 @@ func (sess *agentSession) handleAck(ctx context.Context, m *wire.Ack) error {
 	sess.acked = max(sess.acked, m.Revision)
 	sess.mu.Unlock()
 	if advanced {
-		if err := sess.commitSession(ctx, true); err != nil {
-			sess.logger.Warn("could not record the acknowledged revision", "revision", m.Revision, "error", err)
-		}
+		sess.record(sess.recCtx, "the acknowledged revision")
 	}
 	return nil
+}
+
+// record commits the session as connected with its acknowledged revision.
+// If that fails (no leader during an election, say), it keeps retrying in
+// the background until the replica has it or the session ends: the agent
+// does not send the same Ack twice, so a commit given up would leave every
+// server's view of the device behind until its next change.
+func (sess *agentSession) record(ctx context.Context, what string) {
+	err := sess.commitSession(ctx, true)
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	if sess.retrying {
+		return // the running retry commits the latest state
+	}
+	sess.logger.Warn("could not record "+what+"; retrying in the background", "error", err)
+	sess.retrying = true
+	sess.retryWG.Add(1)
+	go sess.retryRecord(ctx)
+}
+
+func (sess *agentSession) retryRecord(ctx context.Context) {
+	defer sess.retryWG.Done()
+	backoff := 100 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			sess.mu.Lock()
+			sess.retrying = false
+			sess.mu.Unlock()
+			return
+		case <-time.After(backoff):
+		}
+		err := sess.commitSession(ctx, true)
+		sess.mu.Lock()
+		if recorded := sess.recorded; err == nil && recorded >= sess.acked {
+			sess.retrying = false
+			sess.mu.Unlock()
+			sess.logger.Debug("session recorded after retrying", "acked", recorded)
+			return
+		}
+		sess.mu.Unlock()
+		if err != nil {
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	}
 }
 
 // handleReport applies a report at most once and acknowledges it only
@@ -316,12 +373,17 @@ func (sess *agentSession) commitSession(ctx context.Context, connected bool) err
 	req := &fsm.DeviceSessionRequest{
 		ID: sess.deviceID, Labels: sess.labels, SessionID: sessionString(sess.id),
 		Server: sess.a.s.config.NodeID, Connected: connected, AckedRevision: sess.acked,
-		Time: time.Now().UnixNano(),
+		Time: sess.a.s.now().UnixNano(),
 	}
 	sess.mu.Unlock()
 	res, _, err := sess.a.s.apply(ctx, fsm.DeviceSessionType, req)
 	if err == nil {
 		err = res.Err
+	}
+	if err == nil && connected {
+		sess.mu.Lock()
+		sess.recorded = max(sess.recorded, req.AckedRevision)
+		sess.mu.Unlock()
 	}
 	return err
 }

@@ -48,10 +48,18 @@ type ownedDevice struct {
 	status string            // last status queued or committed
 	reason string            // its reason
 	states map[string]string // last per-resource statuses queued
+	// since is when this owner took the device on, by its own clock. A
+	// device's last-seen time was stamped by whichever server held its
+	// session, whose clock may differ from this one's by minutes; so an
+	// owner declares a device unreachable only after it has itself gone
+	// the class's threshold without hearing of it.
+	since time.Time
 }
 
 type queuedTransition struct {
-	tr   fsm.StatusTransition
+	tr fsm.StatusTransition
+	// at is when it was queued, on the local monotonic clock (not
+	// Config.Now, which may be skewed): the batch interval is a duration.
 	at   time.Time
 	done chan error
 }
@@ -75,7 +83,7 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 	d, ok := o.devices[id]
 	rec, err := read.Device(nil, id)
 	if !ok {
-		d = &ownedDevice{}
+		d = &ownedDevice{since: o.s.now()}
 		if err == nil {
 			d.rec = *rec
 			d.status, d.reason = rec.Status, rec.StatusReason
@@ -105,7 +113,7 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 // ingest classifies a report of a device this server owns and waits until
 // the resulting transition, if any, is committed.
 func (o *statusOwner) ingest(ctx context.Context, device string, labels map[string]string, rep *wire.Report) error {
-	now := time.Now()
+	now := o.s.now()
 	read := o.s.fsm.Read()
 	o.mu.Lock()
 	d := o.ownedLocked(device, read)
@@ -162,7 +170,15 @@ func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Ti
 		classOf[r.Key] = r.Resource.EffectiveClass()
 	}
 	d.mark = scheduler.NextProgressMark(d.mark, view, &d.rec, now)
-	st := scheduler.Classify(view, &d.rec, o.classes, classOf, now, d.mark)
+	judged := &d.rec
+	if !d.rec.Connected && d.status != scheduler.StatusUnreachable && d.rec.LastSeen != 0 && d.rec.LastSeen < d.since.UnixNano() {
+		// Silence counts from when this owner could first have heard of
+		// the device (see ownedDevice.since).
+		cp := d.rec
+		cp.LastSeen = d.since.UnixNano()
+		judged = &cp
+	}
+	st := scheduler.Classify(view, judged, o.classes, classOf, now, d.mark)
 	states := make(map[string]string, len(st.Resources))
 	for _, r := range st.Resources {
 		states[r.Key] = r.Status
@@ -200,7 +216,7 @@ func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Ti
 	if fill != nil {
 		fill(&tr)
 	}
-	q := &queuedTransition{tr: tr, at: now, done: make(chan error, 1)}
+	q := &queuedTransition{tr: tr, at: time.Now(), done: make(chan error, 1)}
 	o.queue = append(o.queue, q)
 	select {
 	case o.kick <- struct{}{}:
@@ -293,7 +309,7 @@ func (o *statusOwner) evalLoop() {
 			return
 		case <-ticker.C:
 		}
-		if err := o.evaluate(time.Now()); err != nil {
+		if err := o.evaluate(o.s.now()); err != nil {
 			o.logger.Warn("evaluate owned devices", "error", err)
 		}
 	}

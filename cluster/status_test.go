@@ -11,6 +11,7 @@ import (
 
 	"github.com/meteor-edge/meteor/chaos"
 	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/scheduler"
 )
 
@@ -176,4 +177,55 @@ func TestOwnerLossLosesNoTransition(t *testing.T) {
 			t.Fatalf("%s: committed transitions changed (-before +after):\n%s", id, diff)
 		}
 	}
+}
+
+// TestSkewedLastSeenIsNotSilence: a device's last-seen time is stamped by
+// the server that held its session, whose clock may run minutes behind the
+// owner's. The owner must not take that offset for silence: it declares
+// the device unreachable only once it has itself gone the class's
+// threshold without hearing of it.
+func TestSkewedLastSeenIsNotSilence(t *testing.T) {
+	c := newTestCluster(t, 1, withFastStatus(func(cfg *Config) {
+		cfg.StatusEvalInterval = time.Hour // evaluate only when the test says
+	}))
+	s := c.waitLeader()
+	c.propose(simpleIntent("motd", "v1"))
+	now := time.Now()
+	behind := now.Add(-10 * time.Minute) // the session server's clock
+	ctx := context.Background()
+	for _, connected := range []bool{true, false} {
+		res, _, err := s.apply(ctx, fsm.DeviceSessionType, &fsm.DeviceSessionRequest{
+			ID: "dev-skew", Labels: map[string]string{"region": "eu"}, SessionID: "s1",
+			Server: "elsewhere", Connected: connected, Time: behind.UnixNano(),
+		})
+		if err == nil {
+			err = res.Err
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The owner's own verdict, as queued for commit (the commit itself is
+	// batched and asynchronous).
+	status := func(at time.Time) string {
+		t.Helper()
+		if err := s.status.evaluate(at); err != nil {
+			t.Fatal(err)
+		}
+		s.status.mu.Lock()
+		defer s.status.mu.Unlock()
+		d, ok := s.status.devices["dev-skew"]
+		if !ok {
+			t.Fatal("the owner did not take the device on")
+		}
+		return d.status
+	}
+	// Fast classes allow a second of silence; the stamp says ten minutes.
+	if got := status(now); got == scheduler.StatusUnreachable {
+		t.Fatalf("unreachable at once: a clock offset was taken for silence")
+	}
+	if got := status(time.Now().Add(2 * time.Second)); got != scheduler.StatusUnreachable {
+		t.Fatalf("status %q two seconds of the owner's own silence later, want unreachable", got)
+	}
+	waitStatus(t, c, "dev-skew", scheduler.StatusUnreachable)
 }

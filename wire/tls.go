@@ -290,8 +290,9 @@ func ClientTLSConfig(roots *x509.CertPool, deviceCert tls.Certificate, serverNam
 // TicketKeys returns the TLS session ticket keys every server derives from
 // the cluster secret at now: the key of the current epoch (Unix time /
 // period) first, which seals new tickets, then the previous epoch's, which
-// still opens tickets. A ticket thus stays usable for one to two periods
-// (and never beyond crypto/tls's 7-day cap). Feed the result to
+// still opens tickets, then the next epoch's, which opens the tickets of a
+// server whose clock runs up to one period ahead. A ticket thus stays
+// usable for one to two periods (and never beyond crypto/tls's 7-day cap). Feed the result to
 // tls.Config.SetSessionTicketKeys, again at every epoch boundary. It panics
 // if period is under a second or the secret is shorter than
 // MinClusterSecretLen: validate configuration at startup.
@@ -300,7 +301,7 @@ func TicketKeys(clusterSecret []byte, now time.Time, period time.Duration) [][32
 		panic("wire: TicketKeys: period under a second or cluster secret too short")
 	}
 	epoch := uint64(now.Unix() / int64(period/time.Second))
-	return [][32]byte{ticketKey(clusterSecret, epoch), ticketKey(clusterSecret, epoch-1)}
+	return [][32]byte{ticketKey(clusterSecret, epoch), ticketKey(clusterSecret, epoch-1), ticketKey(clusterSecret, epoch+1)}
 }
 
 func ticketKey(secret []byte, epoch uint64) [32]byte {

@@ -186,15 +186,15 @@ func TestPEMRoundTrip(t *testing.T) {
 func TestTicketKeys(t *testing.T) {
 	const period = time.Hour
 	a := TicketKeys(testSecret, t0, period)
-	if len(a) != 2 || a[0] == a[1] {
-		t.Fatalf("want two distinct keys, got %d", len(a))
+	if len(a) != 3 || a[0] == a[1] || a[0] == a[2] || a[1] == a[2] {
+		t.Fatalf("want three distinct keys (current, previous, next), got %d", len(a))
 	}
-	if b := TicketKeys(testSecret, t0.Add(period-time.Second), period); b[0] != a[0] || b[1] != a[1] {
+	if b := TicketKeys(testSecret, t0.Add(period-time.Second), period); b[0] != a[0] || b[1] != a[1] || b[2] != a[2] {
 		t.Error("keys changed within an epoch")
 	}
 	next := TicketKeys(testSecret, t0.Add(period), period)
-	if next[1] != a[0] || next[0] == a[0] {
-		t.Error("next epoch must seal with a new key and keep the current one as previous")
+	if next[1] != a[0] || next[0] != a[2] {
+		t.Error("next epoch must seal with the key the current one accepted as next, and keep the current one as previous")
 	}
 	if other := TicketKeys([]byte("another-cluster-secret-0123456"), t0, period); other[0] == a[0] {
 		t.Error("different secrets give the same key")

@@ -86,7 +86,7 @@ func (c Claims) CheckDevice(deviceID string) error {
 // retired key only when every token it signed has expired.
 type Keyring struct {
 	current  TokenKey
-	previous []TokenKey
+	previous []TokenKey // every other key accepted (older, or the next epoch's)
 }
 
 // NewKeyring returns a keyring signing with current and also accepting
@@ -98,7 +98,9 @@ func NewKeyring(current TokenKey, previous ...TokenKey) *Keyring {
 // EpochKeyring returns the keyring every server derives from the cluster
 // secret at now: keys are numbered by epoch (Unix time / period), the
 // current epoch's key signs, and the keys of the epochs a token issued
-// with at most maxLifetime may still be valid in are accepted.
+// with at most maxLifetime may still be valid in are accepted, as is the
+// next epoch's key: a token sealed by a server whose clock runs up to one
+// period ahead still opens here.
 func EpochKeyring(clusterSecret []byte, now time.Time, period, maxLifetime time.Duration) (*Keyring, error) {
 	if period < time.Second {
 		return nil, errors.New("wire: key period must be at least a second")
@@ -109,7 +111,11 @@ func EpochKeyring(clusterSecret []byte, now time.Time, period, maxLifetime time.
 	if err != nil {
 		return nil, err
 	}
-	kr := &Keyring{current: cur}
+	next, err := DeriveTokenKey(clusterSecret, epoch+1)
+	if err != nil {
+		return nil, err
+	}
+	kr := &Keyring{current: cur, previous: []TokenKey{next}}
 	for i := 1; i <= back && uint32(i) <= epoch; i++ {
 		k, err := DeriveTokenKey(clusterSecret, epoch-uint32(i))
 		if err != nil {

@@ -121,6 +121,16 @@ func TestEpochKeyring(t *testing.T) {
 			t.Errorf("%v later: %v", d, err)
 		}
 	}
+	// A server whose clock runs up to one period ahead seals with the next
+	// epoch's key; a server at the right time opens it. Two periods ahead
+	// is beyond the tolerance.
+	ahead := at(t0.Add(period)).Seal(c)
+	if _, err := at(t0).Open(ahead, t0); err != nil {
+		t.Errorf("token from a server one period ahead: %v", err)
+	}
+	if _, err := at(t0).Open(at(t0.Add(2*period)).Seal(c), t0); !errors.Is(err, ErrTokenUnknownKey) {
+		t.Errorf("token from a server two periods ahead: %v, want ErrTokenUnknownKey", err)
+	}
 	// Past the lifetime the key itself is gone, whatever the token says.
 	if _, err := at(t0.Add(5*time.Hour)).Open(tok, t0); !errors.Is(err, ErrTokenUnknownKey) {
 		t.Errorf("5h later: %v, want ErrTokenUnknownKey", err)
