@@ -16,6 +16,8 @@ import (
 
 	"github.com/meteor-edge/meteor/chaos"
 	"github.com/meteor-edge/meteor/cluster"
+	"github.com/meteor-edge/meteor/scheduler"
+	"github.com/meteor-edge/meteor/wire"
 )
 
 // HarnessConfig configures a Harness.
@@ -32,6 +34,9 @@ type HarnessConfig struct {
 	Log io.Writer
 	// LogLevel is the servers' log level; 0 means Warn.
 	LogLevel hclog.Level
+	// Agents makes every server serve device agents over QUIC on
+	// loopback, with certificates from a CA of the harness's own (CA).
+	Agents bool
 }
 
 // Harness is an in-process cluster of real servers on loopback, every
@@ -43,6 +48,8 @@ type Harness struct {
 	faults  *chaos.FaultLog
 	logger  hclog.Logger
 	configs []cluster.Config // addresses resolved after the first start
+	clocks  []*chaos.SkewedClock
+	ca      *wire.CA // with Agents
 
 	mu      sync.Mutex
 	servers []*cluster.Server // guarded by mu; nil while a server is down
@@ -72,8 +79,37 @@ func NewHarness(ctx context.Context, cfg HarnessConfig) (*Harness, error) {
 		logger: logger,
 		net:    chaos.NewNetwork(cfg.Seed, cfg.Faults, chaos.WithLogger(logger)),
 	}
+	var secret []byte
+	if cfg.Agents {
+		ca, err := wire.NewCA("meteor chaos harness", 24*time.Hour)
+		if err != nil {
+			return nil, fmt.Errorf("harness: %w", err)
+		}
+		h.ca, secret = ca, []byte(fmt.Sprintf("meteor-chaos-harness-%016x", cfg.Seed))
+	}
 	for i := range cfg.Servers {
 		c := h.serverConfig(fmt.Sprintf("s%d", i+1))
+		clock := chaos.NewSkewedClock(nil, 0)
+		h.clocks = append(h.clocks, clock)
+		c.Now = clock.Now
+		if cfg.Agents {
+			cert, err := h.ca.IssueServer(c.NodeID, []string{"127.0.0.1"})
+			if err != nil {
+				h.Close()
+				return nil, fmt.Errorf("harness: %w", err)
+			}
+			c.AgentAddr = "127.0.0.1:0"
+			c.AgentTLS = &cluster.AgentTLS{ClientCAs: h.ca.Pool(), Certificate: cert}
+			c.ClusterSecret = secret
+			c.Classes = agentClasses()
+			c.StatusEvalInterval = 250 * time.Millisecond
+			c.AgentIdleTimeout = 3 * time.Second
+			c.PullInterval = 2 * time.Second
+			// Key epochs of ten minutes: a clock skewed by minutes crosses
+			// an epoch boundary in some runs, which tokens and tickets
+			// must survive.
+			c.TicketPeriod = 10 * time.Minute
+		}
 		c.BootstrapExpect = cfg.Servers
 		if i > 0 {
 			c.Join = []string{h.servers[0].GossipAddr()}
@@ -84,6 +120,9 @@ func NewHarness(ctx context.Context, cfg HarnessConfig) (*Harness, error) {
 			return nil, fmt.Errorf("harness: start %s: %w", c.NodeID, err)
 		}
 		c.HTTPAddr, c.RaftAddr, c.GossipAddr = s.HTTPAddr(), s.RaftAddr(), s.GossipAddr()
+		if cfg.Agents {
+			c.AgentAddr = s.AgentAddr()
+		}
 		h.configs = append(h.configs, c)
 		h.servers = append(h.servers, s)
 	}
@@ -117,6 +156,51 @@ func (h *Harness) serverConfig(id string) cluster.Config {
 		return h.net.MemberlistTransport(id, t)
 	}
 	return c
+}
+
+// agentClasses are the status classes of a harness with agents: a device
+// silent for 5 s is unreachable and one making no progress for 20 s is
+// stuck, so that a run of seconds sees (or must not see) both.
+func agentClasses() map[string]scheduler.Class {
+	classes := scheduler.DefaultClasses()
+	for name, cl := range classes {
+		cl.ReportEvery = time.Second
+		cl.UnreachableAfter = 5 * time.Second
+		cl.ProgressDeadline = 20 * time.Second
+		cl.RetryBase, cl.RetryMax = 200*time.Millisecond, 2*time.Second
+		classes[name] = cl
+	}
+	return classes
+}
+
+// CA returns the CA that issued the servers' certificates and issues the
+// devices' (nil without Agents).
+func (h *Harness) CA() *wire.CA { return h.ca }
+
+// AgentAddrs returns every server's agent address (the same across
+// restarts), or nil without Agents.
+func (h *Harness) AgentAddrs() []string {
+	if h.ca == nil {
+		return nil
+	}
+	out := make([]string, len(h.configs))
+	for i, c := range h.configs {
+		out[i] = c.AgentAddr
+	}
+	return out
+}
+
+// Skew sets server i's wall clock to run d ahead of the machine's (behind
+// if negative): what it stamps on writes, device sessions and statuses,
+// and the epoch of its token and ticket keys. Raft's and memberlist's
+// timers are durations and are not affected, as on a real host.
+func (h *Harness) Skew(i int, d time.Duration) {
+	prev := h.clocks[i].Skew()
+	h.clocks[i].SetSkew(d)
+	if d != prev {
+		h.faults.Record(KindClockSkew, h.configs[i].NodeID, "", fmt.Sprintf("wall clock %+v (was %+v)", d, prev))
+		h.logger.Info("fault", "kind", KindClockSkew, "server", h.configs[i].NodeID, "skew", d)
+	}
 }
 
 // Network returns the partition table every server's traffic crosses.

@@ -13,6 +13,8 @@ const (
 	KindCrash = "crash"
 	// KindRestart is a server started again from its data dir.
 	KindRestart = "restart"
+	// KindClockSkew is a server's wall clock set ahead or behind.
+	KindClockSkew = "clock-skew"
 )
 
 // Scenario is a named fault schedule for a cluster of a given size.
@@ -24,6 +26,9 @@ type Scenario struct {
 	// Inject runs the fault schedule until ctx ends. It need not heal: Run
 	// heals the network and restarts stopped servers afterwards.
 	Inject func(ctx context.Context, f *Injector)
+	// Fleet, when set, runs simulated devices against the servers during
+	// the scenario and checks them afterwards (see FleetSpec).
+	Fleet *FleetSpec
 }
 
 // Injector is what a scenario's schedule acts through: the harness, a
@@ -109,10 +114,18 @@ func (f *Injector) Restart(id string) {
 	}
 }
 
+// Skew sets a server's wall clock d ahead (behind if negative).
+func (f *Injector) Skew(id string, d time.Duration) {
+	if i := f.H.Index(id); i >= 0 {
+		f.n++
+		f.H.Skew(i, d)
+	}
+}
+
 // All returns the scenarios, in the order the tests run them.
 func All() []Scenario {
 	return []Scenario{LeaderIsolated, MinorityPartition, MajorityPartition, Flapping, KillLeader, Ring,
-		KillRandom, WholeClusterRestart, FollowerBehindCompaction}
+		KillRandom, WholeClusterRestart, FollowerBehindCompaction, ClockSkew, LossyAgents, AgentPowerLoss}
 }
 
 // ByName returns the scenario with the given name.
@@ -305,5 +318,83 @@ var FollowerBehindCompaction = Scenario{
 			}
 			f.Heal()
 		}
+	},
+}
+
+// skewBy returns a seeded skew of 2 to 9 minutes.
+func skewBy(f *Injector) time.Duration {
+	return 2*time.Minute + time.Duration(f.Rng.Int64N(int64(7*time.Minute)))
+}
+
+// ClockSkew sets one server's wall clock minutes ahead and another's
+// minutes behind, then crashes each in turn, so that devices resume
+// sessions (tokens, tickets) sealed by a skewed server on the others and
+// owners judge last-seen times stamped by skewed clocks. Key epochs are ten
+// minutes, so some seeds cross an epoch boundary. Raft and gossip must not
+// care; no device on its fiber link may ever be called unreachable.
+var ClockSkew = Scenario{
+	Name:        "clock-skew",
+	Description: "3 servers, 30 devices on fiber; the leader's clock 2-9 min ahead, a follower's 2-9 min behind; crash and restart each",
+	Servers:     3,
+	Fleet:       &FleetSpec{Devices: 30, Link: "fiber", NeverUnreachable: true},
+	Inject: func(ctx context.Context, f *Injector) {
+		l := f.Leader(ctx)
+		if l == "" {
+			return
+		}
+		behind := f.Others(l)[0]
+		f.Skew(l, skewBy(f))
+		f.Skew(behind, -skewBy(f))
+		for _, id := range []string{behind, l} {
+			if !f.Sleep(ctx, 800*time.Millisecond, 1200*time.Millisecond) {
+				return
+			}
+			f.Kill(id)
+			f.Sleep(ctx, 1000*time.Millisecond, 1500*time.Millisecond)
+			f.Restart(id)
+		}
+	},
+}
+
+// LossyAgents puts devices on cellular links with 20 % loss each way and
+// outages of about two seconds, while a random server is cut off now and
+// then, so that sessions resume on other servers across lossy links.
+var LossyAgents = Scenario{
+	Name:        "lossy-agents",
+	Description: "3 servers, 30 devices on cellular links with 20% loss and ~2 s outages; a random server isolated for 1-2 s, repeat",
+	Servers:     3,
+	Fleet:       &FleetSpec{Devices: 30, Link: "cellular", Loss: 0.2, TimeScale: 0.25, Converge: 45 * time.Second},
+	Inject: func(ctx context.Context, f *Injector) {
+		for f.Sleep(ctx, time.Second, 2*time.Second) {
+			ids := f.IDs()
+			f.Isolate(ids[f.Rng.IntN(len(ids))])
+			f.Sleep(ctx, time.Second, 2*time.Second)
+			f.Heal()
+		}
+	},
+}
+
+// AgentPowerLoss runs pop-up sites whose devices go offline for seconds at
+// a time, half of those times by losing power, while applies take long
+// enough (a second each) that many power losses land mid-apply. Restarted
+// agents must recover from their journals and converge; a follower crashes
+// and comes back meanwhile.
+var AgentPowerLoss = Scenario{
+	Name:        "agent-power-loss",
+	Description: "3 servers, 20 pop-up devices offline ~9 s of every ~15 s (half by power loss), 1 s applies; a follower crashed for 2 s",
+	Servers:     3,
+	Fleet:       &FleetSpec{Devices: 20, Link: "popup", TimeScale: 0.005, ApplyTime: time.Second, Converge: 90 * time.Second},
+	Inject: func(ctx context.Context, f *Injector) {
+		if !f.Sleep(ctx, time.Second, 2*time.Second) {
+			return
+		}
+		l := f.Leader(ctx)
+		if l == "" {
+			return
+		}
+		victim := f.Others(l)[f.Rng.IntN(len(f.Others(l)))]
+		f.Kill(victim)
+		f.Sleep(ctx, 2*time.Second, 2*time.Second)
+		f.Restart(victim)
 	},
 }

@@ -1,0 +1,367 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meteor-edge/meteor/agent"
+	"github.com/meteor-edge/meteor/agent/sim"
+	"github.com/meteor-edge/meteor/cluster"
+	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/fsm/intent"
+	"github.com/meteor-edge/meteor/scheduler"
+)
+
+// FleetSpec puts simulated devices (package agent/sim: real agents, real
+// QUIC sessions on loopback, links with faults in user space) under a
+// scenario. The fleet's intent changes every ChangeEvery while the faults
+// run; after healing, one last change must reach every device.
+type FleetSpec struct {
+	// Devices is the fleet's size.
+	Devices int
+	// Link is the sim link every device uses (sim.LinkFiber,
+	// sim.LinkCellular, sim.LinkPopup).
+	Link string
+	// Loss, when positive, replaces the lossy links' random loss.
+	Loss float64
+	// TimeScale shrinks the links' outage and offline periods (see
+	// sim.Options.TimeScale); 0 means 1.
+	TimeScale float64
+	// ChangeEvery is how often the fleet's intent changes under faults;
+	// 0 means 2 s.
+	ChangeEvery time.Duration
+	// Converge bounds the time from the last change to every device
+	// reporting it, after the faults are healed; 0 means 30 s.
+	Converge time.Duration
+	// ApplyTime is each sim resource's apply time; 0 means 50 ms. Longer
+	// applies make power losses land mid-apply more often.
+	ApplyTime time.Duration
+	// NeverUnreachable makes any unreachable status in a device's
+	// timeline a violation: for fleets whose links never go silent for
+	// the classes' threshold, an unreachable verdict is a false one.
+	NeverUnreachable bool
+}
+
+// fleetIntent is the intent the fleet workload writes: two sim resources,
+// the second requiring the first, on every device.
+const fleetIntent = "chaos-fleet"
+
+func fleetDocument(version int, apply time.Duration) []byte {
+	in := &intent.Intent{
+		Name:     fleetIntent,
+		Selector: map[string]string{"region": "*"},
+		Resources: []intent.Resource{
+			{ID: "config", Type: "sim", Class: "config", Spec: map[string]any{"value": fmt.Sprintf("config-v%d", version), "applyTime": apply.String()}},
+			{ID: "restart", Type: "sim", Class: "config", Requires: []string{"config"}, Spec: map[string]any{"value": fmt.Sprintf("restarted-v%d", version), "applyTime": (apply / 2).String()}},
+		},
+	}
+	b, err := in.Canonical()
+	if err != nil {
+		panic(fmt.Sprintf("encode the fleet intent: %v", err)) // a fixed, valid document
+	}
+	return b
+}
+
+// fleetRun is a fleet running under a scenario, with its workload and
+// its watch over device revisions.
+type fleetRun struct {
+	spec   FleetSpec
+	h      *Harness
+	fleet  *sim.Fleet
+	stop   context.CancelFunc
+	done   chan error
+	logger hclog.Logger
+
+	mu         sync.Mutex
+	version    int                                    // guarded by mu; last version written
+	acked      map[*cluster.Server]map[string]uint64 // guarded by mu
+	violations []string                               // guarded by mu
+}
+
+// startFleet starts the devices and waits until every one has converged
+// on the fleet intent's first version, so that faults hit a fleet at rest.
+func startFleet(ctx context.Context, h *Harness, spec FleetSpec, seed uint64, dir string, logger hclog.Logger) (*fleetRun, error) {
+	if spec.ChangeEvery <= 0 {
+		spec.ChangeEvery = 2 * time.Second
+	}
+	if spec.Converge <= 0 {
+		spec.Converge = 30 * time.Second
+	}
+	if spec.ApplyTime <= 0 {
+		spec.ApplyTime = 50 * time.Millisecond
+	}
+	opts := sim.DefaultOptions()
+	opts.Servers, opts.CA, opts.BaseDir = h.AgentAddrs(), h.CA(), filepath.Join(dir, "devices")
+	opts.Devices, opts.Profile, opts.Seed, opts.Loss = spec.Devices, spec.Link, seed, spec.Loss
+	if spec.TimeScale > 0 {
+		opts.TimeScale = spec.TimeScale
+	}
+	opts.IDPrefix = "chaos"
+	opts.RampBatch, opts.RampEvery = 25, 100*time.Millisecond
+	opts.SampleEvery = 100 * time.Millisecond
+	opts.Agent = func(c *agent.Config) {
+		// Cadences and backoffs shrunk like the links' outages, so that
+		// a device back online retries within its online window.
+		c.PullInterval = 2 * time.Second
+		c.ReportInterval = time.Second
+		c.BackoffMax = 2 * time.Second
+		c.RetryMin, c.RetryMax = 200*time.Millisecond, 2*time.Second
+	}
+	fleet, err := sim.New(opts)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	f := &fleetRun{spec: spec, h: h, fleet: fleet, done: make(chan error, 1), logger: logger.Named("fleet"),
+		acked: map[*cluster.Server]map[string]uint64{}}
+	rev, err := f.change(ctx, 20*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	fleet.Mark(rev)
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	f.stop = stop
+	go func() { f.done <- fleet.Run(runCtx) }()
+	if err := f.waitConverged(ctx, 60*time.Second); err != nil {
+		f.close()
+		return nil, fmt.Errorf("fleet did not converge before the faults: %w", err)
+	}
+	return f, nil
+}
+
+// change writes the fleet intent's next version through any running
+// server, retrying until one acknowledges it or limit passes, and returns
+// the revision.
+func (f *fleetRun) change(ctx context.Context, limit time.Duration) (uint64, error) {
+	f.mu.Lock()
+	f.version++
+	v := f.version
+	f.mu.Unlock()
+	deadline := time.Now().Add(limit)
+	var last error
+	for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+		alive := f.h.Alive()
+		if len(alive) == 0 {
+			sleep(ctx, 100*time.Millisecond)
+			continue
+		}
+		cl := api.NewClient(f.h.HTTPAddr(alive[i%len(alive)]), nil)
+		cl.RetryNoLeader = 0
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		res, err := cl.PutIntent(wctx, fleetIntent, fleetDocument(v, f.spec.ApplyTime), nil)
+		cancel()
+		if err == nil {
+			return res.Revision, nil
+		}
+		last = err
+		sleep(ctx, 100*time.Millisecond)
+	}
+	return 0, fmt.Errorf("fleet intent version %d not acknowledged within %v: %v", v, limit, last)
+}
+
+// run changes the fleet's intent every ChangeEvery and samples the
+// devices' acknowledged revisions on every server until ctx ends.
+func (f *fleetRun) run(ctx context.Context) {
+	next := time.Now().Add(f.spec.ChangeEvery)
+	for ctx.Err() == nil {
+		f.sample()
+		if time.Now().After(next) {
+			// Under faults a write may fail; the next one will do.
+			f.change(ctx, f.spec.ChangeEvery)
+			next = time.Now().Add(f.spec.ChangeEvery)
+		}
+		sleep(ctx, 50*time.Millisecond)
+	}
+}
+
+// sample records each device's acknowledged revision as every running
+// server's replica has it: it must never go backwards. A restarted server
+// is a new instance, rebuilt from its snapshot and log, tracked afresh.
+func (f *fleetRun) sample() {
+	for _, s := range f.h.Servers() {
+		if s == nil {
+			continue
+		}
+		recs, err := s.State().Read().Devices(nil)
+		if err != nil {
+			continue
+		}
+		f.mu.Lock()
+		seen := f.acked[s]
+		if seen == nil {
+			seen = map[string]uint64{}
+			f.acked[s] = seen
+		}
+		for _, r := range recs {
+			if prev := seen[r.ID]; r.AckedRevision < prev {
+				f.violations = append(f.violations, fmt.Sprintf("device %s: acknowledged revision went backwards on %s: %d after %d", r.ID, s.ID(), r.AckedRevision, prev))
+			}
+			seen[r.ID] = max(seen[r.ID], r.AckedRevision)
+		}
+		f.mu.Unlock()
+	}
+}
+
+// waitConverged waits until every device's agent has reported the marked
+// revision converged at least once since the mark (a pop-up device may
+// have lost power again since).
+func (f *fleetRun) waitConverged(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		rep := f.fleet.Report()
+		var done, connected, restarts int
+		for _, d := range rep.DeviceReports {
+			if d.ConvergedAfter != nil {
+				done++
+			}
+			if d.Connected {
+				connected++
+			}
+			restarts += d.Restarts
+		}
+		if done == rep.Devices {
+			f.logger.Info("fleet converged", "revision", rep.MarkRevision, "after", time.Since(rep.Mark), "power_losses", restarts)
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%d of %d devices converged (%d connected now, %d power losses so far) after %v", done, rep.Devices, connected, restarts, limit)
+		}
+		select {
+		case err := <-f.done:
+			f.done <- err
+			return fmt.Errorf("the fleet stopped: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// finish runs after the cluster healed: one last change, which every
+// device must apply and report within the spec's bound, and every
+// server's replica must then show every device converged. It returns the
+// time the fleet took and the violations found.
+func (f *fleetRun) finish(ctx context.Context) (time.Duration, []string) {
+	var out []string
+	rev, err := f.change(ctx, 20*time.Second)
+	if err != nil {
+		return 0, append(f.result(), fmt.Sprintf("fleet: %v", err))
+	}
+	f.fleet.Mark(rev)
+	start := time.Now()
+	if err := f.waitConverged(ctx, f.spec.Converge); err != nil {
+		detail := ""
+		if serr := f.serversConverged(rev); serr != nil {
+			detail = "; servers: " + serr.Error()
+		}
+		out = append(out, fmt.Sprintf("fleet: revision %d: %v%s", rev, err, detail))
+	}
+	took := time.Since(start)
+	if len(out) == 0 {
+		// The agents' word is in; every server's replica must agree once
+		// the owners' batched transitions are committed.
+		if err := f.waitServersConverged(ctx, rev, 15*time.Second); err != nil {
+			out = append(out, fmt.Sprintf("fleet: %v", err))
+		}
+	}
+	f.sample()
+	if f.spec.NeverUnreachable {
+		out = append(out, f.falseUnreachable()...)
+	}
+	return took, append(f.result(), out...)
+}
+
+func (f *fleetRun) waitServersConverged(ctx context.Context, rev uint64, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		err := f.serversConverged(rev)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
+}
+
+func (f *fleetRun) serversConverged(rev uint64) error {
+	for _, s := range f.h.Servers() {
+		if s == nil {
+			continue
+		}
+		recs, err := s.State().Read().Devices(nil)
+		if err != nil {
+			return err
+		}
+		if len(recs) < f.fleet.Len() {
+			return fmt.Errorf("%s knows %d of %d devices", s.ID(), len(recs), f.fleet.Len())
+		}
+		var off []string
+		for _, r := range recs {
+			// A device offline since it converged may be called
+			// unreachable; one connected must be converged.
+			ok := r.Status == scheduler.StatusConverged || (!r.Connected && r.Status == scheduler.StatusUnreachable)
+			if r.AckedRevision < rev || !ok {
+				off = append(off, fmt.Sprintf("%s %s at %d (%s)", r.ID, r.Status, r.AckedRevision, r.StatusReason))
+			}
+		}
+		if len(off) > 0 {
+			sort.Strings(off)
+			return fmt.Errorf("%s: %d devices not converged at revision %d: %s", s.ID(), len(off), rev, strings.Join(off[:min(len(off), 5)], ", "))
+		}
+	}
+	return nil
+}
+
+// falseUnreachable lists the devices whose timeline (on a running
+// server) says they were unreachable.
+func (f *fleetRun) falseUnreachable() []string {
+	var s *cluster.Server
+	for _, x := range f.h.Servers() {
+		if x != nil {
+			s = x
+			break
+		}
+	}
+	if s == nil {
+		return nil
+	}
+	read := s.State().Read()
+	recs, err := read.Devices(nil)
+	if err != nil {
+		return []string{fmt.Sprintf("fleet: read devices: %v", err)}
+	}
+	var out []string
+	for _, r := range recs {
+		tl, err := read.Timeline(nil, r.ID)
+		if err != nil {
+			return append(out, fmt.Sprintf("fleet: timeline of %s: %v", r.ID, err))
+		}
+		for _, e := range tl {
+			if e.Status == scheduler.StatusUnreachable {
+				out = append(out, fmt.Sprintf("device %s was declared unreachable (%s, owner %s) though its link never went silent that long", r.ID, e.Reason, e.Owner))
+				break
+			}
+		}
+	}
+	return out
+}
+
+func (f *fleetRun) result() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.violations...)
+}
+
+// close stops every device and waits for them.
+func (f *fleetRun) close() error {
+	f.stop()
+	err := <-f.done
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
