@@ -81,9 +81,9 @@ type fleetRun struct {
 	logger hclog.Logger
 
 	mu         sync.Mutex
-	version    int                                    // guarded by mu; last version written
+	version    int                                   // guarded by mu; last version written
 	acked      map[*cluster.Server]map[string]uint64 // guarded by mu
-	violations []string                               // guarded by mu
+	violations []string                              // guarded by mu
 }
 
 // startFleet starts the devices and waits until every one has converged
