@@ -27,7 +27,7 @@
 // how goroutines interleave other links. Timing (delays, outages) is real
 // time, so a replay reproduces decisions, not schedules.
 //
-// chaos may import any Meteor package. Nothing may import chaos except tests,
-// the simulator and the `meteor chaos` command; a test in this package checks
-// that rule.
+// chaos may import any Meteor package. Nothing may import chaos except its
+// own sub-packages, tests, the simulator, the benchmarks and the `meteor`
+// command; a test in this package checks that rule.
 package chaos

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/meteor-edge/meteor/chaos/hosts"
 	"github.com/meteor-edge/meteor/chaos/scenario"
 )
 
@@ -119,7 +120,7 @@ naming the report folder, if a check failed.`,
 	check.Flags().Uint64Var(&seed, "seed", 1, "seed of the clients' choices (and of the intents' names)")
 	check.Flags().DurationVar(&duration, "duration", time.Minute, "how long the workload runs")
 	check.Flags().StringVar(&dir, "dir", "", "where a failure report goes (default: the working dir)")
-	cmd.AddCommand(run, matrix, check, &cobra.Command{
+	cmd.AddCommand(run, matrix, check, newChaosAttackCmd(), &cobra.Command{
 		Use: "list", Short: "List the scenarios", Args: cobra.NoArgs,
 		Run: func(cmd *cobra.Command, args []string) {
 			for _, sc := range scenario.All() {
@@ -213,4 +214,205 @@ func printChaosTable(w io.Writer, rows []chaosRow) {
 			fmt.Fprintf(w, "report: %s\n", rep)
 		}
 	}
+}
+
+func newChaosAttackCmd() *cobra.Command {
+	var (
+		servers, containers, network, hostList, faultList, bounds, dir string
+		seed                                                           uint64
+		duration, gapMin, gapMax, holdMin, holdMax                     time.Duration
+		planOnly                                                       bool
+	)
+	templates := map[hosts.Action]*string{}
+	cmd := &cobra.Command{
+		Use:   "attack --servers H:P,... (--docker C,... | --kill-cmd ... --start-cmd ...)",
+		Short: "Inject a seeded fault plan into a running cluster and check it",
+		Long: `Inject faults into a running cluster on a plan drawn from --seed, while the
+workload of 'meteor chaos check' runs against it, then undo every fault and
+check: the history is linearizable (porcupine), every acknowledged write is on
+every server at its revision, every server holds the same replicated state at
+the same Raft index, server revisions and devices' acknowledged revisions never
+went backwards on one server process, and (with --device-bound) every device
+converged within its class's bound.
+
+Faults (--faults, default all the driver can do): isolate-leader,
+isolate-follower, kill-leader, kill-follower, pause-leader, partition-minority
+(the leader and followers up to a minority cut from the rest), cut-pair (two
+servers cut from each other only). One at a time, each held --hold-min to
+--hold-max after a gap of --gap-min to --gap-max; all undone by --duration.
+
+Servers in Docker containers on this machine: --docker names the containers in
+the order of --servers; kill/start, pause/unpause and network
+disconnect/connect (keeping the address) act on them, and cuts are nftables
+rules in a container's network namespace (nsenter from the host: needs root
+and the nft binary here, nothing in the image).
+
+Other deployments: give a shell command per action. {id}, {host} and {addr}
+name the server acted on, {peer_id}, {peer_host}, {peer_addr} the other end of
+a cut or mend. An action without a command is not used.
+
+Every action is written to the fault log with the command it ran; a failing
+run writes report-attack-<seed>/ under --dir (result.json, faults.jsonl,
+history.json, plan.json, linearizability.html). The same --seed replays the
+same plan; --plan-only prints it without touching anything.`,
+		Example: `  meteor chaos attack --servers 172.20.0.11:8470,172.20.0.12:8470,172.20.0.13:8470 \
+      --docker meteor-1,meteor-2,meteor-3 --seed 7 --duration 2m
+  meteor chaos attack --servers 10.0.0.1:8470,10.0.1.1:8470,10.0.2.1:8470 --seed 7 \
+      --kill-cmd 'ssh {host} sudo systemctl kill -s KILL meteor' \
+      --start-cmd 'ssh {host} sudo systemctl start meteor' \
+      --isolate-cmd 'ssh {host} sudo nft -f /etc/meteor/chaos-isolate.nft' \
+      --heal-cmd 'ssh {host} sudo nft delete table inet meteor_chaos'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			addrs := splitList(servers)
+			if len(addrs) == 0 {
+				return errors.New("--servers: give the HTTP addresses of the cluster's servers")
+			}
+			kinds, err := hosts.ParseFaults(faultList)
+			if err != nil {
+				return err
+			}
+			deviceBounds, err := parseBounds(bounds)
+			if err != nil {
+				return err
+			}
+			var driver hosts.Driver
+			var described []hosts.Server
+			if hl := splitList(hostList); len(hl) > 0 {
+				if len(hl) != len(addrs) {
+					return fmt.Errorf("--hosts: %d hosts for %d servers", len(hl), len(addrs))
+				}
+				for i := range hl {
+					described = append(described, hosts.Server{Host: hl[i], Addr: addrs[i]})
+				}
+			}
+			cmds := map[hosts.Action]string{}
+			for a, t := range templates {
+				if *t != "" {
+					cmds[a] = *t
+				}
+			}
+			switch cs := splitList(containers); {
+			case len(cs) > 0 && len(cmds) > 0:
+				return errors.New("give either --docker or command templates, not both")
+			case len(cs) > 0:
+				if len(cs) != len(addrs) {
+					return fmt.Errorf("--docker: %d containers for %d servers", len(cs), len(addrs))
+				}
+				d, err := hosts.NewDocker(cmd.Context(), network, cs)
+				if err != nil {
+					return err
+				}
+				driver = d
+				if described == nil {
+					for i := range cs {
+						described = append(described, hosts.Server{Host: cs[i], Addr: addrs[i]})
+					}
+				}
+			case len(cmds) > 0:
+				driver = &hosts.Commands{Templates: cmds}
+			default:
+				return errors.New("no way to inject faults: give --docker or command templates (--kill-cmd, ...); 'meteor chaos check' only observes")
+			}
+			pc := hosts.PlanConfig{Seed: seed, Duration: duration, Faults: kinds, GapMin: gapMin, GapMax: gapMax, HoldMin: holdMin, HoldMax: holdMax}
+			if planOnly {
+				plan, err := hosts.NewPlan(pc, driver)
+				if err != nil {
+					return err
+				}
+				fmt.Fprint(cmd.OutOrStdout(), plan)
+				return nil
+			}
+			// Node IDs for the fault log and {id}, hosts for {host}.
+			if described, err = scenario.DescribeServers(cmd.Context(), addrs, described); err != nil {
+				return err
+			}
+			if c, ok := driver.(*hosts.Commands); ok {
+				c.Servers = described
+			}
+			base := dir
+			if base == "" {
+				base = "."
+			}
+			res, err := scenario.RunDeployment(cmd.Context(), addrs, scenario.DeploymentOptions{
+				Seed: seed, Duration: duration, Dir: base, Log: cmd.ErrOrStderr(), Name: "attack",
+				Driver: driver, Servers: described, Plan: pc, DeviceBounds: deviceBounds,
+			})
+			if err != nil {
+				return err
+			}
+			row := chaosRow{name: "attack", seeds: 1, faults: res.Faults, ops: res.Ops, violations: len(res.Violations),
+				reconverge: []time.Duration{res.Reconverge}}
+			if res.Report != "" {
+				row.reports = []string{res.Report}
+			}
+			for _, v := range res.Violations {
+				fmt.Fprintf(cmd.ErrOrStderr(), "  VIOLATION: %s\n", v)
+			}
+			printChaosTable(cmd.OutOrStdout(), []chaosRow{row})
+			fmt.Fprintf(cmd.OutOrStdout(), "seed %d; %d ops (%d unknown outcome, %d certainly not applied), linearizability %s",
+				seed, res.Ops, res.Unknown, res.Dropped, res.Linearizability)
+			if res.Index > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "; state agreed at index %d (%.12s)", res.Index, res.Digest)
+			}
+			if res.Devices > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "; %d devices converged %s after the faults were undone", res.Devices, res.FleetConverge.Round(time.Millisecond))
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			if len(res.Violations) > 0 {
+				return fmt.Errorf("violations found: report in %s", res.Report)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&servers, "servers", "", "comma-separated HTTP addresses of the cluster's servers")
+	f.StringVar(&containers, "docker", "", "comma-separated containers of the servers, in the order of --servers")
+	f.StringVar(&network, "docker-network", "", "the Docker network to cut the containers from (default: their only network)")
+	f.StringVar(&hostList, "hosts", "", "comma-separated hosts for {host}, in the order of --servers (default: the host of each address, or the container)")
+	for _, a := range hosts.Actions() {
+		templates[a] = new(string)
+		f.StringVar(templates[a], string(a)+"-cmd", "", fmt.Sprintf("shell command that does %q to the server {id} at {host} ({addr})", a))
+	}
+	f.StringVar(&faultList, "faults", "", "comma-separated faults to draw from (default: every one the driver can inject)")
+	f.Uint64Var(&seed, "seed", 1, "seed of the fault plan and the clients' choices (and of the intents' names)")
+	f.DurationVar(&duration, "duration", time.Minute, "how long faults and workload run")
+	f.DurationVar(&gapMin, "gap-min", time.Second, "shortest wait before each fault")
+	f.DurationVar(&gapMax, "gap-max", 2*time.Second, "longest wait before each fault")
+	f.DurationVar(&holdMin, "hold-min", 2*time.Second, "shortest time a fault is held")
+	f.DurationVar(&holdMax, "hold-max", 4*time.Second, "longest time a fault is held")
+	f.StringVar(&bounds, "device-bound", "", "require every device converged after the faults, per class (label link): e.g. fiber=20s,cellular=1m,*=2m")
+	f.StringVar(&dir, "dir", "", "where a failure report goes (default: the working dir)")
+	f.BoolVar(&planOnly, "plan-only", false, "print the fault plan the seed gives and exit")
+	return cmd
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parseBounds parses class=duration pairs.
+func parseBounds(s string) (map[string]time.Duration, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := map[string]time.Duration{}
+	for _, p := range splitList(s) {
+		class, d, ok := strings.Cut(p, "=")
+		if !ok {
+			return nil, fmt.Errorf("--device-bound %q: want class=duration", p)
+		}
+		v, err := time.ParseDuration(d)
+		if err != nil {
+			return nil, fmt.Errorf("--device-bound %q: %w", p, err)
+		}
+		out[class] = v
+	}
+	return out, nil
 }
