@@ -181,7 +181,9 @@ func TestPacketConnDelayUnderLoad(t *testing.T) {
 		wg.Go(func() { sendSeq(t, pc, rx.conn.LocalAddr(), w*100, 100) })
 	}
 	wg.Wait()
-	waitFor(t, 10*time.Second, "400 delayed datagrams", func() bool { return rx.len() == 400 })
+	// The counters are bumped after the datagram is handed on, so wait for
+	// them too.
+	waitFor(t, 10*time.Second, "400 delayed datagrams", func() bool { return rx.len() == 400 && pc.Stats().Out.Sent == 400 })
 	got := rx.seqs()
 	slices.Sort(got)
 	for i, s := range got {

@@ -119,6 +119,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 
+	// The status owner exists before the HTTP server serves: another
+	// server may forward a report here as soon as the port answers.
+	s.status = newStatusOwner(s)
 	s.httpSrv = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
 	s.wg.Add(1)
 	go func() {
@@ -128,7 +131,6 @@ func New(cfg Config) (*Server, error) {
 		}
 	}()
 
-	s.status = newStatusOwner(s)
 	s.status.start()
 	if s.agents != nil {
 		s.agents.start()
