@@ -37,7 +37,19 @@ test-short: ## Run all tests without the race detector (quicker while editing)
 	$(GO) test -timeout $(TEST_TIMEOUT) $(PKGS)
 
 .PHONY: bench
-bench: bench-intents bench-sessions bench-status ## Run every benchmark and write bench/results/
+bench: bench-intents bench-sessions bench-status bench-fleet bench-report ## Run every benchmark, write bench/results/ and the table of all of them (bench/results/README.md)
+
+.PHONY: bench-report
+bench-report: ## Gather the summary rows of bench/results/*.json into bench/results/README.md
+	$(GO) run ./bench/report
+
+.PHONY: bench-fleet
+bench-fleet: build ## Rows 4+5: largest fleet converging on one change (3 servers + simulator on this host), and the 1,200-device retail fleet's three changes
+	$(GO) run ./bench/fleet -sizes 5000,10000,20000 -ramp-rate 50 -connect-timeout 3m -meteor-bin $(BIN)
+
+.PHONY: bench-retail
+bench-retail: build ## Row 5 only: the retail fleet, time to 50/90/99/100 % per change and link profile
+	$(GO) run ./bench/fleet -parts retail -name retail -meteor-bin $(BIN)
 
 .PHONY: bench-intents
 bench-intents: build ## Intent writes/s and latency: Meteor vs a 3-member etcd (installs etcd-server if missing)

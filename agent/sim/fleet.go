@@ -55,6 +55,12 @@ type Options struct {
 	Seed uint64
 	// IDPrefix starts every device ID; empty means "sim".
 	IDPrefix string
+	// LocalIP, when set, is the address every device's socket binds to
+	// (port 0). nil means 127.0.0.1 when every server is on IPv4
+	// loopback, else every address. A fleet of more devices than one
+	// address has ephemeral ports spreads over several fleets, each on
+	// its own loopback address (127.0.1.1, 127.0.1.2, ...).
+	LocalIP net.IP
 	// Loss, when positive, replaces the random loss of lossy links
 	// (cellular, popup), in each direction.
 	Loss float64
@@ -514,7 +520,13 @@ func (f *Fleet) newAgent(d *device) (*agent.Agent, error) {
 func (f *Fleet) listen(d *device) (net.PacketConn, error) {
 	laddr := &net.UDPAddr{}
 	network := "udp"
-	if f.loopback {
+	switch {
+	case f.opts.LocalIP != nil:
+		laddr.IP = f.opts.LocalIP
+		if f.opts.LocalIP.To4() != nil {
+			network = "udp4"
+		}
+	case f.loopback:
 		laddr, network = &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}, "udp4"
 	}
 	udp, err := net.ListenUDP(network, laddr)

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/meteor-edge/meteor/agent"
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
+	"github.com/meteor-edge/meteor/cluster/api"
+)
+
+// The parts a run can do.
+const (
+	partScale  = "scale"
+	partRetail = "retail"
+)
+
+// apiStale reads from the server asked, without a round to the leader.
+var apiStale = api.ReadOptions{Stale: true}
+
+// config is the command line.
+type config struct {
+	parts          []string
+	sizes          []int
+	rampRate       int
+	perWorker      int
+	connectTimeout time.Duration
+	changeTimeout  time.Duration
+	sampleEvery    time.Duration
+	rttProbe       time.Duration
+	settle         time.Duration
+	raftMultiplier int
+	seed           uint64
+
+	retailDevices   int
+	retailTimeScale float64
+	retailTimeout   time.Duration
+	retailWarmup    time.Duration
+	changesDir      string
+
+	simDir string
+
+	meteorBin string
+	outDir    string
+	name      string
+	keep      bool
+}
+
+func (c *config) has(part string) bool { return slices.Contains(c.parts, part) }
+
+func parseFlags(args []string, errOut io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	fs.Usage = func() {
+		fmt.Fprintf(errOut, "Usage: go run ./bench/fleet [flags]\n\nRuns simulated fleets of real agents against a 3-server Meteor cluster on\nloopback: the largest fleet that converges on one change (scale), and the\n1,200-device retail fleet taking its three changes (retail). Writes\nbench/results/fleet.{json,md}.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	parts := fs.String("parts", "scale,retail", "comma-separated parts to run: scale, retail")
+	sizes := fs.String("sizes", "10000,25000,50000,100000", "scale: fleet sizes, run in order until one does not hold")
+	fs.IntVar(&c.rampRate, "ramp-rate", 400, "scale: devices started per second, over all workers")
+	fs.IntVar(&c.perWorker, "per-worker", maxPerWorker, "scale: devices per simulator process")
+	fs.DurationVar(&c.connectTimeout, "connect-timeout", 2*time.Minute, "scale: bound on connecting and converging on the first intent, on top of the ramp's own time")
+	fs.DurationVar(&c.changeTimeout, "change-timeout", 2*time.Minute, "scale: bound on the change reaching every device (99 % must be reached within it for a size to hold)")
+	fs.DurationVar(&c.sampleEvery, "sample-every", time.Second, "scale: how often the simulator samples each agent's status (the precision of the times)")
+	fs.DurationVar(&c.rttProbe, "rtt-probe", agent.DefaultRTTProbeInterval, "scale: the agents' RTT re-probe interval (negative: off)")
+	fs.DurationVar(&c.settle, "settle", 3*time.Second, "wait before reading the servers' memory")
+	fs.IntVar(&c.raftMultiplier, "raft-multiplier", 3, "the servers' --raft-multiplier (Raft timeouts on a loaded 2-core host)")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the simulated fleets")
+	fs.IntVar(&c.retailDevices, "retail-devices", 0, "retail: fleet size (0: the retail mix's 1,200)")
+	fs.Float64Var(&c.retailTimeScale, "retail-time-scale", 1, "retail: multiply the links' outage and offline periods")
+	fs.DurationVar(&c.retailTimeout, "retail-timeout", 3*time.Minute, "retail: the most each change is given before the next is applied")
+	fs.DurationVar(&c.retailWarmup, "retail-warmup", 0, "retail: wait after the fleet connected before the first change (0: until every reachable device has a session, at most 2 min)")
+	fs.StringVar(&c.changesDir, "changes", "", "retail: directory of the changes (default: docs/examples/retail in the module)")
+	fs.StringVar(&c.simDir, "sim-dir", defaultSimDir(), "where the simulated devices' journals go (a tmpfs keeps one disk's fsyncs out of the figures)")
+	fs.StringVar(&c.meteorBin, "meteor-bin", "", "meteor binary (default: build ./cmd/meteor into the run's temporary dir)")
+	fs.StringVar(&c.outDir, "out", "", "results directory (default: bench/results in the module)")
+	fs.StringVar(&c.name, "name", "fleet", "stem of the results files")
+	fs.BoolVar(&c.keep, "keep", false, "keep the temporary dir (PKI, data, logs) after a successful run")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for p := range strings.SplitSeq(*parts, ",") {
+		p = strings.TrimSpace(p)
+		if p != partScale && p != partRetail {
+			return nil, fmt.Errorf("-parts %q: %q is not scale or retail", *parts, p)
+		}
+		if !slices.Contains(c.parts, p) {
+			c.parts = append(c.parts, p)
+		}
+	}
+	var err error
+	if c.sizes, err = benchkit.ParseLevels(*sizes, "sizes", 1_000_000); err != nil {
+		return nil, err
+	}
+	switch {
+	case c.rampRate < 1 || c.perWorker < 1:
+		return nil, errors.New("-ramp-rate and -per-worker must be positive")
+	case c.connectTimeout <= 0 || c.changeTimeout <= 0 || c.retailTimeout <= 0 || c.sampleEvery <= 0:
+		return nil, errors.New("timeouts and -sample-every must be positive")
+	case c.settle < 0 || c.retailWarmup < 0:
+		return nil, errors.New("-settle and -retail-warmup must not be negative")
+	case c.raftMultiplier < 1 || c.raftMultiplier > 10:
+		return nil, errors.New("-raft-multiplier: between 1 and 10")
+	case c.retailDevices < 0 || c.retailTimeScale <= 0:
+		return nil, errors.New("-retail-devices must not be negative, -retail-time-scale must be positive")
+	}
+	if err := benchkit.AbsPaths(&c.meteorBin, &c.outDir, &c.changesDir, &c.simDir); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func main() {
+	if os.Getenv(workerEnv) == "1" {
+		os.Exit(workerMain(os.Args[1:]))
+	}
+	benchkit.Main("bench-fleet", parseFlags, run)
+}
+
+// defaultSimDir is /dev/shm if it is a directory, else the temporary
+// directory.
+func defaultSimDir() string {
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		return "/dev/shm"
+	}
+	return os.TempDir()
+}
+
+// raiseNoFile raises the soft RLIMIT_NOFILE to the hard limit; the
+// workers inherit it.
+func raiseNoFile() (uint64, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, err
+	}
+	lim.Cur = lim.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, err
+	}
+	return lim.Max, nil
+}
+
+// run does the whole benchmark. Every process it starts is stopped before
+// it returns, whatever happens.
+func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
+	root, outDir, err := benchkit.Locate(cfg.outDir, cfg.meteorBin)
+	if err != nil {
+		return err
+	}
+	cfg.outDir = outDir
+	if cfg.changesDir == "" && cfg.has(partRetail) {
+		if root == "" {
+			return errors.New("-changes is required outside the module")
+		}
+		cfg.changesDir = filepath.Join(root, "docs", "examples", "retail")
+	}
+	os.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true")
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	nofile, err := raiseNoFile()
+	if err != nil {
+		return fmt.Errorf("raise RLIMIT_NOFILE: %w", err)
+	}
+
+	tmp, finish, err := benchkit.TempDir(ctx, "meteor-bench-fleet-", "PKI, data and logs", cfg.keep, log)
+	if err != nil {
+		return err
+	}
+	defer finish(&err)
+	simTmp, err := os.MkdirTemp(cfg.simDir, "meteor-bench-fleet-devices-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(simTmp)
+	procs := &group{}
+	defer procs.StopAll(5 * time.Second)
+
+	rep := &report{
+		Date:    time.Now().UTC().Format(time.RFC3339),
+		Machine: benchkit.ReadMachine(),
+		Params: paramInfo{
+			Parts: cfg.parts, Sizes: cfg.sizes, RampRate: cfg.rampRate, PerWorker: cfg.perWorker,
+			ConnectTimeoutSec: cfg.connectTimeout.Seconds(), ChangeTimeoutSec: cfg.changeTimeout.Seconds(),
+			SampleEverySec: cfg.sampleEvery.Seconds(), RTTProbeSec: cfg.rttProbe.Seconds(), RaftMultiplier: cfg.raftMultiplier,
+			Seed: cfg.seed, NoFile: nofile, MemTotalMiB: memTotalKiB() >> 10,
+			RetailDevices: cfg.retailDevices, RetailTimeScale: cfg.retailTimeScale, RetailTimeoutSec: cfg.retailTimeout.Seconds(),
+		},
+	}
+	fmt.Fprintf(out, "Simulated fleets on a %d-server Meteor cluster, %d CPUs, load average %s\n", serverCount, rep.Machine.NProc, rep.Machine.LoadAvgStart)
+
+	bin := cfg.meteorBin
+	if bin == "" {
+		fmt.Fprintln(log, "building ./cmd/meteor")
+		if bin, err = benchkit.BuildMeteor(ctx, root, tmp); err != nil {
+			return err
+		}
+	}
+	pkiDir := filepath.Join(tmp, "pki")
+	if err := makePKI(ctx, bin, pkiDir); err != nil {
+		return err
+	}
+
+	if cfg.has(partRetail) {
+		retailHeader(out)
+		rep.Retail, err = runRetail(ctx, cfg, procs, bin, self, pkiDir, filepath.Join(tmp, "retail"), filepath.Join(simTmp, "retail"), out, log)
+		procs.StopAll(5 * time.Second)
+		if err != nil {
+			return fmt.Errorf("retail: %w", err)
+		}
+	}
+	if cfg.has(partScale) {
+		scaleHeader(out)
+		rep.Scale, err = runScale(ctx, cfg, procs, bin, self, pkiDir, filepath.Join(tmp, "scale"), filepath.Join(simTmp, "scale"), out, log)
+		procs.StopAll(5 * time.Second)
+		if err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+	}
+
+	rep.Machine.LoadAvgEnd = benchkit.LoadAvg()
+	rep.finish()
+	benchkit.PrintSummary(out, rep.Notes, rep.Verdicts)
+	if err := benchkit.WriteResults(cfg.outDir, cfg.name, rep, rep.markdown()); err != nil {
+		return err
+	}
+	benchkit.ResultsLine(out, cfg.outDir, cfg.name)
+	return nil
+}
+
+// memTotalKiB returns MemTotal from /proc/meminfo, or -1.
+func memTotalKiB() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return -1
+	}
+	v, err := statusField(b, "MemTotal")
+	if err != nil {
+		return -1
+	}
+	return v
+}

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/meteor-edge/meteor/agent/sim"
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
+)
+
+// scaleIntent is the intent of the scale part: one sim resource on every
+// device; version v changes its value.
+const scaleIntent = "fleet-scale"
+
+func scaleDoc(version int) []byte {
+	return fmt.Appendf(nil, `{"name":%q,"selector":{"region":"*"},"resources":[{"id":"scale-config","type":"sim","class":"config","spec":{"value":"scale-v%d","applyTime":"100ms"}}]}`, scaleIntent, version)
+}
+
+// scaleLevel is one fleet size of the scale part.
+type scaleLevel struct {
+	Devices int `json:"devices"`
+	Workers int `json:"sim_workers"`
+	// Held says whether every device connected and converged on the first
+	// intent and 99 % converged on the change within the bounds; Failure
+	// says what did not.
+	Held    bool   `json:"held"`
+	Failure string `json:"failure,omitempty"`
+	// ConnectSec is the time from starting the fleet until every device
+	// had a session, ConvergeFirstSec until every device had converged on
+	// the first intent (written before the fleet started).
+	Connected        int      `json:"connected"`
+	ConnectSec       *float64 `json:"connect_s"`
+	ConvergedFirst   int      `json:"converged_first"`
+	ConvergeFirstSec *float64 `json:"converge_first_s"`
+	// The change: time from the write's answer (commit) until 50, 90, 99
+	// and 100 % of the fleet had converged on it, as the agents see it.
+	ChangeRevision  uint64      `json:"change_revision"`
+	ChangeConverged int         `json:"change_converged"`
+	Change          percentiles `json:"change_s"`
+	// ServerConverged is the change's progress as the servers see it
+	// (GET /v1/intents/NAME/progress) when the wait ended.
+	ServerTargeted  int `json:"server_targeted"`
+	ServerConverged int `json:"server_converged"`
+	// Servers has per-server memory and CPU.
+	Servers []serverScale `json:"servers"`
+	// TotalKiBPerDevice is the servers' added RSS, summed, over the fleet.
+	TotalKiBPerDevice float64 `json:"total_rss_kib_per_device"`
+	// SimRSSMiB and SimGoroutines are the workers' totals once connected;
+	// SimCPUSec their CPU time over the whole level.
+	SimRSSMiB      float64 `json:"sim_rss_mib"`
+	SimGoroutines  int     `json:"sim_goroutines"`
+	SimCPUSec      float64 `json:"sim_cpu_s"`
+	MemAvailMinMiB float64 `json:"mem_available_min_mib"`
+	WallSec        float64 `json:"wall_s"`
+	LoadAvg        string  `json:"loadavg_end"`
+}
+
+// serverScale is one server's figures at one fleet size.
+type serverScale struct {
+	ID string `json:"id"`
+	// Sessions is the devices whose session was on this server once
+	// connected (from the agents).
+	Sessions      int        `json:"sessions"`
+	Before        procStatus `json:"before"`
+	Connected     procStatus `json:"connected"`
+	AfterChange   procStatus `json:"after_change"`
+	KiBPerSession float64    `json:"rss_kib_per_session"`
+	// CPU seconds while the fleet connected and during the change.
+	ConnectCPUSec float64 `json:"connect_cpu_s"`
+	ChangeCPUSec  float64 `json:"change_cpu_s"`
+}
+
+type percentiles struct {
+	P50  *float64 `json:"50"`
+	P90  *float64 `json:"90"`
+	P99  *float64 `json:"99"`
+	P100 *float64 `json:"100"`
+}
+
+// percentilesOf returns the times by which 50/90/99/100 % of n devices
+// had converged, given the times of those that did (nil where not
+// reached).
+func percentilesOf(times []float64, n int) percentiles {
+	slices.Sort(times)
+	at := func(pct float64) *float64 {
+		k := int((pct*float64(n) + 99) / 100) // ceil(pct/100*n)
+		k = max(k, 1)
+		if n == 0 || k > len(times) {
+			return nil
+		}
+		v := times[k-1]
+		return &v
+	}
+	return percentiles{P50: at(50), P90: at(90), P99: at(99), P100: at(100)}
+}
+
+// runScale runs the fleet sizes in order and stops at the first that does
+// not hold.
+func runScale(ctx context.Context, cfg *config, g *group, bin, self, pkiDir, dir, simDir string, out, log io.Writer) ([]*scaleLevel, error) {
+	var levels []*scaleLevel
+	for _, n := range cfg.sizes {
+		name := fmt.Sprintf("n%d", n)
+		lvl, err := runScaleLevel(ctx, cfg, g, bin, self, pkiDir, filepath.Join(dir, name), filepath.Join(simDir, name), n, log)
+		g.StopAll(5 * time.Second)
+		// The next size starts from scratch: free the journals' memory
+		// (tmpfs) at once.
+		if rerr := os.RemoveAll(filepath.Join(simDir, name)); rerr != nil {
+			fmt.Fprintf(log, "remove the devices' journals: %v\n", rerr)
+		}
+		if err != nil {
+			return levels, err
+		}
+		levels = append(levels, lvl)
+		scaleLine(out, lvl)
+		if !lvl.Held {
+			break
+		}
+	}
+	return levels, nil
+}
+
+// errLevel ends a level that did not hold; its message is the failure.
+type errLevel struct{ msg string }
+
+func (e *errLevel) Error() string { return e.msg }
+
+func levelFailed(format string, args ...any) error { return &errLevel{fmt.Sprintf(format, args...)} }
+
+func runScaleLevel(ctx context.Context, cfg *config, g *group, bin, self, pkiDir, dir, simDir string, n int, log io.Writer) (*scaleLevel, error) {
+	start := time.Now()
+	lvl := &scaleLevel{Devices: n, MemAvailMinMiB: float64(memAvailableKiB()) / 1024}
+	fmt.Fprintf(log, "scale %d: starting a %d-server cluster\n", n, serverCount)
+	cl, err := startCluster(ctx, g, bin, pkiDir, filepath.Join(dir, "cluster"), cfg.raftMultiplier)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cl.put(ctx, scaleIntent, scaleDoc(1)); err != nil {
+		return nil, err
+	}
+	time.Sleep(cfg.settle) // let the servers' heaps settle before the baseline
+	for _, s := range cl.servers {
+		st, err := readProc(s.proc)
+		if err != nil {
+			return nil, err
+		}
+		lvl.Servers = append(lvl.Servers, serverScale{ID: s.id, Before: st})
+	}
+
+	spec := fleetSpec{
+		devices: n, profile: sim.LinkFiber, seed: cfg.seed, prefix: "s", timeScale: 1,
+		rampEvery: 100 * time.Millisecond, sampleEvery: cfg.sampleEvery, rttProbe: cfg.rttProbe, perWorker: cfg.perWorker,
+	}
+	lvl.Workers = spec.workerCount()
+	spec.rampBatch = max(cfg.rampRate/10/lvl.Workers, 1)
+	fmt.Fprintf(log, "scale %d: starting %d sim workers (%d devices/s)\n", n, lvl.Workers, spec.rampBatch*10*lvl.Workers)
+	fleetStart := time.Now()
+	sh, err := startShards(ctx, g, self, simDir, filepath.Join(dir, "fleet"), cl.agentAddrs(), pkiDir, spec)
+	if err != nil {
+		return nil, err
+	}
+	simCPU := func() float64 {
+		var sum float64
+		for _, p := range sh.Procs() {
+			if d, err := p.CPUTime(); err == nil {
+				sum += d.Seconds()
+			}
+		}
+		return sum
+	}
+	defer func() {
+		lvl.SimCPUSec = simCPU()
+		lvl.WallSec = time.Since(start).Seconds()
+		lvl.LoadAvg = benchkit.LoadAvg()
+	}()
+
+	// Connect and converge on the first intent.
+	connectBound := cfg.connectTimeout + time.Duration(n/max(cfg.rampRate, 1))*time.Second
+	err = watch(ctx, cl, sh, lvl, connectBound, fmt.Sprintf("scale %d connect", n), log, func(s sim.Summary) bool {
+		since := time.Since(fleetStart).Seconds()
+		if s.Connected > lvl.Connected {
+			lvl.Connected = s.Connected
+		}
+		if s.Connected == n && lvl.ConnectSec == nil {
+			lvl.ConnectSec = &since
+		}
+		lvl.ConvergedFirst = max(lvl.ConvergedFirst, s.Converged)
+		if s.Converged == n && lvl.ConvergeFirstSec == nil {
+			lvl.ConvergeFirstSec = &since
+		}
+		return lvl.ConnectSec != nil && lvl.ConvergeFirstSec != nil
+	})
+	if err != nil {
+		return finishLevel(lvl, err)
+	}
+	time.Sleep(cfg.settle)
+	reps, err := sh.Reports(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sessions := map[string]int{}
+	for _, r := range reps {
+		for _, d := range r.DeviceReports {
+			sessions[d.Server]++
+		}
+	}
+	var added int64
+	for i, s := range cl.servers {
+		st, err := readProc(s.proc)
+		if err != nil {
+			return nil, err
+		}
+		ss := &lvl.Servers[i]
+		ss.Connected, ss.Sessions = st, sessions[s.agentAddr]
+		ss.ConnectCPUSec = st.CPUSec - ss.Before.CPUSec
+		if ss.Sessions > 0 {
+			ss.KiBPerSession = float64(st.RSSKiB-ss.Before.RSSKiB) / float64(ss.Sessions)
+		}
+		added += st.RSSKiB - ss.Before.RSSKiB
+	}
+	lvl.TotalKiBPerDevice = float64(added) / float64(n)
+	var simRSS int64
+	for _, p := range sh.Procs() {
+		if st, err := readProc(p); err == nil {
+			simRSS += st.RSSKiB
+		}
+	}
+	lvl.SimRSSMiB = float64(simRSS) / 1024
+	if _, lvl.SimGoroutines, err = sh.Summary(ctx); err != nil {
+		return nil, err
+	}
+
+	// The change.
+	fmt.Fprintf(log, "scale %d: writing the change\n", n)
+	rev, err := cl.put(ctx, scaleIntent, scaleDoc(2))
+	if err != nil {
+		return nil, err
+	}
+	commit := time.Now()
+	lvl.ChangeRevision = rev
+	if err := sh.Mark(ctx, rev); err != nil {
+		return nil, err
+	}
+	err = watch(ctx, cl, sh, lvl, cfg.changeTimeout, fmt.Sprintf("scale %d change", n), log, func(s sim.Summary) bool {
+		lvl.ChangeConverged = s.Converged
+		return s.Converged == n
+	})
+	var lerr *errLevel
+	if err != nil && !errors.As(err, &lerr) {
+		return nil, err
+	}
+	for i, s := range cl.servers {
+		if st, err := readProc(s.proc); err == nil {
+			lvl.Servers[i].AfterChange = st
+			lvl.Servers[i].ChangeCPUSec = st.CPUSec - lvl.Servers[i].Connected.CPUSec
+		}
+	}
+	if reps, err = sh.Reports(ctx); err != nil {
+		return nil, err
+	}
+	var times []float64
+	for _, d := range devicesSince(reps, commit) {
+		if d.After != nil {
+			times = append(times, *d.After)
+		}
+	}
+	lvl.ChangeConverged = len(times)
+	lvl.Change = percentilesOf(times, n)
+	if p, err := cl.servers[0].api.IntentProgress(ctx, scaleIntent, apiStale); err == nil {
+		lvl.ServerTargeted, lvl.ServerConverged = p.Targeted, p.Converged
+	}
+	switch {
+	case lvl.Change.P99 == nil:
+		return finishLevel(lvl, levelFailed("%d of %d devices converged on the change within %s", lvl.ChangeConverged, n, cfg.changeTimeout))
+	case *lvl.Change.P99 > cfg.changeTimeout.Seconds():
+		return finishLevel(lvl, levelFailed("99 %% converged after %.1f s, past the %s bound", *lvl.Change.P99, cfg.changeTimeout))
+	}
+	lvl.Held = true
+	return lvl, nil
+}
+
+// finishLevel turns a level failure into lvl.Failure; other errors end
+// the run.
+func finishLevel(lvl *scaleLevel, err error) (*scaleLevel, error) {
+	var lerr *errLevel
+	if errors.As(err, &lerr) {
+		lvl.Failure = lerr.msg
+		return lvl, nil
+	}
+	return nil, err
+}
+
+// memFloorKiB is the MemAvailable below which a level is stopped, so that
+// the benchmark never drives the shared machine into the OOM killer.
+const memFloorKiB = 1536 << 10
+
+// watch polls the fleet's summary every second, printing a progress line
+// to log, until done returns true, bound passes, a server exits or the
+// machine runs short of memory (the last three fail the level).
+func watch(ctx context.Context, cl *cluster, sh *shards, lvl *scaleLevel, bound time.Duration, what string, log io.Writer, done func(sim.Summary) bool) error {
+	deadline := time.Now().Add(bound)
+	start := time.Now()
+	for {
+		if err := cl.exited(); err != nil {
+			return levelFailed("%s: %v", what, err)
+		}
+		avail := memAvailableKiB()
+		if lvl != nil && avail >= 0 {
+			lvl.MemAvailMinMiB = min(lvl.MemAvailMinMiB, float64(avail)/1024)
+		}
+		if avail >= 0 && avail < memFloorKiB {
+			return levelFailed("%s: stopped with %d MiB of memory available on the machine", what, avail>>10)
+		}
+		s, _, err := sh.Summary(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return levelFailed("%s: simulator: %v", what, err)
+		}
+		fmt.Fprintf(log, "%s %5.0fs  started %d/%d  connected %d  converged %d  mem avail %d MiB  load %s\n",
+			what, time.Since(start).Seconds(), s.Started, s.Devices, s.Connected, s.Converged, avail>>10, benchkit.LoadAvg())
+		if done(s) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return levelFailed("%s: not done after %s (connected %d, converged %d of %d)", what, bound, s.Connected, s.Converged, s.Devices)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
