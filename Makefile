@@ -37,11 +37,15 @@ test-short: ## Run all tests without the race detector (quicker while editing)
 	$(GO) test -timeout $(TEST_TIMEOUT) $(PKGS)
 
 .PHONY: bench
-bench: bench-intents bench-sessions bench-status bench-fleet bench-report ## Run every benchmark, write bench/results/ and the table of all of them (bench/results/README.md)
+bench: bench-intents bench-fanout bench-sessions bench-status bench-fleet bench-report ## Run every benchmark, write bench/results/ and the table of all of them (bench/results/README.md)
 
 .PHONY: bench-report
 bench-report: ## Gather the summary rows of bench/results/*.json into bench/results/README.md
 	$(GO) run ./bench/report
+
+.PHONY: bench-fanout
+bench-fanout: build ## Row 2: 10,000 devices, one change, time to 99% applied and reported, Meteor vs Mosquitto, clean and 5% loss (installs mosquitto if missing; loss rows need root and nft)
+	$(GO) run ./bench/fanout -meteor-bin $(BIN)
 
 .PHONY: bench-fleet
 bench-fleet: build ## Rows 4+5: largest fleet converging on one change (3 servers + simulator on this host), and the 1,200-device retail fleet's three changes

@@ -1,0 +1,62 @@
+// Command fanout benchmarks fan-out convergence: one change to the desired
+// state of a whole fleet, and the time until 50, 99 and 100 % of the
+// devices have applied it and their report has reached the control plane,
+// for Meteor and for Mosquitto, on a clean loopback link and with packet
+// loss applied to both systems the same way.
+//
+// Meteor: three `meteor server` processes (the meteor binary, a cluster
+// formed with --bootstrap-expect 3, each serving agents over QUIC), and
+// -devices simulated devices in this process, spread round-robin over the
+// three servers. Each device is a wire-level agent written with package
+// wire: its own device certificate from the cluster CA, a real QUIC
+// connection and TLS handshake, and the agent's protocol (Hello with its
+// inventory, Welcome, Pull, Delta, Ack, Report, ReportAck; a Notify makes
+// it pull, and like the agent it pulls every 30 s and reports every 60 s,
+// which is when an unacknowledged report is sent again; it reconnects and
+// resumes its session after a failure). The devices share a few client UDP sockets (quic.Transports),
+// as bench/sessions does, which is what lets 10,000 of them run on two
+// cores next to the servers. One intent selects every device; the change
+// is one PUT of it with a new resource body.
+//
+// Mosquitto: Debian's broker (bench/install-mosquitto.sh) as a child
+// process with a generated configuration, and -devices MQTT 3.1.1 clients
+// written with eclipse/paho.mqtt.golang, each on its own TCP connection
+// (clean session, QoS 1, auto-reconnect). Device i is in group i mod
+// -groups and subscribes to that group's retained desired-state topic; on
+// a new version it publishes a report (QoS 1) to its own report topic, and
+// a collector client, the control plane's stand-in, subscribed to every
+// report topic on a second listener, records when each device's report of
+// the new version arrives. The change is one retained QoS 1 publish per
+// group, carrying the same bytes Meteor sends as the resource body.
+//
+// "Applied and reported back" is the same on both sides: the device has
+// received the new desired state, applied it (in zero time on both sides),
+// and its report of it has reached the control plane: for Meteor the
+// device holds the ReportAck for that report, which the server sends only
+// once the device's status transition is committed through Raft; for
+// Mosquitto the collector has received the report. Times run from the
+// instant the change is submitted (the PUT is sent; the first retained
+// PUBLISH is sent) and are taken by this process's clock on both sides.
+//
+// Loss: with root and nft, a table of this process's own drops the given
+// percentage of packets at the input hook (loopback packets pass it once)
+// whose port is a Meteor agent port (UDP, both directions) or the
+// Mosquitto device listener (TCP, both directions), with `numgen random`.
+// The table is deleted on every exit path; one left by a killed run is
+// removed at the next start. Without root or nft the loss rows are
+// skipped with a message.
+//
+// It owns every process it starts (own process group, SIGKILL on the
+// driver's death, stopped on every exit path). Data and logs live in one
+// temporary directory, removed after a successful run unless -keep is
+// given. Results go to stdout, bench/results/fanout.json and
+// bench/results/fanout.md.
+//
+// Run it from the module root:
+//
+//	go run ./bench/fanout -meteor-bin bin/meteor
+//
+// Without -meteor-bin it builds ./cmd/meteor into the temporary dir.
+// -devices, -groups and -loss change the fleet and the links; -systems
+// runs one side only.
+package main

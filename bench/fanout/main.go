@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
+)
+
+// The systems a run can measure.
+const (
+	sysMeteor    = "meteor"
+	sysMosquitto = "mosquitto"
+)
+
+// config is the command line.
+type config struct {
+	devices      int
+	groups       int
+	loss         []int // percent, sorted, 0 first when present
+	systems      []string
+	bodySize     int
+	sockets      int
+	concurrency  int
+	timeout      time.Duration
+	settle       time.Duration
+	meteorBin    string
+	mosquittoBin string
+	install      bool
+	outDir       string
+	keep         bool
+}
+
+func (c *config) has(system string) bool { return slices.Contains(c.systems, system) }
+
+func parseFlags(args []string, errOut io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("fanout", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	fs.Usage = func() {
+		fmt.Fprintf(errOut, "Usage: go run ./bench/fanout [flags]\n\nTimes one desired-state change reaching a fleet of simulated devices\n(applied and reported back) on a 3-server Meteor cluster and on Mosquitto,\non loopback, clean and with packet loss, and writes\nbench/results/fanout.{json,md}.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.IntVar(&c.devices, "devices", 10000, "simulated devices on each system")
+	fs.IntVar(&c.groups, "groups", 10, "device groups (Mosquitto: one retained desired-state topic per group; Meteor: a group label)")
+	loss := fs.String("loss", "0,5", "comma-separated packet loss levels in percent, each applied to both directions (levels above 0 need root and nft)")
+	systems := fs.String("systems", "meteor,mosquitto", "comma-separated systems to measure")
+	fs.IntVar(&c.bodySize, "body-size", 256, "bytes of the desired-state document each device receives (Meteor resource body, MQTT payload)")
+	fs.IntVar(&c.sockets, "sockets", 8, "client UDP sockets (quic.Transports) the Meteor devices share")
+	fs.IntVar(&c.concurrency, "dial-concurrency", 64, "devices connecting at once")
+	fs.DurationVar(&c.timeout, "timeout", 3*time.Minute, "bound on each measured change, and on connecting the fleet")
+	fs.DurationVar(&c.settle, "settle", 3*time.Second, "quiet time before each measured change")
+	fs.StringVar(&c.meteorBin, "meteor-bin", "", "meteor binary (default: build ./cmd/meteor into the run's temporary dir)")
+	fs.StringVar(&c.mosquittoBin, "mosquitto-bin", "", "mosquitto binary (default: mosquitto on PATH or /usr/sbin/mosquitto)")
+	fs.BoolVar(&c.install, "install-mosquitto", true, "install Debian's mosquitto with bench/install-mosquitto.sh if it is missing (root only)")
+	fs.StringVar(&c.outDir, "out", "", "results directory (default: bench/results in the module)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the temporary dir (PKI, data, server logs, broker config) after a successful run")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for f := range strings.SplitSeq(*loss, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || n > 50 {
+			return nil, fmt.Errorf("-loss %q: %q is not a percentage between 0 and 50", *loss, f)
+		}
+		c.loss = append(c.loss, n)
+	}
+	slices.Sort(c.loss)
+	c.loss = slices.Compact(c.loss)
+	for s := range strings.SplitSeq(*systems, ",") {
+		s = strings.TrimSpace(s)
+		if s != sysMeteor && s != sysMosquitto {
+			return nil, fmt.Errorf("-systems %q: %q is not meteor or mosquitto", *systems, s)
+		}
+		if !slices.Contains(c.systems, s) {
+			c.systems = append(c.systems, s)
+		}
+	}
+	switch {
+	case c.devices < 1 || c.devices > 100000:
+		return nil, errors.New("-devices: between 1 and 100000")
+	case c.groups < 1 || c.groups > c.devices:
+		return nil, fmt.Errorf("-groups %d: between 1 and -devices (%d)", c.groups, c.devices)
+	case c.bodySize < minBodySize || c.bodySize > 64<<10:
+		return nil, fmt.Errorf("-body-size %d: between %d and 65536", c.bodySize, minBodySize)
+	case c.sockets < 1 || c.concurrency < 1:
+		return nil, errors.New("-sockets and -dial-concurrency must be positive")
+	case c.timeout <= 0 || c.settle < 0:
+		return nil, errors.New("-timeout must be positive, -settle not negative")
+	}
+	if err := benchkit.AbsPaths(&c.meteorBin, &c.mosquittoBin, &c.outDir); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func main() { benchkit.Main("bench-fanout", parseFlags, run) }
+
+// run does the whole benchmark. Every process it starts is stopped, and
+// the loss table deleted, before it returns, whatever happens.
+func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
+	started := time.Now()
+	root, outDir, err := benchkit.Locate(cfg.outDir, cfg.meteorBin)
+	if err != nil {
+		return err
+	}
+	cfg.outDir = outDir
+	// Both sides raise their UDP buffers as far as the host allows; the
+	// warning that it is not 7 MB says nothing about this benchmark.
+	os.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true")
+
+	tmp, finish, err := benchkit.TempDir(ctx, "meteor-bench-fanout-", "PKI, data, logs and broker config", cfg.keep, log)
+	if err != nil {
+		return err
+	}
+	defer finish(&err)
+	procs := &benchkit.Group{}
+	defer procs.StopAll(3 * time.Second)
+
+	rep := &report{
+		Date:     time.Now().UTC().Format(time.RFC3339),
+		Machine:  benchkit.ReadMachine(),
+		Versions: versionInfo{MQTTClient: pahoVersion()},
+		Params: paramInfo{
+			Devices: cfg.devices, Groups: cfg.groups, Loss: cfg.loss, BodyBytes: cfg.bodySize,
+			Sockets: cfg.sockets, Concurrency: cfg.concurrency, TimeoutSec: cfg.timeout.Seconds(), SettleSec: cfg.settle.Seconds(),
+		},
+	}
+	// Children inherit the limit: the broker needs a descriptor per
+	// device as much as this process does.
+	rep.Params.NoFile, err = raiseNoFile()
+	if err != nil {
+		return err
+	}
+	if need := uint64(cfg.devices) + 512; rep.Params.NoFile < need && cfg.has(sysMosquitto) {
+		return fmt.Errorf("open files limit %d is below the %d that %d MQTT devices need (raise the hard limit: ulimit -Hn)", rep.Params.NoFile, need, cfg.devices)
+	}
+	fmt.Fprintf(out, "Fan-out convergence, %d devices in %d groups, %d CPUs, load average %s, open files limit %d\n",
+		cfg.devices, cfg.groups, rep.Machine.NProc, rep.Machine.LoadAvgStart, rep.Params.NoFile)
+
+	var lossy *lossTable
+	if slices.ContainsFunc(cfg.loss, func(l int) bool { return l > 0 }) {
+		lossy, rep.LossSkipped = openLossTable(ctx)
+		if lossy == nil {
+			fmt.Fprintf(log, "SKIPPING the loss rows: %s\n", rep.LossSkipped)
+		} else {
+			defer func() {
+				if derr := lossy.close(); derr != nil {
+					fmt.Fprintf(log, "delete nft table %s: %v\n", lossy.name, derr)
+				}
+			}()
+		}
+	}
+	levels := slices.DeleteFunc(slices.Clone(cfg.loss), func(l int) bool { return l > 0 && lossy == nil })
+
+	resultHeader(out)
+	if cfg.has(sysMeteor) {
+		bin := cfg.meteorBin
+		if bin == "" {
+			fmt.Fprintln(log, "building ./cmd/meteor")
+			if bin, err = benchkit.BuildMeteor(ctx, root, tmp); err != nil {
+				return err
+			}
+		}
+		res, version, err := runMeteor(ctx, cfg, procs, bin, filepath.Join(tmp, "meteor"), lossy, levels, out, log)
+		procs.StopAll(3 * time.Second)
+		if err != nil {
+			return fmt.Errorf("meteor: %w", err)
+		}
+		rep.Versions.Meteor = version
+		rep.Results = append(rep.Results, res...)
+	}
+	if cfg.has(sysMosquitto) {
+		bin, reason, err := findMosquitto(ctx, cfg.mosquittoBin, filepath.Join(root, "bench", "install-mosquitto.sh"), cfg.install, log)
+		if err != nil {
+			return err
+		}
+		if bin == "" {
+			rep.Versions.MosquittoSkipped = reason
+			fmt.Fprintf(log, "SKIPPING Mosquitto: %s. Meteor's figures follow; there are no ratios.\n", reason)
+		} else {
+			if rep.Versions.Mosquitto, err = mosquittoVersion(ctx, bin); err != nil {
+				return err
+			}
+			res, err := runMosquitto(ctx, cfg, procs, bin, filepath.Join(tmp, "mosquitto"), lossy, levels, out, log)
+			procs.StopAll(3 * time.Second)
+			if err != nil {
+				return fmt.Errorf("mosquitto: %w", err)
+			}
+			rep.Results = append(rep.Results, res...)
+		}
+	}
+
+	rep.Machine.LoadAvgEnd = benchkit.LoadAvg()
+	rep.WallSec = time.Since(started).Seconds()
+	rep.Ratios = ratios(rep.Results)
+	rep.Notes = notes(rep)
+	rep.Summary = summaryRows(rep)
+	printSummary(out, rep)
+	if err := writeResults(cfg.outDir, rep); err != nil {
+		return err
+	}
+	benchkit.ResultsLine(out, cfg.outDir, "fanout")
+	return nil
+}
+
+// raiseNoFile raises this process's soft limit on open files to its hard
+// limit and returns the new soft limit.
+func raiseNoFile() (uint64, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, fmt.Errorf("read the open files limit: %w", err)
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			return 0, fmt.Errorf("raise the open files limit to %d: %w", lim.Max, err)
+		}
+	}
+	return lim.Cur, nil
+}
+
+// pahoPath is the MQTT client library the devices use.
+const pahoPath = "github.com/eclipse/paho.mqtt.golang"
+
+// pahoVersion names the MQTT client library with its version from the
+// build information.
+func pahoVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == pahoPath {
+				return pahoPath + " " + d.Version
+			}
+		}
+	}
+	return pahoPath
+}

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
+)
+
+// confirm is one report that reached the control plane: the desired
+// version (Meteor: revision) it reported, and when it was confirmed.
+type confirm struct {
+	target uint64
+	at     time.Time
+}
+
+// confirmLog is one device's confirmed reports, in increasing target
+// order. The zero value is ready to use.
+type confirmLog struct {
+	mu      sync.Mutex
+	entries []confirm // guarded by mu
+}
+
+// record notes that a report of target was confirmed at at; a target at
+// or below one already confirmed adds nothing.
+func (l *confirmLog) record(target uint64, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.entries); n > 0 && l.entries[n-1].target >= target {
+		return
+	}
+	l.entries = append(l.entries, confirm{target, at})
+}
+
+// first returns when a report of target or later was first confirmed.
+func (l *confirmLog) first(target uint64) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.entries {
+		if e.target >= target {
+			return e.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// side is one system with its fleet connected and converged, ready for
+// changes.
+type side interface {
+	// apply submits the change to version (1, 2, ...) and returns once
+	// the system has accepted it, with the target a device must report
+	// (Meteor: the revision of the write; Mosquitto: version).
+	apply(ctx context.Context, version int) (target uint64, err error)
+	// logs returns every device's confirmed reports, appliedLogs the
+	// versions each device applied.
+	logs() []*confirmLog
+	appliedLogs() []*confirmLog
+	// serverCPU returns the CPU time the system's servers have used.
+	serverCPU() (time.Duration, error)
+	// reconnects counts the devices' reconnects so far.
+	reconnects() int64
+	// ports are the device-facing ports the loss rules match.
+	ports() (proto string, ports []int)
+}
+
+// electionCounter is a side whose servers elect leaders.
+type electionCounter interface {
+	// elections counts the elections won so far.
+	elections() int
+}
+
+// levelResult is one measured change.
+type levelResult struct {
+	System  string `json:"system"`
+	LossPct int    `json:"loss_pct"`
+	Devices int    `json:"devices"`
+	// Reached counts the devices whose report of the change reached the
+	// control plane within the timeout.
+	Reached int `json:"reached"`
+	// SubmitMs is how long submitting the change took (Meteor: the PUT
+	// until its answer, committed; Mosquitto: the retained publishes until
+	// their PUBACKs).
+	SubmitMs float64 `json:"submit_ms"`
+	// P50s, P99s and P100s are the times from submitting the change until
+	// that share of all devices had applied it and reported back; nil
+	// when that share was not reached.
+	P50s  *float64 `json:"p50_s"`
+	P99s  *float64 `json:"p99_s"`
+	P100s *float64 `json:"p100_s"`
+	// AppliedP50s and AppliedP99s are the same for the devices having
+	// applied the change (Meteor: a complete Delta taken; Mosquitto: the
+	// retained message handled), before their report left.
+	AppliedP50s *float64 `json:"applied_p50_s"`
+	AppliedP99s *float64 `json:"applied_p99_s"`
+	// Server is what Meteor's cluster itself recorded, read after the
+	// change: the devices targeted, acknowledged and converged at the
+	// intent's revision.
+	Server *serverCounts `json:"server_view,omitempty"`
+	// ServerCPUs is the servers' CPU time (all three Meteor servers, or
+	// the broker) and DriverCPUs this process's (devices, collector)
+	// from submitting the change until the last device or the timeout.
+	ServerCPUs float64 `json:"server_cpu_s"`
+	DriverCPUs float64 `json:"driver_cpu_s"`
+	// Reconnects counts device reconnects during the change; Elections
+	// the leader elections won in Meteor's cluster meanwhile.
+	Reconnects int64 `json:"reconnects"`
+	Elections  int   `json:"elections,omitempty"`
+	// Packets and Dropped count the packets on the device ports that the
+	// loss rules saw and dropped (both directions).
+	Packets uint64  `json:"packets,omitempty"`
+	Dropped uint64  `json:"dropped,omitempty"`
+	Load1   float64 `json:"load1"`
+}
+
+// serverCounts is the intent's progress as the cluster records it.
+type serverCounts struct {
+	Revision     uint64 `json:"revision"`
+	Targeted     int    `json:"targeted"`
+	Acknowledged int    `json:"acknowledged"`
+	Converged    int    `json:"converged"`
+}
+
+// percentileOf returns the nearest-rank p-th percentile of the times of
+// all n devices, of which sorted are the ones that arrived; false if the
+// rank is beyond them.
+func percentileOf(sorted []time.Duration, n int, p float64) (time.Duration, bool) {
+	if n == 0 {
+		return 0, false
+	}
+	rank := min(max(int(math.Ceil(p/100*float64(n))), 1), n)
+	if rank > len(sorted) {
+		return 0, false
+	}
+	return sorted[rank-1], true
+}
+
+func seconds(d time.Duration, ok bool) *float64 {
+	if !ok {
+		return nil
+	}
+	s := d.Seconds()
+	return &s
+}
+
+// measure submits the change to version on s, with loss percent applied
+// through lossy (nil: none), and waits until every device has reported
+// it back or timeout passes.
+func measure(ctx context.Context, s side, system string, version, loss int, lossy *lossTable, timeout time.Duration, log io.Writer) (*levelResult, error) {
+	logs := s.logs()
+	res := &levelResult{System: system, LossPct: loss, Devices: len(logs)}
+	if loss > 0 {
+		proto, ports := s.ports()
+		if err := lossy.set(ctx, proto, ports, loss); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err := lossy.clear(context.WithoutCancel(ctx)); err != nil {
+				fmt.Fprintf(log, "clear the loss rules: %v\n", err)
+			}
+		}()
+	}
+	cpu0, err := s.serverCPU()
+	if err != nil {
+		return nil, err
+	}
+	self0, err := benchkit.CPUTime("self")
+	if err != nil {
+		return nil, err
+	}
+	re0 := s.reconnects()
+	ec, counts := s.(electionCounter)
+	var el0 int
+	if counts {
+		el0 = ec.elections()
+	}
+	start := time.Now()
+	target, err := s.apply(ctx, version)
+	if err != nil {
+		return nil, fmt.Errorf("apply version %d: %w", version, err)
+	}
+	res.SubmitMs = benchkit.MS(time.Since(start))
+
+	deadline := start.Add(timeout)
+	var times []time.Duration
+	lastLog := time.Now()
+	for {
+		times = times[:0]
+		for _, l := range logs {
+			if at, ok := l.first(target); ok {
+				times = append(times, at.Sub(start))
+			}
+		}
+		if len(times) == len(logs) || time.Now().After(deadline) {
+			break
+		}
+		if time.Since(lastLog) > 5*time.Second {
+			fmt.Fprintf(log, "%s %d%% loss: %d/%d devices reported after %.0f s\n", system, loss, len(times), len(logs), time.Since(start).Seconds())
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cpu1, err := s.serverCPU()
+	if err != nil {
+		return nil, err
+	}
+	self1, err := benchkit.CPUTime("self")
+	if err != nil {
+		return nil, err
+	}
+	if loss > 0 {
+		if res.Packets, res.Dropped, err = lossy.counters(ctx); err != nil {
+			return nil, err
+		}
+	}
+	res.ServerCPUs, res.DriverCPUs = (cpu1 - cpu0).Seconds(), (self1 - self0).Seconds()
+	res.Reconnects = s.reconnects() - re0
+	if counts {
+		res.Elections = ec.elections() - el0
+	}
+	res.Load1 = benchkit.Load1()
+	slices.Sort(times)
+	res.Reached = len(times)
+	res.P50s = seconds(percentileOf(times, len(logs), 50))
+	res.P99s = seconds(percentileOf(times, len(logs), 99))
+	res.P100s = seconds(percentileOf(times, len(logs), 100))
+	var applied []time.Duration
+	for _, l := range s.appliedLogs() {
+		if at, ok := l.first(target); ok {
+			applied = append(applied, at.Sub(start))
+		}
+	}
+	slices.Sort(applied)
+	res.AppliedP50s = seconds(percentileOf(applied, len(logs), 50))
+	res.AppliedP99s = seconds(percentileOf(applied, len(logs), 99))
+	return res, nil
+}
+
+// waitAll waits until every log has a confirm of target, or timeout.
+func waitAll(ctx context.Context, logs []*confirmLog, target uint64, timeout time.Duration, what string, log io.Writer) error {
+	start := time.Now()
+	lastLog := start
+	for {
+		n := 0
+		for _, l := range logs {
+			if _, ok := l.first(target); ok {
+				n++
+			}
+		}
+		if n == len(logs) {
+			return nil
+		}
+		if time.Since(start) > timeout {
+			return fmt.Errorf("%s: only %d of %d devices reported back after %s", what, n, len(logs), timeout)
+		}
+		if time.Since(lastLog) > 5*time.Second {
+			fmt.Fprintf(log, "%s: %d/%d devices reported\n", what, n, len(logs))
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,417 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
+	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/wire"
+)
+
+// meteorServers is the size of the cluster.
+const meteorServers = 3
+
+// meteorCluster is three `meteor server` processes serving agents.
+type meteorCluster struct {
+	procs   []*benchkit.Proc
+	apis    []*api.Client
+	agents  []string // agent UDP addresses, in server order
+	ports   []int    // their ports
+	version string
+	ca      *wire.CA
+}
+
+// startMeteor creates the PKI with the meteor CLI (`meteor ca init`, one
+// `meteor ca issue-server` per server) and starts three servers that form
+// a cluster through --bootstrap-expect 3, each serving agents on its own
+// UDP port, then waits until every one reports a leader.
+func startMeteor(ctx context.Context, g *benchkit.Group, bin, dir string) (*meteorCluster, error) {
+	const n = meteorServers
+	pki := filepath.Join(dir, "pki")
+	cmds := [][]string{{"ca", "init", "--dir", pki}}
+	for i := range n {
+		cmds = append(cmds, []string{"ca", "issue-server", "--dir", pki, "--id", serverID(i), "--hosts", "127.0.0.1"})
+	}
+	for _, args := range cmds {
+		if out, err := benchkit.RunCmd(ctx, bin, args...); err != nil {
+			return nil, fmt.Errorf("meteor %s: %w\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	caPEM, err1 := os.ReadFile(filepath.Join(pki, "ca.pem"))
+	caKey, err2 := os.ReadFile(filepath.Join(pki, "ca-key.pem"))
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, fmt.Errorf("read the CA: %w", err)
+	}
+	mc := &meteorCluster{}
+	var err error
+	if mc.ca, err = wire.LoadCA(caPEM, caKey); err != nil {
+		return nil, err
+	}
+	// One call, so the ports are distinct; UDP is needed by gossip and
+	// the agent ports.
+	ports, err := benchkit.FreePorts(4*n, true)
+	if err != nil {
+		return nil, err
+	}
+	gossip := make([]string, n)
+	for i := range n {
+		gossip[i] = benchkit.Loopback(ports[4*i+2])
+	}
+	hc := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	for i := range n {
+		id := serverID(i)
+		var join []string
+		for j := range n {
+			if j != i {
+				join = append(join, gossip[j])
+			}
+		}
+		httpAddr, agentAddr := benchkit.Loopback(ports[4*i]), benchkit.Loopback(ports[4*i+3])
+		args := []string{
+			"server",
+			"--node-id", id,
+			"--region", "eu",
+			"--data-dir", filepath.Join(dir, id),
+			"--http-addr", httpAddr,
+			"--raft-addr", benchkit.Loopback(ports[4*i+1]),
+			"--gossip-addr", gossip[i],
+			"--join", strings.Join(join, ","),
+			"--bootstrap-expect", strconv.Itoa(n),
+			"--agent-addr", agentAddr,
+			"--ca-file", filepath.Join(pki, "ca.pem"),
+			"--cert-file", filepath.Join(pki, "server-"+id+".pem"),
+			"--key-file", filepath.Join(pki, "server-"+id+"-key.pem"),
+			"--cluster-secret-file", filepath.Join(pki, "cluster.secret"),
+		}
+		p, err := g.Start(id, bin, args, nil, dir, filepath.Join(dir, id+".log"))
+		if err != nil {
+			return nil, err
+		}
+		mc.procs = append(mc.procs, p)
+		mc.apis = append(mc.apis, api.NewClient(httpAddr, hc))
+		mc.agents = append(mc.agents, agentAddr)
+		mc.ports = append(mc.ports, ports[4*i+3])
+	}
+	for i, cl := range mc.apis {
+		err := benchkit.WaitFor(ctx, 60*time.Second, 200*time.Millisecond, mc.procs[i], func(ctx context.Context) error {
+			h, err := cl.Health(ctx)
+			if err != nil {
+				return err
+			}
+			if !h.Healthy || h.Leader == "" {
+				return fmt.Errorf("not healthy: %s", h.Message)
+			}
+			mc.version = h.Version
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("meteor server %s: %w", serverID(i), err)
+		}
+	}
+	return mc, nil
+}
+
+func serverID(i int) string { return fmt.Sprintf("meteor-%d", i+1) }
+
+// settle waits until the cluster's Raft log has stopped growing for a
+// second (session records, acks and status transitions are committed
+// after the devices see their answers), at most a minute, then for extra.
+func (mc *meteorCluster) settle(ctx context.Context, extra time.Duration) error {
+	start := time.Now()
+	var last uint64
+	stable := 0
+	for stable < 4 && time.Since(start) < time.Minute {
+		h, err := mc.apis[0].Health(ctx)
+		if err != nil {
+			return err
+		}
+		if h.LastIndex == last && h.AppliedIndex == h.LastIndex {
+			stable++
+		} else {
+			stable, last = 0, h.LastIndex
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(extra):
+	}
+	return nil
+}
+
+// waitRevision waits until every server's replica has reached rev.
+func (mc *meteorCluster) waitRevision(ctx context.Context, rev uint64) error {
+	for i, cl := range mc.apis {
+		err := benchkit.WaitFor(ctx, 30*time.Second, 20*time.Millisecond, mc.procs[i], func(ctx context.Context) error {
+			h, err := cl.Health(ctx)
+			if err != nil {
+				return err
+			}
+			if h.Revision < rev {
+				return fmt.Errorf("at revision %d, want %d", h.Revision, rev)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("meteor server %s: %w", serverID(i), err)
+		}
+	}
+	return nil
+}
+
+// meteorSide is the cluster with its fleet connected.
+type meteorSide struct {
+	mc  *meteorCluster
+	fl  *meteorFleet
+	doc *desired
+}
+
+func (s *meteorSide) apply(ctx context.Context, version int) (uint64, error) {
+	doc, err := s.doc.intentDoc(version)
+	if err != nil {
+		return 0, err
+	}
+	// Round-robin over the servers, as an operator's writes would land.
+	res, err := s.mc.apis[version%len(s.mc.apis)].PutIntent(ctx, intentName, doc, nil)
+	if err != nil {
+		return 0, fmt.Errorf("put intent %q: %w", intentName, err)
+	}
+	return res.Revision, nil
+}
+
+func (s *meteorSide) logs() []*confirmLog {
+	out := make([]*confirmLog, len(s.fl.devs))
+	for i, d := range s.fl.devs {
+		out[i] = &d.log
+	}
+	return out
+}
+
+func (s *meteorSide) appliedLogs() []*confirmLog {
+	out := make([]*confirmLog, len(s.fl.devs))
+	for i, d := range s.fl.devs {
+		out[i] = &d.took
+	}
+	return out
+}
+
+func (s *meteorSide) serverCPU() (time.Duration, error) {
+	var sum time.Duration
+	for _, p := range s.mc.procs {
+		c, err := p.CPUTime()
+		if err != nil {
+			return 0, err
+		}
+		sum += c
+	}
+	return sum, nil
+}
+
+// elections counts the elections won so far, from the servers' logs
+// (hashicorp/raft logs "entering leader state" on the winner).
+func (s *meteorSide) elections() int {
+	n := 0
+	for _, p := range s.mc.procs {
+		b, err := os.ReadFile(p.LogPath)
+		if err == nil {
+			n += bytes.Count(b, []byte("entering leader state"))
+		}
+	}
+	return n
+}
+
+func (s *meteorSide) reconnects() int64 { return s.fl.reconnects.Load() }
+
+func (s *meteorSide) ports() (string, []int) { return "udp", s.mc.ports }
+
+// serverCounts reads the intent's progress from the cluster (a
+// linearizable read): how many devices it targets, and how many the
+// cluster's committed records show acknowledged and converged at the
+// intent's current revision.
+func (s *meteorSide) serverCounts(ctx context.Context) (*api.IntentProgress, error) {
+	p, err := s.mc.apis[0].IntentProgress(ctx, intentName, api.ReadOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("intent progress: %w", err)
+	}
+	return p, nil
+}
+
+// runMeteor starts the cluster, connects the fleet, converges it on
+// version 1, and measures one change per loss level.
+func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir string, lossy *lossTable, levels []int, out, log io.Writer) ([]*levelResult, string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, "", err
+	}
+	doc, err := newDesired(cfg.bodySize)
+	if err != nil {
+		return nil, "", err
+	}
+	fmt.Fprintln(log, "meteor: starting 3 servers")
+	mc, err := startMeteor(ctx, g, bin, dir)
+	if err != nil {
+		return nil, "", err
+	}
+	s := &meteorSide{mc: mc, doc: doc}
+	// Version 1 exists before the devices connect: each one's first
+	// session brings it.
+	rev1, err := s.apply(ctx, 1)
+	if err != nil {
+		return nil, "", err
+	}
+	// Connect only once every replica has it: a session that registers
+	// while its server applies the intent can miss the Notify, and would
+	// then wait for its 30 s pull.
+	if err := mc.waitRevision(ctx, rev1); err != nil {
+		return nil, "", err
+	}
+
+	fmt.Fprintf(log, "meteor: issuing %d device certificates\n", cfg.devices)
+	certs, err := issueDevices(mc.ca, cfg.devices)
+	if err != nil {
+		return nil, "", err
+	}
+	fl := &meteorFleet{timeout: 30 * time.Second}
+	s.fl = fl
+	defer fl.close()
+	for _, a := range mc.agents {
+		ua, err := net.ResolveUDPAddr("udp", a)
+		if err != nil {
+			return nil, "", err
+		}
+		fl.servers = append(fl.servers, ua)
+	}
+	for range cfg.sockets {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			return nil, "", err
+		}
+		fl.pcs = append(fl.pcs, pc)
+		fl.trs = append(fl.trs, &quic.Transport{Conn: pc})
+	}
+	roots := mc.ca.Pool()
+	for i := range cfg.devices {
+		fl.devs = append(fl.devs, newDevice(deviceID(i, cfg.devices), certs[i], roots, deviceLabels(i, cfg.groups), i%len(mc.agents)))
+	}
+
+	fleetCtx, stopFleet := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		stopFleet()
+		wg.Wait()
+	}()
+	fmt.Fprintf(log, "meteor: connecting %d devices, %d at a time over %d sockets\n", cfg.devices, cfg.concurrency, cfg.sockets)
+	t0 := time.Now()
+	failed := fl.connect(fleetCtx, &wg, cfg.concurrency)
+	if failed > 0 {
+		fmt.Fprintf(log, "meteor: %d devices failed their first dial and keep retrying, e.g. %v\n", failed, fl.lastErr.Load())
+	}
+	if err := waitAll(ctx, s.logs(), rev1, cfg.timeout, "meteor: converging on version 1", log); err != nil {
+		return nil, "", fmt.Errorf("%w (last device error: %v)", err, fl.lastErr.Load())
+	}
+	fmt.Fprintf(log, "meteor: %d devices connected and converged on version 1 in %.1f s\n", cfg.devices, time.Since(t0).Seconds())
+
+	var results []*levelResult
+	for i, loss := range levels {
+		if err := mc.settle(ctx, cfg.settle); err != nil {
+			return nil, "", err
+		}
+		version := i + 2
+		res, err := measure(ctx, s, sysMeteor, version, loss, lossy, cfg.timeout, log)
+		if err != nil {
+			return nil, "", err
+		}
+		// Cross-check with the cluster's own records once the last
+		// commits are in.
+		if err := mc.settle(ctx, 0); err != nil {
+			return nil, "", err
+		}
+		p, err := s.serverCounts(ctx)
+		if err != nil {
+			return nil, "", err
+		}
+		res.Server = &serverCounts{Revision: p.Revision, Targeted: p.Targeted, Acknowledged: p.Acknowledged, Converged: p.Converged}
+		resultRow(out, res)
+		results = append(results, res)
+	}
+	return results, mc.version, nil
+}
+
+// connect dials every device, concurrency at a time, and starts each
+// one's session goroutine in wg; a device whose first dial fails starts
+// without a session and keeps retrying. It returns how many failed.
+func (f *meteorFleet) connect(ctx context.Context, wg *sync.WaitGroup, concurrency int) int {
+	work := make(chan int)
+	var mu sync.Mutex
+	failed := 0
+	var dialers sync.WaitGroup
+	for range concurrency {
+		dialers.Go(func() {
+			for i := range work {
+				d := f.devs[i]
+				l, c, err := d.dial(ctx, f.trs[i%len(f.trs)], f.servers[d.home], f.timeout)
+				if err != nil {
+					f.lastErr.Store(fmt.Errorf("%s: %w", d.id, err))
+					mu.Lock()
+					failed++
+					mu.Unlock()
+					l = nil
+				}
+				wg.Go(func() { f.run(ctx, i, l, c) })
+			}
+		})
+	}
+	for i := range f.devs {
+		if ctx.Err() != nil {
+			break
+		}
+		work <- i
+	}
+	close(work)
+	dialers.Wait()
+	return failed
+}
+
+func deviceID(i, n int) string { return fmt.Sprintf("dev-%0*d", len(strconv.Itoa(n-1)), i) }
+
+// issueDevices issues one certificate per device (ECDSA P-256), on every
+// CPU.
+func issueDevices(ca *wire.CA, n int) ([]tls.Certificate, error) {
+	certs := make([]tls.Certificate, n)
+	errs := make([]error, runtime.NumCPU())
+	var wg sync.WaitGroup
+	for w := range len(errs) {
+		wg.Go(func() {
+			for i := w; i < n; i += len(errs) {
+				c, err := ca.IssueDevice(deviceID(i, n))
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				certs[i] = c
+			}
+		})
+	}
+	wg.Wait()
+	return certs, errors.Join(errs...)
+}
