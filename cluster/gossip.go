@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -169,6 +170,11 @@ func (s *Server) setupGossip() (*memberlist.Memberlist, error) {
 	// Build the transport here so port 0 works (memberlist binds TCP and
 	// UDP on one port) and so tests can wrap it for fault injection.
 	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: stdLog})
+	// With port 0 the TCP port is chosen first and UDP must get the same
+	// number, which another process's UDP socket may hold: choose again.
+	for try := 0; err != nil && port == 0 && try < 10 && strings.Contains(err.Error(), "address already in use"); try++ {
+		nt, err = memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: stdLog})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("gossip listen on %s: %w", s.config.GossipAddr, err)
 	}
