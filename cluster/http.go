@@ -45,6 +45,7 @@ func (s *Server) handler() http.Handler {
 	mux.HandleFunc("POST /v1/internal/apply", s.handleInternalApply)
 	mux.HandleFunc("POST /v1/internal/report", s.handleInternalReport)
 	mux.HandleFunc("GET /v1/internal/self", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.self()) })
+	mux.HandleFunc("GET /v1/internal/state-hash", s.handleStateHash)
 	if s.config.EnableDebug {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -344,4 +345,16 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// handleStateHash answers with the hash of this server's whole replicated
+// state (fsm.FSM.StateHash) and the Raft index it reflects: servers at
+// the same index must give the same hash. Chaos checks compare them.
+func (s *Server) handleStateHash(w http.ResponseWriter, r *http.Request) {
+	st, err := s.fsm.StateHash()
+	if err != nil {
+		writeError(w, &api.Error{StatusCode: http.StatusInternalServerError, Code: api.CodeInternal, Message: fmt.Sprintf("hash the state: %v", err)})
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
 }

@@ -94,11 +94,27 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 // Hash returns a SHA-256 over the snapshot encoding of the state: equal on
 // two replicas exactly when their states are equal.
 func (f *FSM) Hash() (string, error) {
+	st, err := f.StateHash()
+	return st.Hash, err
+}
+
+// StateHash is the hash of the whole state with the Raft index and
+// revision it reflects, all taken from one snapshot.
+type StateHash struct {
+	Index    uint64 `json:"index"`
+	Revision uint64 `json:"revision"`
+	Hash     string `json:"hash"`
+}
+
+// StateHash hashes one snapshot of the state (see Hash) and reports its
+// index and revision.
+func (f *FSM) StateHash() (StateHash, error) {
+	snap := f.Snapshot()
 	h := sha256.New()
-	if _, err := f.Snapshot().WriteTo(h); err != nil {
-		return "", err
+	if _, err := snap.WriteTo(h); err != nil {
+		return StateHash{}, err
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return StateHash{Index: metaValue(snap.txn, metaIndex), Revision: metaValue(snap.txn, metaRevision), Hash: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // Restore replaces the whole state with the snapshot read from r. On error

@@ -2,16 +2,12 @@ package scenario
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +17,7 @@ import (
 
 	"github.com/meteor-edge/meteor/chaos/hosts"
 	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/fsm"
 )
 
 // The checks of a deployment, over its HTTP API only.
@@ -71,64 +68,35 @@ func leaderIndex(ctx context.Context, addrs []string, wl *workload) int {
 	return -1
 }
 
-// stateDigest reads a server's replica of the intents and devices, as the
-// HTTP API shows them, and returns the Raft index both listings reflect
-// and a SHA-256 over them. Fields that are not replicated (the device's
-// owner, computed from this server's gossip view) are left out.
-//
-// The servers do not expose the hash of their whole FSM (fsm.FSM.Hash)
-// over HTTP, so this covers what the API shows: intents with their
-// revisions, selectors and resource counts, and each device's labels,
-// desired and acknowledged revisions, resource counts and status. Device
-// timelines and reported resource states are not covered.
+// stateDigest asks a server for the hash of its whole replicated state
+// (GET /v1/internal/state-hash: fsm.FSM.StateHash over one snapshot of
+// intents, history, devices, timelines and meta) and the Raft index it
+// reflects. Servers at the same index must answer the same hash.
 func stateDigest(ctx context.Context, addr string, hc *http.Client) (uint64, string, error) {
-	get := func(path string, out any) (uint64, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path+"?stale=true", nil)
-		if err != nil {
-			return 0, err
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return 0, err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return 0, fmt.Errorf("GET %s: %d: %s", path, resp.StatusCode, strings.TrimSpace(string(body)))
-		}
-		idx, err := strconv.ParseUint(resp.Header.Get(api.HeaderIndex), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("GET %s: no %s header", path, api.HeaderIndex)
-		}
-		return idx, json.Unmarshal(body, out)
-	}
-	var intents api.IntentList
-	var devices api.DeviceList
-	i1, err := get("/v1/intents", &intents)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/internal/state-hash", nil)
 	if err != nil {
 		return 0, "", err
 	}
-	i2, err := get("/v1/devices", &devices)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, "", err
 	}
-	if i1 != i2 {
-		return 0, "", fmt.Errorf("%s moved from index %d to %d between two reads", addr, i1, i2)
-	}
-	for i := range devices.Devices {
-		devices.Devices[i].Owner = ""
-	}
-	slices.SortFunc(intents.Intents, func(a, b api.IntentSummary) int { return strings.Compare(a.Name, b.Name) })
-	slices.SortFunc(devices.Devices, func(a, b api.DeviceSummary) int { return strings.Compare(a.ID, b.ID) })
-	h := sha256.New()
-	enc := json.NewEncoder(h)
-	if err := errors.Join(enc.Encode(intents), enc.Encode(devices)); err != nil {
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
 		return 0, "", err
 	}
-	return i1, hex.EncodeToString(h.Sum(nil)), nil
+	if resp.StatusCode != http.StatusOK {
+		return 0, "", fmt.Errorf("GET /v1/internal/state-hash from %s: %d: %s", addr, resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	var st fsm.StateHash
+	if err := json.Unmarshal(body, &st); err != nil {
+		return 0, "", fmt.Errorf("state hash from %s: %w", addr, err)
+	}
+	if st.Hash == "" {
+		return 0, "", fmt.Errorf("state hash from %s: empty (a server without GET /v1/internal/state-hash?)", addr)
+	}
+	return st.Index, st.Hash, nil
 }
 
 // waitAgreed waits until every server is healthy, names the same leader,
