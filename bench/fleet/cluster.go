@@ -53,7 +53,7 @@ type cluster struct {
 // startCluster starts three `meteor server` processes in dir, server i in
 // region sim.Regions()[i] as the simulator assumes, and waits until every
 // one is healthy and knows the leader.
-func startCluster(ctx context.Context, g *group, bin, pkiDir, dir string, raftMultiplier int) (*cluster, error) {
+func startCluster(ctx context.Context, g *benchkit.Group, bin, pkiDir, dir string, raftMultiplier int) (*cluster, error) {
 	ports, err := benchkit.FreePorts(4*serverCount, true)
 	if err != nil {
 		return nil, err

@@ -187,7 +187,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		return err
 	}
 	defer os.RemoveAll(simTmp)
-	procs := &group{}
+	procs := &benchkit.Group{}
 	defer procs.StopAll(5 * time.Second)
 
 	rep := &report{

@@ -13,6 +13,7 @@ import (
 
 	"github.com/meteor-edge/meteor/agent"
 	"github.com/meteor-edge/meteor/agent/sim"
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm/intent"
 )
@@ -93,7 +94,7 @@ func readChanges(dir string) ([]string, []*intent.Intent, error) {
 // once every targeted device with a session has converged.
 const quietFor = 15 * time.Second
 
-func runRetail(ctx context.Context, cfg *config, g *group, bin, self, pkiDir, dir, simDir string, out, log io.Writer) (*retailResult, error) {
+func runRetail(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, pkiDir, dir, simDir string, out, log io.Writer) (*retailResult, error) {
 	start := time.Now()
 	files, changes, err := readChanges(cfg.changesDir)
 	if err != nil {

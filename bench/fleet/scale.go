@@ -102,7 +102,7 @@ func percentilesOf(times []float64, n int) percentiles {
 
 // runScale runs the fleet sizes in order and stops at the first that does
 // not hold.
-func runScale(ctx context.Context, cfg *config, g *group, bin, self, pkiDir, dir, simDir string, out, log io.Writer) ([]*scaleLevel, error) {
+func runScale(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, pkiDir, dir, simDir string, out, log io.Writer) ([]*scaleLevel, error) {
 	var levels []*scaleLevel
 	for _, n := range cfg.sizes {
 		name := fmt.Sprintf("n%d", n)
@@ -132,7 +132,7 @@ func (e *errLevel) Error() string { return e.msg }
 
 func levelFailed(format string, args ...any) error { return &errLevel{fmt.Sprintf(format, args...)} }
 
-func runScaleLevel(ctx context.Context, cfg *config, g *group, bin, self, pkiDir, dir, simDir string, n int, log io.Writer) (*scaleLevel, error) {
+func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, pkiDir, dir, simDir string, n int, log io.Writer) (*scaleLevel, error) {
 	start := time.Now()
 	lvl := &scaleLevel{Devices: n, MemAvailMinMiB: float64(memAvailableKiB()) / 1024}
 	fmt.Fprintf(log, "scale %d: starting a %d-server cluster\n", n, serverCount)

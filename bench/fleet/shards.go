@@ -65,7 +65,7 @@ func (s fleetSpec) workerCount() int {
 // startShards starts the workers of spec, with bin as the worker binary
 // (this driver's own executable), the devices' data under dataDir and the
 // workers' logs in logDir, and waits until every control API answers.
-func startShards(ctx context.Context, g *group, bin, dataDir, logDir string, servers []string, pkiDir string, spec fleetSpec) (*shards, error) {
+func startShards(ctx context.Context, g *benchkit.Group, bin, dataDir, logDir string, servers []string, pkiDir string, spec fleetSpec) (*shards, error) {
 	n := spec.workerCount()
 	ports, err := benchkit.FreePorts(n, false)
 	if err != nil {

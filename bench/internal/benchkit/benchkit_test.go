@@ -3,6 +3,7 @@ package benchkit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -101,6 +102,45 @@ func TestFreePortsAreDistinct(t *testing.T) {
 				t.Errorf("udp %v: ports %v", udp, ports)
 			}
 			seen[p] = true
+		}
+	}
+}
+
+// TestStopAllKillsEveryStraggler: several children ignore SIGTERM; every
+// one must be killed once the grace is over, not only the first.
+func TestStopAllKillsEveryStraggler(t *testing.T) {
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		t.Skip("no /bin/sh")
+	}
+	dir := t.TempDir()
+	var g Group
+	var procs []*Proc
+	for i := range 3 {
+		name := fmt.Sprintf("stubborn-%d", i)
+		p, err := g.Start(name, "/bin/sh", []string{"-c", `trap "" TERM; echo up; sleep 60`}, nil, dir, filepath.Join(dir, name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := WaitFor(context.Background(), 10*time.Second, 10*time.Millisecond, p, func(context.Context) error {
+			if p.LogTail(1) != "up" {
+				return errors.New("not up yet")
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, p)
+	}
+	done := make(chan struct{})
+	go func() { g.StopAll(50 * time.Millisecond); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second): // the children would sleep for 60 s
+		t.Fatal("StopAll waited for a child that ignored SIGTERM instead of killing it")
+	}
+	for _, p := range procs {
+		if !p.Exited() {
+			t.Errorf("%d still running", p.PID())
 		}
 	}
 }

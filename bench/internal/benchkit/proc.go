@@ -121,11 +121,19 @@ func (g *Group) StopAll(grace time.Duration) {
 			_ = syscall.Kill(-p.PID(), syscall.SIGTERM)
 		}
 	}
-	deadline := time.After(grace)
+	// One deadline for all: a single time.After channel would fire for
+	// the first process still running and leave the next waiting forever.
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	expired := false
 	for _, p := range procs {
+		if expired {
+			break
+		}
 		select {
 		case <-p.done:
-		case <-deadline:
+		case <-deadline.C:
+			expired = true
 		}
 	}
 	for _, p := range procs {
