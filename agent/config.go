@@ -67,6 +67,11 @@ type Config struct {
 	// ReportInterval bounds the time between two full reports while
 	// nothing changes. Default 60 s.
 	ReportInterval time.Duration
+	// ReportResendMin is the first wait before a report the server has
+	// not acknowledged is sent again on the same connection (a server
+	// that cannot commit it, during an election, sends no ReportAck). The
+	// wait is jittered and doubles up to ReportInterval. Default 1 s.
+	ReportResendMin time.Duration
 	// ProbeInterval is the default cadence at which applied resources are
 	// re-read (drift) and re-probed (effective state). Default 60 s.
 	ProbeInterval time.Duration
@@ -112,6 +117,7 @@ type Config struct {
 const (
 	DefaultPullInterval     = 30 * time.Second
 	DefaultReportInterval   = 60 * time.Second
+	DefaultReportResendMin  = time.Second
 	DefaultProbeInterval    = 60 * time.Second
 	DefaultRetryMin         = time.Second
 	DefaultRetryMax         = 5 * time.Minute
@@ -129,6 +135,7 @@ func DefaultConfig() Config {
 	return Config{
 		PullInterval:     DefaultPullInterval,
 		ReportInterval:   DefaultReportInterval,
+		ReportResendMin:  DefaultReportResendMin,
 		ProbeInterval:    DefaultProbeInterval,
 		RetryMin:         DefaultRetryMin,
 		RetryMax:         DefaultRetryMax,
@@ -175,7 +182,7 @@ func (c Config) Validate() error {
 		}
 	}
 	for name, d := range map[string]time.Duration{
-		"pull interval": c.PullInterval, "report interval": c.ReportInterval,
+		"pull interval": c.PullInterval, "report interval": c.ReportInterval, "report resend min": c.ReportResendMin,
 		"probe interval": c.ProbeInterval, "retry min": c.RetryMin, "retry max": c.RetryMax,
 		"backoff min": c.BackoffMin, "backoff max": c.BackoffMax, "dial timeout": c.DialTimeout,
 		"switch margin": c.SwitchMargin,
@@ -217,6 +224,7 @@ func (c Config) withDefaults() Config {
 	}
 	set(&c.PullInterval, def.PullInterval)
 	set(&c.ReportInterval, def.ReportInterval)
+	set(&c.ReportResendMin, def.ReportResendMin)
 	set(&c.ProbeInterval, def.ProbeInterval)
 	set(&c.RetryMin, def.RetryMin)
 	set(&c.RetryMax, def.RetryMax)

@@ -115,3 +115,27 @@ func decodeReport(r journal.Report) (*wire.Report, error) {
 	m.Seq = r.Seq
 	return &m, nil
 }
+
+// resendBackoff is the wait before a report the server has not
+// acknowledged is sent again: min, doubling up to max, each wait jittered
+// in [d/2, d] so that devices cut off by the same election do not resend
+// in step.
+type resendBackoff struct {
+	min, max time.Duration
+	next     time.Duration // un-jittered next wait; 0 means min
+}
+
+// wait returns the jittered wait before the next resend and doubles the
+// one after. int64n(n) draws the jitter in [0, n).
+func (b *resendBackoff) wait(int64n func(int64) int64) time.Duration {
+	d := b.next
+	if d == 0 {
+		d = b.min
+	}
+	d = min(d, b.max)
+	b.next = min(2*d, b.max)
+	return d/2 + time.Duration(int64n(int64(d/2)+1))
+}
+
+// reset starts the backoff over at min.
+func (b *resendBackoff) reset() { b.next = 0 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -52,6 +53,9 @@ type session struct {
 	repulled    bool                            // pulled again for unresolved keys
 	partial     *wire.Delta                     // frames of an incomplete Delta
 	sentSeq     uint64                          // highest report seq sent or accepted
+	reportOut   bool                            // a report sent awaits its ReportAck
+	resend      resendBackoff                   // wait before sending it again
+	resendTimer <-chan time.Time                // set while reportOut
 	pullEvery   time.Duration
 	pullTimer   <-chan time.Time
 }
@@ -98,7 +102,10 @@ func (fr *frameReader) close() {
 // runSession runs a session on conn, a fresh connection to addr, until it
 // ends.
 func (a *Agent) runSession(ctx context.Context, conn *quic.Conn, addr string, switchCh <-chan string) sessionEnd {
-	s := &session{a: a, j: a.j, conn: conn, addr: addr, log: a.log.Named("session").With("server", addr), switchCh: switchCh}
+	s := &session{
+		a: a, j: a.j, conn: conn, addr: addr, log: a.log.Named("session").With("server", addr), switchCh: switchCh,
+		resend: resendBackoff{min: a.cfg.ReportResendMin, max: a.cfg.ReportInterval},
+	}
 	end := s.run(ctx)
 	code, reason := wire.CloseNormal, ""
 	switch {
@@ -151,6 +158,11 @@ func (s *session) run(ctx context.Context) sessionEnd {
 			}
 		case <-reports:
 			if err := s.sendReports(); err != nil {
+				return s.end(err)
+			}
+		case <-s.resendTimer:
+			s.resendTimer = nil
+			if err := s.resendReports(); err != nil {
 				return s.end(err)
 			}
 		case to := <-s.switchCh:
@@ -522,17 +534,45 @@ func (s *session) onReportAck(m *wire.ReportAck) error {
 		return err
 	}
 	s.log.Debug("reports acknowledged", "seq", m.Seq)
-	return nil
+	if m.Seq < s.sentSeq {
+		return nil // the report in flight is still unacknowledged
+	}
+	s.reportOut, s.resendTimer = false, nil
+	s.resend.reset()
+	return s.sendReports()
 }
 
-// sendReports sends the queued reports not sent on this connection yet.
+// sendReports sends the queued reports not sent on this connection yet,
+// unless one is in flight: every report supersedes the ones before it, so
+// a report queued meanwhile goes when the server acknowledges the one in
+// flight, or in its place when that is resent.
 func (s *session) sendReports() error {
+	if s.reportOut {
+		return nil
+	}
+	return s.writeReports(s.sentSeq)
+}
+
+// resendReports sends the queued reports again: the server has not
+// acknowledged the one in flight within the backoff (a server that cannot
+// commit a report, during an election say, does not answer it). The
+// server applies each seq at most once, so resending one it did apply
+// only gets it acknowledged.
+func (s *session) resendReports() error {
+	s.reportOut = false
+	return s.writeReports(0)
+}
+
+// writeReports sends the queued reports numbered above after and, if it
+// sent any, waits the next backoff for their acknowledgement.
+func (s *session) writeReports(after uint64) error {
 	pending, err := s.j.PendingReports()
 	if err != nil {
 		return err
 	}
+	sent := false
 	for _, p := range pending {
-		if p.Seq <= s.sentSeq {
+		if p.Seq <= after {
 			continue
 		}
 		rep, err := decodeReport(p)
@@ -542,8 +582,14 @@ func (s *session) sendReports() error {
 		if err := s.w.Write(rep); err != nil {
 			return err
 		}
-		s.sentSeq = p.Seq
-		s.log.Debug("sent Report", "seq", p.Seq, "status", rep.Status, "resources", len(rep.Resources))
+		s.sentSeq, sent = max(s.sentSeq, p.Seq), true
+		s.log.Debug("sent Report", "seq", p.Seq, "status", rep.Status, "resources", len(rep.Resources), "resend", after == 0)
+	}
+	if sent {
+		s.reportOut = true
+		s.resendTimer = s.a.cfg.Clock.After(s.resend.wait(rand.Int64N))
+	} else {
+		s.resend.reset()
 	}
 	return nil
 }

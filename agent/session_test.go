@@ -108,13 +108,18 @@ func TestSessionResumeResendsReports(t *testing.T) {
 	s1.setMode(serverMode{dropReports: true})
 	ag := startAgent(t, c.agentConfig(t, "dev-7", s1))
 
+	// Converged on the resource itself: the device-level state also reads
+	// converged before the first pass, when the agent has nothing.
 	waitFor(t, waitLong, "an unacknowledged report", func() bool {
 		s := ag.Status()
-		return s.State == StateConverged && s.AckedRevision == 2 && s.PendingReports == 1 && s.LastReportSeq >= 1
+		return s.State == StateConverged && s.AckedRevision == 2 && len(s.Resources) == 1 &&
+			s.Resources[0].State == StateConverged && s.PendingReports == 1 && s.LastReportSeq >= 1
 	})
 	before := ag.Status()
-	s1.setMode(serverMode{})
+	// Close first: a report resent on the old connection must not be
+	// applied before the reconnect.
 	s1.closeSessions()
+	s1.setMode(serverMode{})
 
 	c.wait(t, waitLong, "the report resent after the reconnect", func() bool { return c.lastReport() != nil })
 	rep := c.lastReport()
@@ -137,8 +142,11 @@ func TestSessionResumeResendsReports(t *testing.T) {
 	if second.hello.AckedRevision != 2 || !second.hello.Inventory || len(second.hello.Applied) != 1 {
 		t.Errorf("reconnect Hello = %+v", second.hello)
 	}
-	if !raceBuild && (!second.used0RTT || !second.hello.Early) {
-		t.Errorf("reconnect: 0-RTT %v, Hello early %v; want both", second.used0RTT, second.hello.Early)
+	// The Hello goes out in 0-RTT data unless the handshake completed
+	// before it was written (Early says which; on loopback either can
+	// happen); 0-RTT must have been offered and accepted.
+	if !raceBuild && !second.used0RTT {
+		t.Errorf("reconnect: 0-RTT not used (Hello early %v)", second.hello.Early)
 	}
 	c.mu.Lock()
 	sessions := len(c.sessions)
@@ -243,7 +251,7 @@ func TestNearestServer(t *testing.T) {
 	// The ticket of s1 or s2 resumes the session at s3 in 0-RTT: a failed
 	// dial to the dead server did not cost the agent its ticket.
 	_, _, hellos := c.snapshot()
-	if last := hellos[len(hellos)-1]; last.server != "s3" || !raceBuild && (!last.used0RTT || !last.hello.Early) {
+	if last := hellos[len(hellos)-1]; last.server != "s3" || !raceBuild && !last.used0RTT {
 		t.Errorf("Hello at %s: 0-RTT %v, early %v; want 0-RTT at s3", last.server, last.used0RTT, last.hello.Early)
 	}
 }

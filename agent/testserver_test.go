@@ -39,9 +39,16 @@ type testCluster struct {
 	sessions map[wire.SessionID]*testSession // guarded by mu
 	servers  []*testServer                   // guarded by mu
 	reports  []*wire.Report                  // applied reports; guarded by mu
+	dropped  []droppedReport                 // reports ignored in dropReports mode; guarded by mu
 	acks     []uint64                        // guarded by mu
 	hellos   []helloSeen                     // guarded by mu
 	changed  chan struct{}                   // closed and replaced on every event; guarded by mu
+}
+
+// droppedReport is a report a server ignored, and when it arrived.
+type droppedReport struct {
+	seq uint64
+	at  time.Time
 }
 
 type testSession struct {
@@ -335,6 +342,10 @@ func (s *testServer) serve(conn *quic.Conn) {
 			c.mu.Unlock()
 		case *wire.Report:
 			if s.getMode().dropReports {
+				c.mu.Lock()
+				c.dropped = append(c.dropped, droppedReport{seq: m.Seq, at: time.Now()})
+				c.eventLocked()
+				c.mu.Unlock()
 				continue
 			}
 			c.mu.Lock()

@@ -43,6 +43,12 @@ type agentServer struct {
 
 	stats agentCounters
 
+	// beforeRegister, if set, runs in a session's registration goroutine
+	// after the session is recorded and before it is registered for
+	// pushes. A test hook: it widens the window between Welcome and
+	// registration.
+	beforeRegister atomic.Pointer[func(deviceID string)]
+
 	wg sync.WaitGroup
 }
 

@@ -35,7 +35,7 @@ type agentSession struct {
 	reportSeq  uint64     // highest report seq durably applied
 	inventory  []scheduler.Applied
 	notified   uint64           // revision of the last Notify or Delta sent
-	fp         scheduler.Digest // fingerprint of the desired state last sent
+	fp         scheduler.Digest // fingerprint of the desired state last sent; zero: none yet
 	registered bool             // the session is committed and receives pushes
 	recorded   uint64           // highest acked revision committed as connected
 	retrying   bool             // retryRecord is running
@@ -137,7 +137,10 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 	if srv.fsm.Read().Revision() < sess.acked && !a.waitForRevision(ctx, sess.acked) {
 		return sess.lagging(sess.acked)
 	}
-	if rec, err := srv.fsm.Read().Device(nil, sess.deviceID); err == nil {
+	// welcome is the state the Welcome speaks of: the agent holds its
+	// desired state, or pulls it.
+	welcome := srv.fsm.Read()
+	if rec, err := welcome.Device(nil, sess.deviceID); err == nil {
 		sess.reportSeq = rec.ReportSeq
 	}
 	token := a.keyring.Load().Seal(wire.Claims{
@@ -147,7 +150,7 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 	if err := sess.write(&wire.Welcome{
 		Major: wire.ProtocolMajor, Minor: wire.ProtocolMinor,
 		ServerID: srv.config.NodeID, SessionID: sess.id, ResumeToken: token,
-		DesiredRevision: srv.fsm.Read().Revision(), AcceptedReportSeq: sess.reportSeq,
+		DesiredRevision: welcome.Revision(), AcceptedReportSeq: sess.reportSeq,
 		ServerTimeUnixNano: now.UnixNano(), PullInterval: srv.config.PullInterval,
 	}); err != nil {
 		return err
@@ -175,10 +178,10 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 			return
 		}
 		sess.record(recCtx, "the session")
-		sess.mu.Lock()
-		sess.registered = true
-		sess.mu.Unlock()
-		a.add(sess)
+		if hook := a.beforeRegister.Load(); hook != nil {
+			(*hook)(sess.deviceID)
+		}
+		sess.register(welcome)
 		a.stats.sessions.Add(1)
 		sess.logger.Debug("session established", "resumed", resumed, "acked", sess.acked, "early", hello.Early)
 	}()
@@ -388,8 +391,40 @@ func (sess *agentSession) commitSession(ctx context.Context, connected bool) err
 	return err
 }
 
+// register makes the session receive pushes, then closes the window
+// between the Welcome and now: notifyLoop passes over sessions that are
+// not registered yet, so an intent change committed meanwhile would
+// otherwise reach the agent only with its next periodic pull. welcome is
+// the state the Welcome was computed from.
+func (sess *agentSession) register(welcome *fsm.Read) {
+	sess.mu.Lock()
+	pulled := sess.fp != (scheduler.Digest{})
+	sess.mu.Unlock()
+	var base *scheduler.DesiredState
+	if !pulled {
+		// No Pull answered yet: the agent holds the desired state of the
+		// Welcome, or is pulling it. That is the baseline to compare with,
+		// so that an unrelated revision (another device registering) does
+		// not make every agent pull.
+		var err error
+		if base, err = sess.a.planner.Desired(welcome, sess.labels); err != nil {
+			sess.logger.Warn("compute desired state at registration", "error", err)
+		}
+	}
+	sess.mu.Lock()
+	if base != nil && sess.fp == (scheduler.Digest{}) {
+		sess.notified, sess.fp = base.Revision, base.Fingerprint()
+	}
+	sess.registered = true
+	sess.mu.Unlock()
+	// notifyLoop takes its list of sessions after reading the state: a
+	// change committed after the read below finds the session in that list.
+	sess.a.add(sess)
+	sess.maybeNotify(sess.a.s.fsm.Read(), map[string]*scheduler.DesiredState{})
+}
+
 // maybeNotify pushes Notify if the session's desired state changed as of
-// read. Called by notifyLoop.
+// read. Called by notifyLoop, and once by register.
 //
 // byLabels caches desired states by label set for one pass over the
 // sessions.
