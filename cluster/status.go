@@ -54,6 +54,9 @@ type ownedDevice struct {
 	// owner declares a device unreachable only after it has itself gone
 	// the class's threshold without hearing of it.
 	since time.Time
+	// reportQ is the transition queued for the latest report (seq
+	// reportSeq), until its commit's outcome is known.
+	reportQ *queuedTransition
 }
 
 type queuedTransition struct {
@@ -62,6 +65,10 @@ type queuedTransition struct {
 	// Config.Now, which may be skewed): the batch interval is a duration.
 	at   time.Time
 	done chan error
+	// fin is closed once err holds the commit's outcome, for anyone else
+	// waiting on it (a duplicate of the report it carries).
+	fin chan struct{}
+	err error
 }
 
 func newStatusOwner(s *Server) *statusOwner {
@@ -121,8 +128,20 @@ func (o *statusOwner) ingest(ctx context.Context, device string, labels map[stri
 		d.rec.Labels = labels
 	}
 	if rep.Seq <= d.rec.ReportSeq {
+		// A duplicate (resent, or arriving through another session): its
+		// content is in, but it may still be waiting for its commit; it is
+		// acknowledged only once that commit is.
+		pq := d.reportQ
 		o.mu.Unlock()
-		return nil // a duplicate: its content is already in
+		if pq == nil {
+			return nil
+		}
+		select {
+		case <-pq.fin:
+			return pq.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	res := make([]fsm.ResourceStatus, 0, len(rep.Resources))
 	for _, r := range rep.Resources {
@@ -143,6 +162,9 @@ func (o *statusOwner) ingest(ctx context.Context, device string, labels map[stri
 		tr.Seq, tr.Full, tr.Resources = rep.Seq, rep.Full, res
 		tr.AgentStatus, tr.BlockedReason = rep.Status, rep.BlockedReason
 	})
+	if q != nil {
+		d.reportQ = q
+	}
 	o.mu.Unlock()
 	if err != nil || q == nil {
 		return err
@@ -216,7 +238,7 @@ func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Ti
 	if fill != nil {
 		fill(&tr)
 	}
-	q := &queuedTransition{tr: tr, at: time.Now(), done: make(chan error, 1)}
+	q := &queuedTransition{tr: tr, at: time.Now(), done: make(chan error, 1), fin: make(chan struct{})}
 	o.queue = append(o.queue, q)
 	select {
 	case o.kick <- struct{}{}:
@@ -284,15 +306,23 @@ func (o *statusOwner) commit(batch []*queuedTransition) {
 		o.transitions.Add(uint64(len(batch)))
 	}
 	for _, q := range batch {
-		q.done <- err
+		q.finish(err)
 	}
+}
+
+// finish hands the commit's outcome to the report waiting on q and to any
+// duplicate of it.
+func (q *queuedTransition) finish(err error) {
+	q.err = err
+	close(q.fin)
+	q.done <- err
 }
 
 func (o *statusOwner) failQueued(err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, q := range o.queue {
-		q.done <- err
+		q.finish(err)
 	}
 	o.queue = nil
 }

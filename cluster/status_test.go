@@ -13,6 +13,7 @@ import (
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/scheduler"
+	"github.com/meteor-edge/meteor/wire"
 )
 
 // withFastStatus tightens the status machinery for tests: a device silent
@@ -228,4 +229,50 @@ func TestSkewedLastSeenIsNotSilence(t *testing.T) {
 		t.Fatalf("status %q two seconds of the owner's own silence later, want unreachable", got)
 	}
 	waitStatus(t, c, "dev-skew", scheduler.StatusUnreachable)
+}
+
+// TestDuplicateReportWaitsForItsCommit: a report is acknowledged only once
+// its transition is committed, and so is a duplicate of it (the same seq
+// resent, or arriving through another session) that comes in while the
+// first still waits: acknowledging the duplicate at once would lose the
+// report if that commit then failed.
+func TestDuplicateReportWaitsForItsCommit(t *testing.T) {
+	c := newTestCluster(t, 1, func(cfg *Config) {
+		cfg.StatusBatchSize = 2
+		cfg.StatusBatchInterval = time.Hour // commit only when two are queued
+	})
+	s := c.waitLeader()
+	report := func(seq uint64, key string) *wire.Report {
+		return &wire.Report{Seq: seq, Full: true, Status: "converged", Resources: []wire.ResourceReport{{
+			Key: key, AppliedDigest: wire.Digest{1}, AppliedRevision: 1, Effective: wire.EffectiveOK,
+		}}}
+	}
+	labels := map[string]string{"region": "eu"}
+	first := make(chan error, 1)
+	go func() { first <- s.status.ingest(context.Background(), "dev-a", labels, report(7, "app/a")) }()
+	waitFor(t, 5*time.Second, func() error {
+		s.status.mu.Lock()
+		defer s.status.mu.Unlock()
+		if len(s.status.queue) != 1 {
+			return fmt.Errorf("%d transitions queued", len(s.status.queue))
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err := s.status.ingest(ctx, "dev-a", labels, report(7, "app/a"))
+	cancel()
+	if err == nil {
+		t.Fatal("a duplicate was acknowledged while the report it repeats was not committed")
+	}
+	// A second device's report fills the batch: both commit, and the
+	// duplicate is acknowledged.
+	if err := s.status.ingest(context.Background(), "dev-b", labels, report(1, "app/b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := s.status.ingest(context.Background(), "dev-a", labels, report(7, "app/a")); err != nil {
+		t.Fatalf("duplicate after the commit: %v", err)
+	}
 }
