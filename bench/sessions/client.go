@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -284,6 +285,7 @@ func (d *device) start(conn *quic.Conn, o openOpts) (*session, error) {
 // dropping it. Like the agent's, it ignores Put(nil): crypto/tls deletes
 // the ticket after any failed handshake.
 type ticketCache struct {
+	mu    sync.Mutex // guards inner
 	inner tls.ClientSessionCache
 	puts  atomic.Int64
 	put   chan struct{} // signalled (without blocking) on every Put
@@ -293,17 +295,31 @@ func newTicketCache() *ticketCache {
 	return &ticketCache{inner: tls.NewLRUClientSessionCache(4), put: make(chan struct{}, 1)}
 }
 
-func (c *ticketCache) Get(key string) (*tls.ClientSessionState, bool) { return c.inner.Get(key) }
+func (c *ticketCache) Get(key string) (*tls.ClientSessionState, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inner.Get(key)
+}
 
 func (c *ticketCache) Put(key string, cs *tls.ClientSessionState) {
 	if cs != nil {
+		c.mu.Lock()
 		c.inner.Put(key, cs)
+		c.mu.Unlock()
 		c.puts.Add(1)
 		select {
 		case c.put <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// reset drops every ticket, as the agent does when every server keeps
+// failing (agent/conn.go, penalize).
+func (c *ticketCache) reset() {
+	c.mu.Lock()
+	c.inner = tls.NewLRUClientSessionCache(4)
+	c.mu.Unlock()
 }
 
 // waitReportAck reads until a ReportAck covering seq arrives, skipping

@@ -1,4 +1,4 @@
-// Command sessions benchmarks agent sessions on a Meteor server, in three
+// Command sessions benchmarks agent sessions on Meteor servers, in four
 // parts measured in one run:
 //
 //  1. Resync bytes. A device holding 50 file resources (about 300-byte
@@ -21,26 +21,44 @@
 //     Ack, then idle), and reads the server's VmRSS (and its live Go heap
 //     from GODEBUG=gctrace=1) before and after. The connect rate and the
 //     Raft entries per connect are reported too.
+//  4. Reconnect storm. A three-server cluster (`meteor server` processes
+//     sharing the cluster secret, so that session tickets and resume
+//     tokens of one are good on the others); 10,000 devices, each with its
+//     own certificate, connect to one follower and converge; that server
+//     gets SIGKILL and every device resumes its session on one of the
+//     other two, following the agent's connection policy (the dead server
+//     in penalty, the other survivor tried at once on failure, jittered
+//     exponential backoff, the agent's dial timeout). Once with 0-RTT (the
+//     dead server's session ticket, DialEarly) and once with full
+//     handshakes (no ticket cache), each on a fresh cluster. It reports
+//     the time from the kill until 50%, 99% and all devices had their
+//     first Delta, whether each got its own session back without a
+//     resync, the survivors' and the devices' CPU seconds, failed and
+//     retried attempts, elections, and the ratios full / 0-RTT; these are
+//     the run's summary rows.
 //
 // Parts 1 and 2 run a single dev server in this process (cluster.New), so
 // its AgentStats cross-check the byte counts; part 3 needs the server alone
-// in its process. Devices are wire-level clients written with package wire
-// (not package agent): they send what the agent sends, and every frame is
-// counted with wire.FrameLen.
+// in its process, part 4 three server processes. Devices are wire-level
+// clients written with package wire (not package agent): they send what
+// the agent sends, and every frame is counted with wire.FrameLen.
 //
 // It owns every process it starts (own process group, SIGKILL on the
 // driver's death, stopped on every exit path). Data and logs live in one
 // temporary directory, removed after a successful run unless -keep is
 // given. Results go to stdout, bench/results/sessions.json and
-// bench/results/sessions.md.
+// bench/results/sessions.md; the JSON's "summary" holds the storm's rows
+// of the benchmark summary table.
 //
 // Run it from the module root:
 //
 //	go run ./bench/sessions -meteor-bin bin/meteor
 //
 // Without -meteor-bin it builds ./cmd/meteor into the temporary dir.
-// -parts selects parts (resync,reconnect,memory); other flags change the
-// sizes (-resources, -body-size, -revisions, -changed, -churn), the number
-// of reconnects and the delay (-reconnects, -delay), and the fleet
-// (-agents, -dial-concurrency, -sockets, -settle).
+// -parts selects parts (resync,reconnect,memory,storm); other flags change
+// the sizes (-resources, -body-size, -revisions, -changed, -churn), the
+// number of reconnects and the delay (-reconnects, -delay), the fleet
+// (-agents, -dial-concurrency, -sockets, -settle) and the storm
+// (-storm-agents, -storm-sockets, -storm-modes, -storm-detect,
+// -storm-timeout).
 package main

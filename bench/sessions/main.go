@@ -20,6 +20,7 @@ const (
 	partResync    = "resync"
 	partReconnect = "reconnect"
 	partMemory    = "memory"
+	partStorm     = "storm"
 )
 
 // config is the command line.
@@ -37,9 +38,15 @@ type config struct {
 	sockets     int
 	settle      time.Duration
 	timeout     time.Duration
-	meteorBin   string
-	outDir      string
-	keep        bool
+	// The reconnect storm (part 4).
+	stormAgents  int
+	stormSockets int
+	stormModes   []string
+	stormDetect  string
+	stormTimeout time.Duration
+	meteorBin    string
+	outDir       string
+	keep         bool
 }
 
 func (c *config) has(part string) bool { return slices.Contains(c.parts, part) }
@@ -49,10 +56,10 @@ func parseFlags(args []string, errOut io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("sessions", flag.ContinueOnError)
 	fs.SetOutput(errOut)
 	fs.Usage = func() {
-		fmt.Fprintf(errOut, "Usage: go run ./bench/sessions [flags]\n\nMeasures resync bytes, reconnect time and server memory per idle agent\nagainst a single dev server on loopback, and writes\nbench/results/sessions.{json,md}.\n\nFlags:\n")
+		fmt.Fprintf(errOut, "Usage: go run ./bench/sessions [flags]\n\nMeasures resync bytes, reconnect time and server memory per idle agent\nagainst a single dev server on loopback, and a reconnect storm on a\nthree-server cluster, and writes\nbench/results/sessions.{json,md}.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	parts := fs.String("parts", "resync,reconnect,memory", "comma-separated parts to run")
+	parts := fs.String("parts", "resync,reconnect,memory,storm", "comma-separated parts to run")
 	fs.IntVar(&c.resources, "resources", 50, "file resources of the intent every device holds")
 	fs.IntVar(&c.bodySize, "body-size", 300, "bytes of each resource body as sent to agents")
 	fs.IntVar(&c.revisions, "revisions", 100, "intent revisions made while the resync device is offline")
@@ -65,6 +72,11 @@ func parseFlags(args []string, errOut io.Writer) (*config, error) {
 	fs.IntVar(&c.sockets, "sockets", 8, "client UDP sockets (quic.Transports) the idle agents share")
 	fs.DurationVar(&c.settle, "settle", 5*time.Second, "wait after the server's Raft log stops growing before reading its memory")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "bound on each dial and each awaited frame")
+	fs.IntVar(&c.stormAgents, "storm-agents", 10000, "devices that lose their server at once in the reconnect storm")
+	fs.IntVar(&c.stormSockets, "storm-sockets", 64, "client UDP sockets (quic.Transports) the storm's devices share")
+	modes := fs.String("storm-modes", "0rtt,full", `comma-separated ways the storm's devices reconnect: "0rtt" (session tickets kept) and "full" (no ticket cache)`)
+	fs.StringVar(&c.stormDetect, "storm-detect", detectKill, `when the storm's devices give up their connection: "kill" (all at the SIGKILL) or "idle" (at their QUIC idle timeout, as the agent notices)`)
+	fs.DurationVar(&c.stormTimeout, "storm-timeout", 5*time.Minute, "bound on the storm after the kill, in each mode")
 	fs.StringVar(&c.meteorBin, "meteor-bin", "", "meteor binary (default: build ./cmd/meteor into the run's temporary dir)")
 	fs.StringVar(&c.outDir, "out", "", "results directory (default: bench/results in the module)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary dir (PKI, data, server logs) after a successful run")
@@ -76,11 +88,20 @@ func parseFlags(args []string, errOut io.Writer) (*config, error) {
 	}
 	for p := range strings.SplitSeq(*parts, ",") {
 		p = strings.TrimSpace(p)
-		if p != partResync && p != partReconnect && p != partMemory {
-			return nil, fmt.Errorf("-parts %q: %q is not resync, reconnect or memory", *parts, p)
+		if p != partResync && p != partReconnect && p != partMemory && p != partStorm {
+			return nil, fmt.Errorf("-parts %q: %q is not resync, reconnect, memory or storm", *parts, p)
 		}
 		if !slices.Contains(c.parts, p) {
 			c.parts = append(c.parts, p)
+		}
+	}
+	for m := range strings.SplitSeq(*modes, ",") {
+		m = strings.TrimSpace(m)
+		if m != storm0RTT && m != stormFull {
+			return nil, fmt.Errorf("-storm-modes %q: %q is not 0rtt or full", *modes, m)
+		}
+		if !slices.Contains(c.stormModes, m) {
+			c.stormModes = append(c.stormModes, m)
 		}
 	}
 	var err error
@@ -98,10 +119,16 @@ func parseFlags(args []string, errOut io.Writer) (*config, error) {
 		return nil, errors.New("-revisions and -reconnects must be positive")
 	case c.delay < 0 || c.settle < 0 || c.timeout <= 0:
 		return nil, errors.New("-delay and -settle must not be negative, -timeout must be positive")
-	case c.concurrency < 1 || c.sockets < 1:
-		return nil, errors.New("-dial-concurrency and -sockets must be positive")
+	case c.concurrency < 1 || c.sockets < 1 || c.stormSockets < 1:
+		return nil, errors.New("-dial-concurrency, -sockets and -storm-sockets must be positive")
 	case c.bodySize > 64<<10:
 		return nil, errors.New("-body-size: at most 64 KiB")
+	case c.stormAgents < 1 || c.stormAgents > 100000:
+		return nil, errors.New("-storm-agents: between 1 and 100000")
+	case c.stormDetect != detectKill && c.stormDetect != detectIdle:
+		return nil, fmt.Errorf("-storm-detect %q: kill or idle", c.stormDetect)
+	case c.stormTimeout <= 0:
+		return nil, errors.New("-storm-timeout must be positive")
 	}
 	if err := benchkit.AbsPaths(&c.meteorBin, &c.outDir); err != nil {
 		return nil, err
@@ -132,6 +159,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	defer procs.StopAll(3 * time.Second)
 
 	rep := &report{
+		Summary: []benchkit.Row{},
 		Date:    time.Now().UTC().Format(time.RFC3339),
 		Machine: benchkit.ReadMachine(),
 		Params: paramInfo{
@@ -140,9 +168,10 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 			Resources: cfg.resources, BodyBytes: cfg.bodySize, Revisions: cfg.revisions, Changed: cfg.changed, Churn: cfg.churn,
 			Reconnects: cfg.reconnects, OneWayDelayMs: benchkit.MS(cfg.delay),
 			Agents: cfg.agents, Sockets: cfg.sockets, Concurrency: cfg.concurrency, SettleSec: cfg.settle.Seconds(),
+			StormAgents: cfg.stormAgents, StormSockets: cfg.stormSockets, StormModes: cfg.stormModes, StormDetect: cfg.stormDetect,
 		},
 	}
-	fmt.Fprintf(out, "Agent sessions on one Meteor dev server, %d CPUs, load average %s\n", rep.Machine.NProc, rep.Machine.LoadAvgStart)
+	fmt.Fprintf(out, "Agent sessions on Meteor servers, %d CPUs, load average %s\n", rep.Machine.NProc, rep.Machine.LoadAvgStart)
 
 	bin := cfg.meteorBin
 	if bin == "" {
@@ -191,6 +220,11 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 			return fmt.Errorf("memory: %w", err)
 		}
 	}
+	if cfg.has(partStorm) {
+		if rep.Storm, err = runStorm(ctx, cfg, bin, p, filepath.Join(tmp, "storm"), out, log); err != nil {
+			return fmt.Errorf("storm: %w", err)
+		}
+	}
 
 	rep.Machine.LoadAvgEnd = benchkit.LoadAvg()
 	if rep.Resync != nil {
@@ -202,7 +236,11 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	if rep.Memory != nil {
 		rep.Verdicts = append(rep.Verdicts, memoryVerdict(rep.Memory))
 	}
-	rep.Notes = notes(rep)
+	if rep.Storm != nil {
+		rep.Verdicts = append(rep.Verdicts, stormVerdict(rep.Storm))
+		rep.Summary = stormSummary(rep.Storm)
+	}
+	rep.Notes = append(notes(rep), stormNotes(rep.Storm)...)
 	benchkit.PrintSummary(out, rep.Notes, rep.Verdicts)
 	if err := writeResults(cfg.outDir, rep); err != nil {
 		return err

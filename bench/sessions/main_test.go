@@ -293,7 +293,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(c.parts, []string{"resync", "reconnect", "memory"}) || !slices.Equal(c.agents, []int{1000, 10000}) ||
+	if !slices.Equal(c.parts, []string{"resync", "reconnect", "memory", "storm"}) || !slices.Equal(c.agents, []int{1000, 10000}) ||
 		c.resources != 50 || c.bodySize != 300 || c.revisions != 100 || c.changed != 3 || c.reconnects != 200 || c.delay != 25*time.Millisecond {
 		t.Errorf("defaults %+v", c)
 	}
@@ -324,12 +324,16 @@ func TestMarkdownHasEverySection(t *testing.T) {
 			{Link: "loopback", Mode: "0-RTT resumption", N: 1, Used0RTTFrac: 1},
 			{Link: "loopback", Mode: "full handshake", N: 1},
 		},
-		Memory:   &memoryResult{Levels: []*memoryLevel{{Agents: 10}}},
+		Memory: &memoryResult{Levels: []*memoryLevel{{Agents: 10}}},
+		Storm: &stormResult{Agents: 10, Detect: detectKill, Modes: []*stormMode{
+			{Key: storm0RTT, Mode: "0-RTT resumption", Agents: 10, Opened: 10, ResumedAllms: 100, PerServer: map[string]int{"s2": 10}},
+			{Key: stormFull, Mode: "full handshake", Agents: 10, Opened: 10, ResumedAllms: 150},
+		}},
 		Verdicts: []string{"verdict one"},
 		Notes:    []string{"note one"},
 	}
 	md := markdown(rep)
-	for _, want := range []string{"## Resync bytes", "## Reconnect time", "## Server memory per idle agent", "verdict one", "note one", "2 2 2"} {
+	for _, want := range []string{"## Resync bytes", "## Reconnect time", "## Server memory per idle agent", "## Reconnect storm", "s2 10", "1.50x (full / 0-RTT)", "verdict one", "note one", "2 2 2"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q", want)
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -60,12 +61,44 @@ type memoryResult struct {
 	ListSec         float64 `json:"devices_list_s"`
 }
 
-// fleet is the simulated devices of part 3 and their connections.
+// fleet is simulated devices and their connections (parts 3 and 4).
 type fleet struct {
+	// name prefixes the fleet's log lines ("memory", "storm").
+	name  string
 	devs  []*device
 	conns []*quic.Conn
 	trs   []*quic.Transport
 	pcs   []net.PacketConn
+	// tlsFor returns device i's TLS configuration; nil means a fresh one
+	// without a session cache for every dial.
+	tlsFor func(i int) *tls.Config
+}
+
+// newFleet opens sockets client UDP sockets (quic.Transports) for n
+// devices to share.
+func newFleet(name string, sockets, n int) (*fleet, error) {
+	fl := &fleet{name: name, conns: make([]*quic.Conn, n)}
+	for range sockets {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			fl.close()
+			return nil, err
+		}
+		fl.pcs = append(fl.pcs, pc)
+		fl.trs = append(fl.trs, &quic.Transport{Conn: pc})
+	}
+	return fl, nil
+}
+
+// ports returns the local UDP ports of the fleet's sockets.
+func (f *fleet) ports() []int {
+	var ports []int
+	for _, pc := range f.pcs {
+		if a, ok := pc.LocalAddr().(*net.UDPAddr); ok {
+			ports = append(ports, a.Port)
+		}
+	}
+	return ports
 }
 
 func (f *fleet) close() {
@@ -109,20 +142,14 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 	if _, err := putIntent(ctx, sp.api, f); err != nil {
 		return nil, err
 	}
-	fl := &fleet{}
-	defer fl.close()
-	for range cfg.sockets {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		fl.pcs = append(fl.pcs, pc)
-		fl.trs = append(fl.trs, &quic.Transport{Conn: pc})
+	fl, err := newFleet("memory", cfg.sockets, maxAgents)
+	if err != nil {
+		return nil, err
 	}
+	defer fl.close()
 	for i, id := range ids {
 		fl.devs = append(fl.devs, newDevice(id, certs[i]))
 	}
-	fl.conns = make([]*quic.Conn, maxAgents)
 
 	if _, err := settle(ctx, sp, cfg.settle); err != nil {
 		return nil, err
@@ -267,7 +294,7 @@ func (fl *fleet) connectAll(ctx context.Context, cfg *config, addr net.Addr, poo
 	close(work)
 	wg.Wait()
 	if len(errs) > 0 {
-		fmt.Fprintf(log, "memory: %d devices failed, e.g. %v\n", len(failed), errors.Join(errs...))
+		fmt.Fprintf(log, "%s: %d devices failed, e.g. %v\n", fl.name, len(failed), errors.Join(errs...))
 	}
 	return times, failed
 }
@@ -278,9 +305,13 @@ func (fl *fleet) connectAll(ctx context.Context, cfg *config, addr net.Addr, poo
 func (fl *fleet) open(ctx context.Context, cfg *config, addr net.Addr, pool *x509.CertPool, i int) (time.Duration, error) {
 	d := fl.devs[i]
 	tr := fl.trs[i%len(fl.trs)]
+	tlsConf := d.tlsConfig(pool, nil)
+	if fl.tlsFor != nil {
+		tlsConf = fl.tlsFor(i)
+	}
 	start := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, cfg.timeout)
-	conn, err := tr.DialEarly(dctx, addr, d.tlsConfig(pool, nil), wire.ClientQUICConfig())
+	conn, err := tr.DialEarly(dctx, addr, tlsConf, wire.ClientQUICConfig())
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("dial: %w", err)

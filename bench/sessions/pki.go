@@ -31,21 +31,32 @@ type pki struct {
 }
 
 func (p *pki) caFile() string     { return filepath.Join(p.dir, "ca.pem") }
-func (p *pki) certFile() string   { return filepath.Join(p.dir, "server-"+serverID+".pem") }
-func (p *pki) keyFile() string    { return filepath.Join(p.dir, "server-"+serverID+"-key.pem") }
+func (p *pki) certFile() string   { return p.serverCertFile(serverID) }
+func (p *pki) keyFile() string    { return p.serverKeyFile(serverID) }
 func (p *pki) secretFile() string { return filepath.Join(p.dir, "cluster.secret") }
+
+func (p *pki) serverCertFile(id string) string { return filepath.Join(p.dir, "server-"+id+".pem") }
+func (p *pki) serverKeyFile(id string) string  { return filepath.Join(p.dir, "server-"+id+"-key.pem") }
+
+// issueServer runs `meteor ca issue-server` for server id, whose files
+// are then serverCertFile(id) and serverKeyFile(id).
+func (p *pki) issueServer(ctx context.Context, bin, id string) error {
+	args := []string{"ca", "issue-server", "--dir", p.dir, "--id", id, "--hosts", "127.0.0.1"}
+	if out, err := benchkit.RunCmd(ctx, bin, args...); err != nil {
+		return fmt.Errorf("meteor %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
 
 // makePKI runs the meteor CLI to create the CA and the server certificate
 // in dir, and loads them.
 func makePKI(ctx context.Context, bin, dir string) (*pki, error) {
 	p := &pki{dir: dir}
-	for _, args := range [][]string{
-		{"ca", "init", "--dir", dir},
-		{"ca", "issue-server", "--dir", dir, "--id", serverID, "--hosts", "127.0.0.1"},
-	} {
-		if out, err := benchkit.RunCmd(ctx, bin, args...); err != nil {
-			return nil, fmt.Errorf("meteor %s: %w\n%s", strings.Join(args, " "), err, out)
-		}
+	if out, err := benchkit.RunCmd(ctx, bin, "ca", "init", "--dir", dir); err != nil {
+		return nil, fmt.Errorf("meteor ca init --dir %s: %w\n%s", dir, err, out)
+	}
+	if err := p.issueServer(ctx, bin, serverID); err != nil {
+		return nil, err
 	}
 	caPEM, err1 := os.ReadFile(p.caFile())
 	caKey, err2 := os.ReadFile(filepath.Join(dir, "ca-key.pem"))

@@ -17,8 +17,12 @@ type report struct {
 	Resync    *resyncResult    `json:"resync,omitempty"`
 	Reconnect []*reconnectRow  `json:"reconnect,omitempty"`
 	Memory    *memoryResult    `json:"memory,omitempty"`
-	Verdicts  []string         `json:"verdicts"`
-	Notes     []string         `json:"notes"`
+	Storm     *stormResult     `json:"storm,omitempty"`
+	// Summary holds this benchmark's rows of the summary table: the
+	// reconnect storm's (row 3 of the issue); the other parts have none.
+	Summary  []benchkit.Row `json:"summary"`
+	Verdicts []string       `json:"verdicts"`
+	Notes    []string       `json:"notes"`
 }
 
 type paramInfo struct {
@@ -35,6 +39,10 @@ type paramInfo struct {
 	Sockets       int      `json:"client_udp_sockets"`
 	Concurrency   int      `json:"dials_in_flight"`
 	SettleSec     float64  `json:"settle_s"`
+	StormAgents   int      `json:"storm_agents"`
+	StormSockets  int      `json:"storm_client_udp_sockets"`
+	StormModes    []string `json:"storm_modes"`
+	StormDetect   string   `json:"storm_detect"`
 }
 
 // memoryGoalKiB is the goal: an idle connected agent costs the server less
@@ -148,7 +156,7 @@ func heapText(m memory) string {
 func markdown(rep *report) string {
 	var b strings.Builder
 	p := rep.Params
-	fmt.Fprintf(&b, "# Agent sessions: resync bytes, reconnect time, server memory per agent\n\n")
+	fmt.Fprintf(&b, "# Agent sessions: resync bytes, reconnect time, server memory per agent, reconnect storm\n\n")
 	fmt.Fprintf(&b, "%s\n\n", rep.Machine.Measured(rep.Date))
 	fmt.Fprintf(&b, "Devices are %s. Everything runs on 127.0.0.1.\n\n", p.Client)
 	if r := rep.Resync; r != nil {
@@ -197,6 +205,9 @@ func markdown(rep *report) string {
 				float64(mm.RSSKiB)/1024, float64(mm.AnonKiB)/1024, heapText(mm), mm.StacksMB, mm.Threads, l.RSSKiB, l.AnonKiB, l.HeapKiB, marg)
 		}
 		fmt.Fprintf(&b, "\nAt the end `GET /v1/devices` listed %d devices, %d of them connected (%.1f s).\n\n", mr.Listed, mr.ListedConnected, mr.ListSec)
+	}
+	if st := rep.Storm; st != nil {
+		stormMarkdown(&b, st, p)
 	}
 	fmt.Fprintf(&b, "## Verdicts\n\n")
 	for _, v := range rep.Verdicts {

@@ -1,0 +1,593 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/meteor-edge/meteor/bench/internal/benchkit"
+	"github.com/meteor-edge/meteor/cluster/api"
+)
+
+// The ways the storm's devices reconnect (-storm-modes).
+const (
+	storm0RTT = "0rtt"
+	stormFull = "full"
+)
+
+// When the storm's devices notice that their server is gone
+// (-storm-detect).
+const (
+	// detectKill: every device gives up its connection at the kill, the
+	// worst case, all at once.
+	detectKill = "kill"
+	// detectIdle: each device notices as the agent does, when its QUIC
+	// connection's idle timeout (wire.MaxIdleTimeout) expires.
+	detectIdle = "idle"
+)
+
+func stormModeName(key string) string {
+	if key == storm0RTT {
+		return "0-RTT resumption"
+	}
+	return "full handshake"
+}
+
+// stormMode is part 4's figures for one way of reconnecting. Times are
+// from the SIGKILL of the devices' server.
+type stormMode struct {
+	Key    string `json:"key"`
+	Mode   string `json:"mode"`
+	Agents int    `json:"agents"`
+	// Victim is the server the devices were on (a follower), Survivors
+	// the two they move to, Leader the Raft leader at the kill and
+	// LeaderAfter once the log settled; Elections counts the elections
+	// won from the kill until then (the storm can starve the leader of
+	// CPU until it misses its lease and steps down).
+	Victim      string   `json:"victim"`
+	Survivors   []string `json:"survivors"`
+	Leader      string   `json:"leader"`
+	LeaderAfter string   `json:"leader_after"`
+	Elections   int      `json:"elections"`
+	// ConnectSec is how long connecting every device to the victim took
+	// (not part of the storm); InitialFailed devices never connected and
+	// take no part. WithTicket devices held a session ticket at the kill.
+	ConnectSec    float64 `json:"initial_connect_s"`
+	InitialFailed int     `json:"initial_failed"`
+	WithTicket    int     `json:"devices_with_ticket"`
+	// DetectP50 and DetectMax: when devices gave up their old connection.
+	DetectP50ms float64 `json:"detect_p50_ms"`
+	DetectMaxms float64 `json:"detect_max_ms"`
+	// Time until 50%, 99% and 100% of the devices had their first Delta
+	// (resumed), and the Welcome percentiles. ResumedAllms is 0 if some
+	// never did.
+	Resumed50ms  float64 `json:"resumed_p50_ms"`
+	Resumed99ms  float64 `json:"resumed_p99_ms"`
+	ResumedAllms float64 `json:"resumed_all_ms"`
+	Welcome50ms  float64 `json:"welcome_p50_ms"`
+	Welcome99ms  float64 `json:"welcome_p99_ms"`
+	// Opened devices got a Welcome and a first Delta; of them Resumed got
+	// their old session back, NewSession a new one, and Resyncs a first
+	// Delta with resources in it (they are converged, so a resumed session
+	// with its inventory needs none). NotOpened never got there in time.
+	Opened     int `json:"opened"`
+	Resumed    int `json:"resumed_same_session"`
+	NewSession int `json:"new_session"`
+	Resyncs    int `json:"resyncs"`
+	NotOpened  int `json:"not_opened"`
+	// Attempts counts connection attempts; Retries those after a failed
+	// one; DialFailures attempts whose handshake failed or timed out,
+	// OpenFailures those connected but without a Welcome and Delta.
+	Attempts       int `json:"attempts"`
+	Retries        int `json:"retries"`
+	DialFailures   int `json:"dial_failures"`
+	OpenFailures   int `json:"open_failures"`
+	TicketsDropped int `json:"tickets_dropped"`
+	// ServerUDPDrops and ClientUDPDrops count the datagrams the kernel
+	// dropped (full receive buffers) on the survivors' agent sockets and
+	// on the devices' sockets, from the kill until the last device
+	// resumed; -1 if unknown.
+	ServerUDPDrops int64 `json:"server_udp_drops"`
+	ClientUDPDrops int64 `json:"client_udp_drops"`
+	// Used0RTT devices had their early data accepted, TLSResumed resumed
+	// TLS, Rejected0RTT had their early data refused.
+	Used0RTT     int            `json:"used_0rtt"`
+	TLSResumed   int            `json:"tls_resumed"`
+	Rejected0RTT int            `json:"rejected_0rtt"`
+	PerServer    map[string]int `json:"resumed_per_server"`
+	// CPU seconds: of the two survivors together from the kill until
+	// the last device resumed (or gave up), and until the Raft log had
+	// settled (every session and Ack committed); of this process (the
+	// devices) until the last resumed.
+	ServerCPUs        float64 `json:"survivors_cpu_s"`
+	ServerCPUSettleds float64 `json:"survivors_cpu_settled_s"`
+	// SettledSec is the time from the kill until the log had been quiet
+	// for stormQuiet (included).
+	SettledSec  float64 `json:"settled_s"`
+	SettleError string  `json:"settle_error,omitempty"`
+	ClientCPUs  float64 `json:"client_cpu_s"`
+	RaftEntries uint64  `json:"raft_entries"`
+	// What the cluster records (GET /v1/devices, once the log settled)
+	// of the devices, all of which resumed on a survivor: connected to
+	// that survivor, connected to the other one (where an attempt failed),
+	// disconnected from a survivor, or still on the dead server.
+	// RecordsSec is the time from the kill until the cluster recorded
+	// every device as connected to a survivor, 0 if it had not within
+	// stormRecordsWait after the log settled; the counts are the last
+	// reading.
+	RecordedOnSurvivor   int     `json:"recorded_on_survivor"`
+	RecordedElsewhere    int     `json:"recorded_on_other_survivor"`
+	RecordedDisconnected int     `json:"recorded_disconnected"`
+	RecordedOnVictim     int     `json:"recorded_on_victim"`
+	RecordsSec           float64 `json:"records_correct_s"`
+	// ClosedAfter devices had their connection closed after they resumed
+	// (read once the log settled), ClosedReasons a few of the reasons;
+	// the record figures are of the others.
+	ClosedAfter   int      `json:"closed_after_resuming"`
+	ClosedReasons []string `json:"closed_reasons,omitempty"`
+	// WrongRecords are a few of the wrong records at the last reading.
+	WrongRecords []string `json:"wrong_records,omitempty"`
+	// Errors are a few of the last failures of devices that never
+	// resumed, FailedAttempts a few first failures of any device.
+	Errors         []string `json:"errors,omitempty"`
+	FailedAttempts []string `json:"failed_attempts,omitempty"`
+}
+
+// stormResult is part 4.
+type stormResult struct {
+	Agents  int          `json:"agents"`
+	Detect  string       `json:"detect"`
+	Sockets int          `json:"client_udp_sockets"`
+	Modes   []*stormMode `json:"modes"`
+}
+
+// mode returns the result of the mode with key, or nil.
+func (r *stormResult) mode(key string) *stormMode {
+	for _, m := range r.Modes {
+		if m.Key == key {
+			return m
+		}
+	}
+	return nil
+}
+
+// runStorm measures part 4: for each mode, a fresh three-server cluster,
+// every device on one follower, SIGKILL, and the storm onto the other
+// two.
+func runStorm(ctx context.Context, cfg *config, bin string, p *pki, dir string, out, log io.Writer) (*stormResult, error) {
+	res := &stormResult{Agents: cfg.stormAgents, Detect: cfg.stormDetect, Sockets: cfg.stormSockets}
+	if err := issueStormCerts(ctx, bin, p); err != nil {
+		return nil, err
+	}
+	ids := make([]string, cfg.stormAgents)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("storm-%05d", i)
+	}
+	fmt.Fprintf(log, "storm: issuing %d device certificates\n", len(ids))
+	certs, err := p.issueDevices(ids)
+	if err != nil {
+		return nil, err
+	}
+	stormHeader(out, res)
+	for mi, key := range cfg.stormModes {
+		m, err := runStormMode(ctx, cfg, bin, p, filepath.Join(dir, "storm-"+key), key, ids, certs, uint64(mi), log)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", stormModeName(key), err)
+		}
+		stormLine(out, m)
+		res.Modes = append(res.Modes, m)
+	}
+	return res, nil
+}
+
+// runStormMode runs one mode on a fresh cluster in dir: the devices
+// connect to a follower, which is then killed; see stormMode.storm.
+func runStormMode(ctx context.Context, cfg *config, bin string, p *pki, dir, key string, ids []string, certs []tls.Certificate, seed uint64, log io.Writer) (*stormMode, error) {
+	m := &stormMode{Key: key, Mode: stormModeName(key), Agents: len(ids), PerServer: map[string]int{}}
+	g := &benchkit.Group{}
+	defer g.StopAll(3 * time.Second)
+	fmt.Fprintf(log, "storm: %s: starting a %d-server cluster\n", m.Mode, stormServers)
+	c, err := startStormCluster(ctx, g, bin, p, dir)
+	if err != nil {
+		return nil, err
+	}
+	li, err := c.waitLeader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The devices' server is a follower, so the cluster keeps its leader.
+	victim := (li + 1) % stormServers
+	var survivors []int
+	for i := range stormServers {
+		if i != victim {
+			survivors = append(survivors, i)
+		}
+	}
+	m.Victim, m.Leader = c.ids[victim], c.ids[li]
+	for _, i := range survivors {
+		m.Survivors = append(m.Survivors, c.ids[i])
+	}
+	f, err := newFleetIntent(cfg.resources, cfg.bodySize)
+	if err != nil {
+		return nil, err
+	}
+	rev, err := putIntent(ctx, c.servers[li].api, f)
+	if err != nil {
+		return nil, err
+	}
+	// A follower answers Pulls from its own state: wait until it has the
+	// intent, or the first devices would converge on nothing.
+	if err := benchkit.WaitFor(ctx, time.Minute, 50*time.Millisecond, c.servers[victim].p, func(ctx context.Context) error {
+		h, err := c.servers[victim].api.Health(ctx)
+		if err != nil {
+			return err
+		}
+		if h.Revision < rev {
+			return fmt.Errorf("%s at revision %d, intent at %d", m.Victim, h.Revision, rev)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+
+	fl, live, err := connectStormFleet(ctx, cfg, c.servers[victim].agentAddr, p, key, ids, certs, seed, m, log)
+	if err != nil {
+		return nil, err
+	}
+	defer fl.close()
+	index0, err := c.settle(ctx, time.Second, 2*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+
+	if err := m.storm(ctx, cfg, c, fl, live, victim, survivors, index0, log); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// storm kills the victim and lets the live devices reconnect to the
+// survivors, then waits for the Raft log to settle, and records the
+// figures in m. index0 is the log's last index before the kill.
+func (m *stormMode) storm(ctx context.Context, cfg *config, c *stormCluster, fl *fleet, live []*stormDev, victim int, survivors []int, index0 uint64, log io.Writer) error {
+	elections0 := c.elections()
+	targets, err := stormTargets(c, victim, survivors)
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, cfg.stormTimeout)
+	defer cancel()
+	cpu0, err := c.cpuTime(survivors)
+	if err != nil {
+		return err
+	}
+	self0, err := benchkit.CPUTime("self")
+	if err != nil {
+		return err
+	}
+	serverPorts, clientPorts := c.agentPorts(survivors), fl.ports()
+	drops0, dropsErr := udpDrops(append(serverPorts, clientPorts...))
+	fmt.Fprintf(log, "storm: %s: SIGKILL %s, %d devices reconnect (detect: %s)\n", m.Mode, m.Victim, len(live), cfg.stormDetect)
+	t0 := time.Now()
+	if err := syscall.Kill(-c.servers[victim].p.PID(), syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill %s: %w", m.Victim, err)
+	}
+	outcomes := make([]stormOutcome, len(live))
+	var opened atomic.Int64
+	var wg sync.WaitGroup
+	for i, sd := range live {
+		wg.Go(func() {
+			outcomes[i] = sd.storm(sctx, t0, cfg.stormDetect, targets[i%len(targets)])
+			if outcomes[i].ok {
+				opened.Add(1)
+			}
+		})
+	}
+	progressDone := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-progressDone:
+				return
+			case <-tick.C:
+				fmt.Fprintf(log, "storm: %s: %.0f s, %d of %d resumed\n", m.Mode, time.Since(t0).Seconds(), opened.Load(), len(live))
+			}
+		}
+	}()
+	wg.Wait()
+	close(progressDone)
+	cpu1, err1 := c.cpuTime(survivors)
+	self1, err2 := benchkit.CPUTime("self")
+	if err := firstErr(err1, err2); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if drops1, err := udpDrops(append(serverPorts, clientPorts...)); err == nil && dropsErr == nil {
+		m.ServerUDPDrops, m.ClientUDPDrops = sumDrops(drops0, drops1, serverPorts), sumDrops(drops0, drops1, clientPorts)
+	} else {
+		m.ServerUDPDrops, m.ClientUDPDrops = -1, -1
+	}
+	m.ServerCPUs = (cpu1 - cpu0).Seconds()
+	m.ClientCPUs = (self1 - self0).Seconds()
+	// Servers retry failed session records with a backoff of up to 2 s
+	// (cluster/session.go, retryRecord): a quieter log than that.
+	index1, err := c.settle(ctx, stormQuiet, 2*time.Minute)
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		// The storm's figures stand; the settled ones are then up to now.
+		fmt.Fprintf(log, "storm: %s: %v\n", m.Mode, err)
+		m.SettleError = err.Error()
+		if top, ierr := c.indexIfSteady(ctx); ierr == nil {
+			index1 = top
+		} else {
+			index1 = index0
+		}
+	}
+	m.SettledSec = time.Since(t0).Seconds()
+	cpu2, err := c.cpuTime(survivors)
+	if err != nil {
+		return err
+	}
+	m.ServerCPUSettleds = (cpu2 - cpu0).Seconds()
+	m.RaftEntries = index1 - index0
+	m.Elections = c.elections() - elections0
+	if li, err := c.leader(ctx); err == nil {
+		m.LeaderAfter = c.ids[li]
+	}
+	// Devices do not read after their first Delta: a connection the
+	// server closed since (e.g. a 0-RTT connection whose handshake never
+	// completed) leaves them unconnected, as an agent would notice and
+	// reconnect. Only devices still connected are checked.
+	on := make(map[string]string, len(live))
+	for i, sd := range live {
+		if !outcomes[i].ok {
+			continue
+		}
+		if err := context.Cause(sd.conn.Context()); err != nil {
+			m.ClosedAfter++
+			if len(m.ClosedReasons) < 5 {
+				m.ClosedReasons = append(m.ClosedReasons, fmt.Sprintf("%s on %s: %v", sd.d.id, outcomes[i].server, err))
+			}
+			continue
+		}
+		on[sd.d.id] = outcomes[i].server
+	}
+	m.checkRecords(ctx, c, t0, on, log)
+	summarizeStorm(m, outcomes)
+	fmt.Fprintf(log, "storm: %s: %d of %d resumed, last at %.2f s\n", m.Mode, m.Opened, len(live), m.ResumedAllms/1000)
+	return nil
+}
+
+// connectStormFleet connects every device to the victim's agent address,
+// as the mode has it (0-RTT devices keep a session cache and wait for
+// their ticket), and returns the fleet and the devices that connected.
+// It records the connect time, failures and tickets in m.
+func connectStormFleet(ctx context.Context, cfg *config, victimAddr string, p *pki, key string, ids []string, certs []tls.Certificate, seed uint64, m *stormMode, log io.Writer) (fl *fleet, live []*stormDev, err error) {
+	if fl, err = newFleet("storm", cfg.stormSockets, len(ids)); err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			fl.close()
+			fl, live = nil, nil
+		}
+	}()
+	devs := make([]*stormDev, len(ids))
+	for i, id := range ids {
+		d := newDevice(id, certs[i])
+		fl.devs = append(fl.devs, d)
+		sd := &stormDev{d: d, tr: fl.trs[i%len(fl.trs)], pool: p.pool, rng: rand.New(rand.NewPCG(seed, uint64(i)))}
+		if key == storm0RTT {
+			sd.cache = newTicketCache()
+			sd.tlsConf = d.tlsConfig(p.pool, sd.cache)
+		}
+		devs[i] = sd
+	}
+	if key == storm0RTT {
+		fl.tlsFor = func(i int) *tls.Config { return devs[i].tlsConf }
+	}
+	addr, err := net.ResolveUDPAddr("udp", victimAddr)
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(log, "storm: %s: connecting %d devices to %s\n", m.Mode, len(ids), m.Victim)
+	start := time.Now()
+	_, failed := fl.connect(ctx, cfg, addr, p.pool, 0, len(ids), log)
+	if len(failed) > 0 {
+		fmt.Fprintf(log, "storm: retrying %d devices\n", len(failed))
+		_, failed = fl.connectAll(ctx, cfg, addr, p.pool, failed, log)
+	}
+	m.ConnectSec = time.Since(start).Seconds()
+	m.InitialFailed = len(failed)
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	// Tickets follow the handshake at once; give stragglers a few seconds
+	// in all, not each.
+	ticketDeadline := time.Now().Add(5 * time.Second)
+	for i, sd := range devs {
+		if fl.conns[i] == nil {
+			continue
+		}
+		sd.conn = fl.conns[i]
+		if sd.cache != nil && waitTicket(sd.cache, 0, max(time.Until(ticketDeadline), time.Millisecond)) {
+			m.WithTicket++
+		}
+		live = append(live, sd)
+	}
+	if len(live) == 0 {
+		return nil, nil, fmt.Errorf("no device connected to %s", m.Victim)
+	}
+	return fl, live, nil
+}
+
+// stormTargets returns, for each survivor, the order in which the devices
+// that prefer it try the servers: that survivor, the other (equal RTTs on
+// loopback, so half the devices prefer each), then the dead server.
+func stormTargets(c *stormCluster, victim int, survivors []int) ([][]stormTarget, error) {
+	targets := make([][]stormTarget, len(survivors))
+	for k := range survivors {
+		for _, i := range append([]int{survivors[k], survivors[1-k]}, victim) {
+			addr, err := net.ResolveUDPAddr("udp", c.servers[i].agentAddr)
+			if err != nil {
+				return nil, err
+			}
+			targets[k] = append(targets[k], stormTarget{id: c.ids[i], addr: addr})
+		}
+	}
+	return targets, nil
+}
+
+// summarizeStorm fills m's counts and percentiles from the outcomes.
+func summarizeStorm(m *stormMode, outcomes []stormOutcome) {
+	var detect, welcome, delta []time.Duration
+	for _, o := range outcomes {
+		detect = append(detect, o.detected)
+		m.Attempts += o.attempts
+		m.Retries += max(o.attempts-1, 0)
+		m.DialFailures += o.dialFailures
+		m.OpenFailures += o.openFailures
+		m.TicketsDropped += o.ticketsDropped
+		if o.firstErr != nil && len(m.FailedAttempts) < 5 {
+			m.FailedAttempts = append(m.FailedAttempts, o.firstErr.Error())
+		}
+		if !o.ok {
+			m.NotOpened++
+			if o.err != nil && len(m.Errors) < 5 {
+				m.Errors = append(m.Errors, o.err.Error())
+			}
+			continue
+		}
+		m.Opened++
+		welcome = append(welcome, o.welcome)
+		delta = append(delta, o.delta)
+		m.PerServer[o.server]++
+		if o.resumed {
+			m.Resumed++
+		} else {
+			m.NewSession++
+		}
+		if o.resync {
+			m.Resyncs++
+		}
+		if o.used0RTT {
+			m.Used0RTT++
+		}
+		if o.tlsResumed {
+			m.TLSResumed++
+		}
+		if o.rejected0RTT {
+			m.Rejected0RTT++
+		}
+	}
+	for _, s := range [][]time.Duration{detect, welcome, delta} {
+		slices.Sort(s)
+	}
+	// Percentiles are of all the devices that took part: one that never
+	// resumed counts as later than every one that did.
+	n := len(outcomes)
+	at := func(sorted []time.Duration, p float64) float64 {
+		rank := int(math.Ceil(p / 100 * float64(n)))
+		rank = min(max(rank, 1), n)
+		if rank > len(sorted) {
+			return 0
+		}
+		return benchkit.MS(sorted[rank-1])
+	}
+	m.DetectP50ms, m.DetectMaxms = benchkit.MS(benchkit.Percentile(detect, 50)), benchkit.MS(benchkit.Percentile(detect, 100))
+	m.Resumed50ms, m.Resumed99ms, m.ResumedAllms = at(delta, 50), at(delta, 99), at(delta, 100)
+	m.Welcome50ms, m.Welcome99ms = at(welcome, 50), at(welcome, 99)
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// How long the log must be quiet before the storm counts as settled, and
+// how long, after that, the records of the devices may take to name the
+// servers the devices are on.
+const (
+	stormQuiet       = 3 * time.Second
+	stormRecordsWait = time.Minute
+)
+
+// checkRecords reads what the cluster records of the devices until every
+// one is recorded as connected to the server it resumed on (on: device ID
+// to server ID), at most stormRecordsWait, and fills m's record figures.
+func (m *stormMode) checkRecords(ctx context.Context, c *stormCluster, t0 time.Time, on map[string]string, log io.Writer) {
+	deadline := time.Now().Add(stormRecordsWait)
+	for {
+		li, err := c.leader(ctx)
+		if err == nil {
+			m.WrongRecords = m.WrongRecords[:0]
+			m.RecordedOnSurvivor, m.RecordedElsewhere, m.RecordedDisconnected, m.RecordedOnVictim, err = recordedServers(ctx, c.servers[li], m.Victim, on, &m.WrongRecords)
+		}
+		switch {
+		case err != nil:
+			fmt.Fprintf(log, "storm: %s: records: %v\n", m.Mode, err)
+		case m.RecordedOnSurvivor == len(on):
+			m.RecordsSec = time.Since(t0).Seconds()
+			return
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// recordedServers counts, of the devices in on (device ID to the server
+// it resumed on), those the cluster records as connected to that server,
+// as connected to another survivor, as disconnected from one, and as
+// still on victim.
+func recordedServers(ctx context.Context, sp *serverProcess, victim string, on map[string]string, samples *[]string) (right, elsewhere, disconnected, dead int, err error) {
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	list, err := sp.api.ListDevices(lctx, api.ReadOptions{})
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	for _, d := range list.Devices {
+		srv, ours := on[d.ID]
+		switch {
+		case !ours:
+		case d.Server == victim:
+			dead++
+		case !d.Connected:
+			disconnected++
+		case d.Server == srv:
+			right++
+		default:
+			elsewhere++
+		}
+		if ours && (d.Server != srv || !d.Connected) && len(*samples) < 5 {
+			*samples = append(*samples, fmt.Sprintf("%s resumed on %s, recorded on %s (connected %v)", d.ID, srv, d.Server, d.Connected))
+		}
+	}
+	return right, elsewhere, disconnected, dead, nil
+}
