@@ -54,7 +54,7 @@ type agentServer struct {
 
 // agentCounters count what a server sent agents, for tests and benchmarks.
 type agentCounters struct {
-	sessions, deltas, upserts, deltaBytes, notifies, reports atomic.Uint64
+	sessions, deltas, upserts, deltaBytes, notifies, reports, rerecords atomic.Uint64
 }
 
 // AgentStats is a snapshot of a server's agent counters.
@@ -65,8 +65,9 @@ type AgentStats struct {
 	Sessions  uint64
 	// Deltas, Upserts and DeltaBytes count Delta frames, resources and
 	// encoded Delta bytes sent; Notifies the pushes; Reports the reports
-	// applied.
-	Deltas, Upserts, DeltaBytes, Notifies, Reports uint64
+	// applied; Rerecords the sessions recorded again because the replica
+	// did not show them as connected here (recordLoop).
+	Deltas, Upserts, DeltaBytes, Notifies, Reports, Rerecords uint64
 }
 
 // AgentStats returns the server's agent counters (zero without agents).
@@ -78,7 +79,7 @@ func (s *Server) AgentStats() AgentStats {
 	return AgentStats{
 		Connected: a.count(), Sessions: a.stats.sessions.Load(),
 		Deltas: a.stats.deltas.Load(), Upserts: a.stats.upserts.Load(), DeltaBytes: a.stats.deltaBytes.Load(),
-		Notifies: a.stats.notifies.Load(), Reports: a.stats.reports.Load(),
+		Notifies: a.stats.notifies.Load(), Reports: a.stats.reports.Load(), Rerecords: a.stats.rerecords.Load(),
 	}
 }
 
@@ -133,10 +134,11 @@ func (a *agentServer) rotate(now time.Time) error {
 }
 
 func (a *agentServer) start() {
-	a.wg.Add(3)
+	a.wg.Add(4)
 	go a.acceptLoop()
 	go a.rotateLoop()
 	go a.notifyLoop()
+	go a.recordLoop()
 }
 
 // close stops accepting, closes every session with "shutting down" (so
@@ -229,6 +231,60 @@ func (a *agentServer) notifyLoop() {
 	}
 }
 
+// recordLoop keeps the replica's session records true to the connections
+// this server serves. Every SessionCheckInterval it compares each session
+// registered for at least that long with its device's record, and records
+// again those whose record names another connection or none: a connect
+// that never committed, or a connect of an earlier connection committed
+// late (a retry) that overwrote this one. Disconnects count only for
+// their own connection, so the connection really alive ends up recorded;
+// a device connected twice at once (an old connection its server has not
+// timed out yet) may flap until the old one ends.
+func (a *agentServer) recordLoop() {
+	defer a.wg.Done()
+	every := a.s.config.SessionCheckInterval
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.s.shutdownCh:
+			return
+		case <-t.C:
+		}
+		read := a.s.fsm.Read()
+		a.mu.Lock()
+		var stale []*agentSession
+		for sess := range a.sessions {
+			sess.mu.Lock()
+			due := sess.registered && !sess.retrying && time.Since(sess.registeredAt) >= every
+			sess.mu.Unlock()
+			if !due {
+				continue
+			}
+			if rec, err := read.Device(nil, sess.deviceID); err != nil || !sess.recordedHere(rec) {
+				stale = append(stale, sess)
+			}
+		}
+		a.mu.Unlock()
+		if len(stale) == 0 {
+			continue
+		}
+		a.logger.Info("recording sessions the replica does not show as connected here", "sessions", len(stale))
+		a.stats.rerecords.Add(uint64(len(stale)))
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 16)
+		for _, sess := range stale {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				sess.record(sess.recCtx, "the session, which the replica did not show as connected here")
+			}()
+		}
+		wg.Wait()
+	}
+}
+
 func (a *agentServer) add(sess *agentSession) {
 	a.mu.Lock()
 	a.sessions[sess] = struct{}{}
@@ -254,6 +310,15 @@ func newSessionID() wire.SessionID {
 		panic(err)
 	}
 	return id
+}
+
+// newConnID returns a random ID for one agent connection.
+func newConnID() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b[:])
 }
 
 func sessionString(id wire.SessionID) string { return hex.EncodeToString(id[:]) }

@@ -74,6 +74,10 @@ type Config struct {
 	TicketPeriod  time.Duration
 	// PullInterval is the pull cadence servers suggest to agents.
 	PullInterval time.Duration
+	// SessionCheckInterval is how often a server compares its sessions
+	// with the replica's records of them and records again those it lost
+	// (see agentServer.recordLoop).
+	SessionCheckInterval time.Duration
 	// LagWait is how long a server whose replica is behind an agent's
 	// acknowledged revision waits to catch up before sending the agent
 	// elsewhere.
@@ -144,18 +148,19 @@ type Config struct {
 // identity or addresses.
 func DefaultConfig() Config {
 	return Config{
-		Region:            "default",
-		FSM:               fsm.DefaultConfig(),
-		SnapshotThreshold: 8192,
-		SnapshotInterval:  2 * time.Minute,
-		TrailingLogs:      10240,
-		ApplyTimeout:      10 * time.Second,
-		ReconcileInterval: 5 * time.Second,
-		ReconnectInterval: 30 * time.Second,
-		TokenLifetime:     24 * time.Hour,
-		TicketPeriod:      time.Hour,
-		PullInterval:      30 * time.Second,
-		LagWait:           2 * time.Second,
+		Region:               "default",
+		FSM:                  fsm.DefaultConfig(),
+		SnapshotThreshold:    8192,
+		SnapshotInterval:     2 * time.Minute,
+		TrailingLogs:         10240,
+		ApplyTimeout:         10 * time.Second,
+		ReconcileInterval:    5 * time.Second,
+		ReconnectInterval:    30 * time.Second,
+		TokenLifetime:        24 * time.Hour,
+		TicketPeriod:         time.Hour,
+		PullInterval:         30 * time.Second,
+		SessionCheckInterval: 10 * time.Second,
+		LagWait:              2 * time.Second,
 
 		StatusBatchSize:     512,
 		StatusBatchInterval: 50 * time.Millisecond,
@@ -209,8 +214,8 @@ func (c *Config) Validate() error {
 		if len(c.ClusterSecret) < 16 {
 			errs = append(errs, errors.New("agent addr: serving agents needs a cluster secret of at least 16 bytes, the same on every server (--cluster-secret-file)"))
 		}
-		if c.TicketPeriod < time.Minute || c.TokenLifetime < c.TicketPeriod || c.PullInterval <= 0 || c.LagWait <= 0 {
-			errs = append(errs, errors.New("agent timings: ticket period at least 1m, token lifetime at least the ticket period, pull interval and lag wait positive"))
+		if c.TicketPeriod < time.Minute || c.TokenLifetime < c.TicketPeriod || c.PullInterval <= 0 || c.LagWait <= 0 || c.SessionCheckInterval <= 0 {
+			errs = append(errs, errors.New("agent timings: ticket period at least 1m, token lifetime at least the ticket period, pull interval, session check interval and lag wait positive"))
 		}
 	}
 	if c.StatusBatchSize < 1 || c.StatusBatchInterval <= 0 || c.StatusEvalInterval <= 0 {

@@ -25,20 +25,22 @@ type agentSession struct {
 	logger   hclog.Logger
 	deviceID string
 	id       wire.SessionID
+	connID   string // this connection's ID in the device's session record
 	labels   map[string]string
 
 	wmu sync.Mutex // serialises frames on the control stream
 	w   *wire.Writer
 
-	mu         sync.Mutex // guards the fields below
-	acked      uint64     // highest desired revision the agent journaled
-	reportSeq  uint64     // highest report seq durably applied
-	inventory  []scheduler.Applied
-	notified   uint64           // revision of the last Notify or Delta sent
-	fp         scheduler.Digest // fingerprint of the desired state last sent; zero: none yet
-	registered bool             // the session is committed and receives pushes
-	recorded   uint64           // highest acked revision committed as connected
-	retrying   bool             // retryRecord is running
+	mu           sync.Mutex // guards the fields below
+	acked        uint64     // highest desired revision the agent journaled
+	reportSeq    uint64     // highest report seq durably applied
+	inventory    []scheduler.Applied
+	notified     uint64           // revision of the last Notify or Delta sent
+	fp           scheduler.Digest // fingerprint of the desired state last sent; zero: none yet
+	registered   bool             // the session is committed and receives pushes
+	registeredAt time.Time        // when it registered (local monotonic clock)
+	recorded     uint64           // highest acked revision committed as connected
+	retrying     bool             // retryRecord is running
 
 	recCtx  context.Context // ends before the disconnect is recorded
 	retryWG sync.WaitGroup  // retryRecord
@@ -93,7 +95,7 @@ func (a *agentServer) handshake(ctx context.Context, conn *quic.Conn, streamOut 
 		return closeWith(wire.CloseUnauthorized, "%v", err)
 	}
 	sess := &agentSession{
-		a: a, conn: conn, deviceID: deviceID, labels: hello.Labels,
+		a: a, conn: conn, deviceID: deviceID, labels: hello.Labels, connID: newConnID(),
 		w:      wire.NewWriter(stream),
 		logger: a.logger.With("device", deviceID),
 	}
@@ -375,7 +377,7 @@ func (sess *agentSession) commitSession(ctx context.Context, connected bool) err
 	sess.mu.Lock()
 	req := &fsm.DeviceSessionRequest{
 		ID: sess.deviceID, Labels: sess.labels, SessionID: sessionString(sess.id),
-		Server: sess.a.s.config.NodeID, Connected: connected, AckedRevision: sess.acked,
+		Server: sess.a.s.config.NodeID, Conn: sess.connID, Connected: connected, AckedRevision: sess.acked,
 		Time: sess.a.s.now().UnixNano(),
 	}
 	sess.mu.Unlock()
@@ -415,7 +417,7 @@ func (sess *agentSession) register(welcome *fsm.Read) {
 	if base != nil && sess.fp == (scheduler.Digest{}) {
 		sess.notified, sess.fp = base.Revision, base.Fingerprint()
 	}
-	sess.registered = true
+	sess.registered, sess.registeredAt = true, time.Now()
 	sess.mu.Unlock()
 	// notifyLoop takes its list of sessions after reading the state: a
 	// change committed after the read below finds the session in that list.
@@ -487,4 +489,11 @@ func labelsKey(labels map[string]string) string {
 		b.WriteByte(0)
 	}
 	return b.String()
+}
+
+// recordedHere reports whether the replica's record of the device names
+// this connection as connected.
+func (sess *agentSession) recordedHere(rec *fsm.DeviceRecord) bool {
+	return rec != nil && rec.Connected && rec.Server == sess.a.s.config.NodeID && rec.Conn == sess.connID &&
+		rec.SessionID == sessionString(sess.id)
 }

@@ -31,6 +31,9 @@ type statusOwner struct {
 	s       *Server
 	logger  hclog.Logger
 	classes scheduler.Classes
+	// mono is the local clock silences are measured on (time.Now, whose
+	// monotonic reading ignores wall clock steps); tests replace it.
+	mono func() time.Time
 
 	mu      sync.Mutex
 	queue   []*queuedTransition     // guarded by mu
@@ -48,12 +51,17 @@ type ownedDevice struct {
 	status string            // last status queued or committed
 	reason string            // its reason
 	states map[string]string // last per-resource statuses queued
-	// since is when this owner took the device on, by its own clock. A
-	// device's last-seen time was stamped by whichever server held its
-	// session, whose clock may differ from this one's by minutes; so an
-	// owner declares a device unreachable only after it has itself gone
-	// the class's threshold without hearing of it.
-	since time.Time
+	// heard is when this owner last heard of the device, on its own
+	// monotonic clock: when it took the device on, ingested a report, or
+	// saw the replica's record of its sessions change (heardOf). A
+	// device's last-seen time is stamped by whichever server held its
+	// session, whose wall clock may differ from this one's by minutes, and
+	// this server's own wall clock may be stepped; so silence is measured
+	// here, as a duration, and a device is declared unreachable only after
+	// this owner has itself gone the class's threshold without hearing of
+	// it.
+	heard   time.Time
+	heardOf sessionFacts
 	// reportQ is the transition queued for the latest report (seq
 	// reportSeq), until its commit's outcome is known.
 	reportQ *queuedTransition
@@ -73,7 +81,7 @@ type queuedTransition struct {
 
 func newStatusOwner(s *Server) *statusOwner {
 	return &statusOwner{
-		s: s, logger: s.logger.Named("status"), classes: s.config.Classes,
+		s: s, logger: s.logger.Named("status"), classes: s.config.Classes, mono: time.Now,
 		devices: map[string]*ownedDevice{}, kick: make(chan struct{}, 1),
 	}
 }
@@ -90,9 +98,10 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 	d, ok := o.devices[id]
 	rec, err := read.Device(nil, id)
 	if !ok {
-		d = &ownedDevice{since: o.s.now()}
+		d = &ownedDevice{heard: o.mono()}
 		if err == nil {
 			d.rec = *rec
+			d.heardOf = factsOf(rec)
 			d.status, d.reason = rec.Status, rec.StatusReason
 			d.mark = scheduler.ProgressMark{Revision: rec.AckedRevision}
 			if at := max(rec.ProgressAt, rec.StatusSince); at > 0 {
@@ -105,6 +114,9 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 		return d
 	}
 	if err == nil {
+		if f := factsOf(rec); f != d.heardOf {
+			d.heardOf, d.heard = f, o.mono()
+		}
 		// Facts the session servers commit (connection, labels, acks) come
 		// from the replica; reports merged here but not yet committed stay.
 		d.rec.Labels, d.rec.Connected, d.rec.Server, d.rec.SessionID = rec.Labels, rec.Connected, rec.Server, rec.SessionID
@@ -115,6 +127,20 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 		}
 	}
 	return d
+}
+
+// sessionFacts are the parts of a device record that change when the
+// device is heard of: its sessions and its reports.
+type sessionFacts struct {
+	lastSeen, reportSeq int64
+	connected           bool
+	server, session     string
+	conn                string
+}
+
+func factsOf(rec *fsm.DeviceRecord) sessionFacts {
+	return sessionFacts{lastSeen: rec.LastSeen, reportSeq: int64(rec.ReportSeq), connected: rec.Connected,
+		server: rec.Server, session: rec.SessionID, conn: rec.Conn}
 }
 
 // ingest classifies a report of a device this server owns and waits until
@@ -158,6 +184,7 @@ func (o *statusOwner) ingest(ctx context.Context, device string, labels map[stri
 	d.rec.AgentStatus, d.rec.BlockedReason = rep.Status, rep.BlockedReason
 	d.rec.LastSeen = now.UnixNano()
 	d.rec.Connected = true
+	d.heard = o.mono()
 	q, err := o.classifyLocked(d, read, now, contentChanged, func(tr *fsm.StatusTransition) {
 		tr.Seq, tr.Full, tr.Resources = rep.Seq, rep.Full, res
 		tr.AgentStatus, tr.BlockedReason = rep.Status, rep.BlockedReason
@@ -193,11 +220,11 @@ func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Ti
 	}
 	d.mark = scheduler.NextProgressMark(d.mark, view, &d.rec, now)
 	judged := &d.rec
-	if !d.rec.Connected && d.status != scheduler.StatusUnreachable && d.rec.LastSeen != 0 && d.rec.LastSeen < d.since.UnixNano() {
-		// Silence counts from when this owner could first have heard of
-		// the device (see ownedDevice.since).
+	if !d.rec.Connected && d.status != scheduler.StatusUnreachable && d.rec.LastSeen != 0 {
+		// Silence is what this owner measured itself (see
+		// ownedDevice.heard), told in the frame of its wall clock.
 		cp := d.rec
-		cp.LastSeen = d.since.UnixNano()
+		cp.LastSeen = now.Add(-o.mono().Sub(d.heard)).UnixNano()
 		judged = &cp
 	}
 	st := scheduler.Classify(view, judged, o.classes, classOf, now, d.mark)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -182,14 +183,23 @@ func TestOwnerLossLosesNoTransition(t *testing.T) {
 
 // TestSkewedLastSeenIsNotSilence: a device's last-seen time is stamped by
 // the server that held its session, whose clock may run minutes behind the
-// owner's. The owner must not take that offset for silence: it declares
-// the device unreachable only once it has itself gone the class's
-// threshold without hearing of it.
+// owner's, and the owner's own wall clock may be stepped. Neither offset is
+// silence: the owner declares the device unreachable only once it has
+// itself gone the class's threshold, on its own monotonic clock, without
+// hearing of it.
 func TestSkewedLastSeenIsNotSilence(t *testing.T) {
 	c := newTestCluster(t, 1, withFastStatus(func(cfg *Config) {
 		cfg.StatusEvalInterval = time.Hour // evaluate only when the test says
 	}))
 	s := c.waitLeader()
+	var mu sync.Mutex
+	elapsed := time.Duration(0)
+	base := time.Now()
+	s.status.mu.Lock()
+	s.status.mono = func() time.Time { mu.Lock(); defer mu.Unlock(); return base.Add(elapsed) }
+	s.status.mu.Unlock()
+	advance := func(d time.Duration) { mu.Lock(); elapsed += d; mu.Unlock() }
+
 	c.propose(simpleIntent("motd", "v1"))
 	now := time.Now()
 	behind := now.Add(-10 * time.Minute) // the session server's clock
@@ -225,7 +235,13 @@ func TestSkewedLastSeenIsNotSilence(t *testing.T) {
 	if got := status(now); got == scheduler.StatusUnreachable {
 		t.Fatalf("unreachable at once: a clock offset was taken for silence")
 	}
-	if got := status(time.Now().Add(2 * time.Second)); got != scheduler.StatusUnreachable {
+	// The owner's wall clock stepped forward by five minutes: still no
+	// silence measured.
+	if got := status(now.Add(5 * time.Minute)); got == scheduler.StatusUnreachable {
+		t.Fatalf("unreachable after a step of the owner's wall clock")
+	}
+	advance(2 * time.Second)
+	if got := status(time.Now()); got != scheduler.StatusUnreachable {
 		t.Fatalf("status %q two seconds of the owner's own silence later, want unreachable", got)
 	}
 	waitStatus(t, c, "dev-skew", scheduler.StatusUnreachable)

@@ -82,8 +82,11 @@ type DeviceSessionRequest struct {
 	ID        string            `json:"id"`
 	Labels    map[string]string `json:"labels,omitempty"`
 	SessionID string            `json:"session_id"`
-	// Server is the server the device is connected to.
+	// Server is the server the device is connected to, Conn the ID that
+	// server gave the connection: a disconnect counts only for the
+	// connection it ends, not for a later one of the same session.
 	Server    string `json:"server"`
+	Conn      string `json:"conn,omitempty"`
 	Connected bool   `json:"connected"`
 	// AckedRevision is the desired revision the agent has journaled; the
 	// stored value never goes backwards.

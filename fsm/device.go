@@ -42,14 +42,15 @@ func (f *FSM) applyDeviceSession(txn *memdb.Txn, index uint64, body []byte) (App
 		return rejected(txn, fmt.Errorf("device %q: %w", req.ID, ErrNotFound))
 	}
 	if !req.Connected {
-		// A disconnect only counts for the session it ends: the device may
-		// already be connected elsewhere.
-		if rec.SessionID != req.SessionID || rec.Server != req.Server {
+		// A disconnect only counts for the connection it ends: the device
+		// may already be connected elsewhere, or again on the same server
+		// in the same session (a resumed session keeps its ID).
+		if rec.SessionID != req.SessionID || rec.Server != req.Server || rec.Conn != req.Conn {
 			return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
 		}
 		rec.Connected = false
 	} else {
-		rec.SessionID, rec.Server, rec.Connected = req.SessionID, req.Server, true
+		rec.SessionID, rec.Server, rec.Conn, rec.Connected = req.SessionID, req.Server, req.Conn, true
 		if req.Labels != nil && !maps.Equal(rec.Labels, req.Labels) || cur == nil {
 			rev, err := nextRevision(txn)
 			if err != nil {

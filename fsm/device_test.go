@@ -103,3 +103,32 @@ func TestStatusBatchTimeline(t *testing.T) {
 		t.Fatal("a transition registered an unknown device")
 	}
 }
+
+// TestDisconnectCountsForItsConnectionOnly: a resumed session keeps its ID
+// and may come back on the same server; the late disconnect of its earlier
+// connection must not mark the live one offline.
+func TestDisconnectCountsForItsConnectionOnly(t *testing.T) {
+	f := newTestFSM(t, 0)
+	idx := uint64(0)
+	apply := func(req *DeviceSessionRequest) {
+		t.Helper()
+		idx++
+		if res := f.Apply(idx, mustEncode(t, DeviceSessionType, req)); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	apply(&DeviceSessionRequest{ID: "d1", SessionID: "s", Server: "srv1", Conn: "c1", Connected: true, Time: 1})
+	apply(&DeviceSessionRequest{ID: "d1", SessionID: "s", Server: "srv1", Conn: "c2", Connected: true, Time: 2})
+	apply(&DeviceSessionRequest{ID: "d1", SessionID: "s", Server: "srv1", Conn: "c1", Connected: false, Time: 3})
+	d, err := f.Read().Device(nil, "d1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Connected || d.Conn != "c2" {
+		t.Fatalf("after the old connection's disconnect: %+v", d)
+	}
+	apply(&DeviceSessionRequest{ID: "d1", SessionID: "s", Server: "srv1", Conn: "c2", Connected: false, Time: 4})
+	if d, _ = f.Read().Device(nil, "d1"); d.Connected {
+		t.Fatalf("after the live connection's disconnect: %+v", d)
+	}
+}

@@ -73,8 +73,10 @@ type DeviceRecord struct {
 	UpdatedAt int64  `json:"updated_at"`
 
 	SessionID string `json:"session_id,omitempty"`
-	// Server is the server the device is (or was last) connected to.
+	// Server is the server the device is (or was last) connected to, and
+	// Conn that connection's ID (a session lives on across connections).
 	Server    string `json:"server,omitempty"`
+	Conn      string `json:"conn,omitempty"`
 	Connected bool   `json:"connected"`
 	// AckedRevision is the highest desired revision the agent journaled.
 	AckedRevision uint64 `json:"acked_revision"`
