@@ -68,6 +68,10 @@ type AgentStats struct {
 	// applied; Rerecords the sessions recorded again because the replica
 	// did not show them as connected here (recordLoop).
 	Deltas, Upserts, DeltaBytes, Notifies, Reports, Rerecords uint64
+	// RecordEntries and RecordEvents count the Raft entries this server
+	// committed for session events (connects, acknowledged revisions,
+	// disconnects) and the events in them.
+	RecordEntries, RecordEvents uint64
 }
 
 // AgentStats returns the server's agent counters (zero without agents).
@@ -80,6 +84,7 @@ func (s *Server) AgentStats() AgentStats {
 		Connected: a.count(), Sessions: a.stats.sessions.Load(),
 		Deltas: a.stats.deltas.Load(), Upserts: a.stats.upserts.Load(), DeltaBytes: a.stats.deltaBytes.Load(),
 		Notifies: a.stats.notifies.Load(), Reports: a.stats.reports.Load(), Rerecords: a.stats.rerecords.Load(),
+		RecordEntries: s.sessionRec.entries.Load(), RecordEvents: s.sessionRec.events.Load(),
 	}
 }
 

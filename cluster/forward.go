@@ -138,7 +138,7 @@ func (s *Server) handleInternalApply(w http.ResponseWriter, r *http.Request) {
 	t := fsm.MessageType(data[0])
 	switch t {
 	case fsm.PutIntentType, fsm.DeleteIntentType:
-	case fsm.DeviceSessionType, fsm.UpsertDeviceType, fsm.StatusBatchType:
+	case fsm.DeviceSessionType, fsm.DeviceSessionBatchType, fsm.UpsertDeviceType, fsm.StatusBatchType:
 		if len(s.config.ClusterSecret) == 0 {
 			writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "device commands need a cluster secret shared by all servers (--cluster-secret-file)"})
 			return

@@ -46,6 +46,8 @@ type Server struct {
 	// status turns the reports of the devices this server owns into
 	// committed status transitions.
 	status *statusOwner
+	// sessionRec commits device session events in batches.
+	sessionRec *sessionRecorder
 	// planner serves the device API when no agents are served here.
 	plannerOnce sync.Once
 	planner     *scheduler.Planner
@@ -122,6 +124,7 @@ func New(cfg Config) (*Server, error) {
 	// The status owner exists before the HTTP server serves: another
 	// server may forward a report here as soon as the port answers.
 	s.status = newStatusOwner(s)
+	s.sessionRec = newSessionRecorder(s)
 	s.httpSrv = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
 	s.wg.Add(1)
 	go func() {
@@ -132,6 +135,8 @@ func New(cfg Config) (*Server, error) {
 	}()
 
 	s.status.start()
+	s.wg.Add(1)
+	go s.sessionRec.loop()
 	if s.agents != nil {
 		s.agents.start()
 	}

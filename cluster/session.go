@@ -381,10 +381,7 @@ func (sess *agentSession) commitSession(ctx context.Context, connected bool) err
 		Time: sess.a.s.now().UnixNano(),
 	}
 	sess.mu.Unlock()
-	res, _, err := sess.a.s.apply(ctx, fsm.DeviceSessionType, req)
-	if err == nil {
-		err = res.Err
-	}
+	err := sess.a.s.sessionRec.record(ctx, req)
 	if err == nil && connected {
 		sess.mu.Lock()
 		sess.recorded = max(sess.recorded, req.AckedRevision)

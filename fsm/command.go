@@ -26,6 +26,9 @@ const (
 	// StatusBatchType records a batch of device status transitions,
 	// committed by the devices' owners.
 	StatusBatchType MessageType = 6
+	// DeviceSessionBatchType records several device session events in one
+	// entry, in order, each as DeviceSessionType would.
+	DeviceSessionBatchType MessageType = 7
 
 	// IgnoreUnknownTypeFlag marks a command that older servers may skip
 	// rather than panic on. Set it only on commands whose loss cannot make
@@ -46,6 +49,8 @@ func (t MessageType) String() string {
 		return "device-session"
 	case StatusBatchType:
 		return "status-batch"
+	case DeviceSessionBatchType:
+		return "device-session-batch"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }
@@ -92,6 +97,13 @@ type DeviceSessionRequest struct {
 	// stored value never goes backwards.
 	AckedRevision uint64 `json:"acked_revision"`
 	Time          int64  `json:"time"`
+}
+
+// DeviceSessionBatchRequest records session events in order. An event
+// DeviceSessionType would reject (a disconnect of an unknown device) is
+// skipped; the others apply.
+type DeviceSessionBatchRequest struct {
+	Sessions []DeviceSessionRequest `json:"sessions"`
 }
 
 // ResourceStatus is what an agent reports for one resource.

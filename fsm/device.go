@@ -27,6 +27,25 @@ func (f *FSM) applyDeviceSession(txn *memdb.Txn, index uint64, body []byte) (App
 	if err := json.Unmarshal(body, &req); err != nil {
 		return ApplyResult{}, fmt.Errorf("decode: %w", err)
 	}
+	return f.applySession(txn, index, &req)
+}
+
+func (f *FSM) applyDeviceSessionBatch(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
+	var req DeviceSessionBatchRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return ApplyResult{}, fmt.Errorf("decode: %w", err)
+	}
+	for i := range req.Sessions {
+		// A rejected event changes nothing; the others still apply.
+		if _, err := f.applySession(txn, index, &req.Sessions[i]); err != nil {
+			return ApplyResult{}, err
+		}
+	}
+	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+}
+
+// applySession applies one session event (see DeviceSessionRequest).
+func (f *FSM) applySession(txn *memdb.Txn, index uint64, req *DeviceSessionRequest) (ApplyResult, error) {
 	if req.ID == "" {
 		return rejected(txn, fmt.Errorf("device session: empty device ID"))
 	}

@@ -132,3 +132,44 @@ func TestDisconnectCountsForItsConnectionOnly(t *testing.T) {
 		t.Fatalf("after the live connection's disconnect: %+v", d)
 	}
 }
+
+// TestDeviceSessionBatch: a batch applies its events in order, as single
+// commands would, skipping those a single command would reject.
+func TestDeviceSessionBatch(t *testing.T) {
+	single, batched := newTestFSM(t, 0), newTestFSM(t, 0)
+	events := []DeviceSessionRequest{
+		{ID: "ghost", SessionID: "g", Server: "srv1", Conn: "x", Connected: false, Time: 1}, // rejected: unknown device
+		{ID: "d1", Labels: map[string]string{"region": "eu"}, SessionID: "s", Server: "srv1", Conn: "c1", Connected: true, Time: 2},
+		{ID: "d2", Labels: map[string]string{"region": "us"}, SessionID: "t", Server: "srv1", Conn: "c2", Connected: true, AckedRevision: 4, Time: 3},
+		{ID: "d1", SessionID: "s", Server: "srv1", Conn: "c1", Connected: true, AckedRevision: 2, Time: 4},
+		{ID: "d2", SessionID: "t", Server: "srv1", Conn: "c2", Connected: false, Time: 5},
+	}
+	for i := range events {
+		single.Apply(uint64(i+1), mustEncode(t, DeviceSessionType, &events[i]))
+	}
+	res := batched.Apply(uint64(len(events)), mustEncode(t, DeviceSessionBatchType, &DeviceSessionBatchRequest{Sessions: events}))
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	for _, id := range []string{"d1", "d2"} {
+		a, err := single.Read().Device(nil, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := batched.Read().Device(nil, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Indexes differ (one entry against five); the rest must not.
+		a.CreateIndex, a.ModifyIndex, b.CreateIndex, b.ModifyIndex = 0, 0, 0, 0
+		if diff := cmp.Diff(a, b); diff != "" {
+			t.Errorf("%s (-single +batched):\n%s", id, diff)
+		}
+	}
+	if _, err := batched.Read().Device(nil, "ghost"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the rejected event created a device: %v", err)
+	}
+	if single.Read().Revision() != batched.Read().Revision() {
+		t.Errorf("revision %d single, %d batched", single.Read().Revision(), batched.Read().Revision())
+	}
+}

@@ -19,6 +19,8 @@ var handlers = map[MessageType]handler{
 	UpsertDeviceType:  (*FSM).applyUpsertDevice,
 	DeviceSessionType: (*FSM).applyDeviceSession,
 	StatusBatchType:   (*FSM).applyStatusBatch,
+
+	DeviceSessionBatchType: (*FSM).applyDeviceSessionBatch,
 }
 
 // Apply applies one committed command at Raft index index. It panics on a

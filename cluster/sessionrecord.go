@@ -1,0 +1,107 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/meteor-edge/meteor/fsm"
+)
+
+// maxSessionBatch bounds the session events in one Raft entry.
+const maxSessionBatch = 1024
+
+// sessionRecorder commits device session events (connects, acknowledged
+// revisions, disconnects) as group commits: whatever was queued while the
+// previous entry was being committed goes into the next one
+// (device-session-batch). An idle server commits an event at once; a
+// reconnect storm of thousands of devices costs tens of entries and, on a
+// follower, as many forwarded requests, not thousands. Events keep their
+// order: one server's events for one device commit in the order they
+// were queued.
+type sessionRecorder struct {
+	s    *Server
+	kick chan struct{}
+	// entries and events count Raft entries committed and the events in
+	// them.
+	entries, events atomic.Uint64
+
+	mu    sync.Mutex
+	queue []*pendingSession // guarded by mu
+}
+
+type pendingSession struct {
+	req  fsm.DeviceSessionRequest
+	done chan error
+}
+
+func newSessionRecorder(s *Server) *sessionRecorder {
+	return &sessionRecorder{s: s, kick: make(chan struct{}, 1)}
+}
+
+// record queues one event and waits for its commit. If ctx ends first the
+// event may still be committed.
+func (r *sessionRecorder) record(ctx context.Context, req *fsm.DeviceSessionRequest) error {
+	p := &pendingSession{req: *req, done: make(chan error, 1)}
+	r.mu.Lock()
+	r.queue = append(r.queue, p)
+	r.mu.Unlock()
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case err := <-p.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *sessionRecorder) loop() {
+	defer r.s.wg.Done()
+	for {
+		r.mu.Lock()
+		n := min(len(r.queue), maxSessionBatch)
+		batch := r.queue[:n:n]
+		r.queue = append(r.queue[:0:0], r.queue[n:]...)
+		r.mu.Unlock()
+		if n > 0 {
+			r.commit(batch)
+			continue
+		}
+		select {
+		case <-r.s.shutdownCh:
+			r.mu.Lock()
+			queued := r.queue
+			r.queue = nil
+			r.mu.Unlock()
+			for _, p := range queued {
+				p.done <- errors.New("server shutting down")
+			}
+			return
+		case <-r.kick:
+		}
+	}
+}
+
+func (r *sessionRecorder) commit(batch []*pendingSession) {
+	req := &fsm.DeviceSessionBatchRequest{Sessions: make([]fsm.DeviceSessionRequest, len(batch))}
+	for i, p := range batch {
+		req.Sessions[i] = p.req
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.s.config.ApplyTimeout)
+	res, _, err := r.s.apply(ctx, fsm.DeviceSessionBatchType, req)
+	cancel()
+	if err == nil {
+		err = res.Err
+	}
+	if err == nil {
+		r.entries.Add(1)
+		r.events.Add(uint64(len(batch)))
+	}
+	for _, p := range batch {
+		p.done <- err
+	}
+}
