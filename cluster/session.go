@@ -41,6 +41,8 @@ type agentSession struct {
 	registeredAt time.Time        // when it registered (local monotonic clock)
 	recorded     uint64           // highest acked revision committed as connected
 	retrying     bool             // retryRecord is running
+	notifying    bool             // a Notify is being written (notify)
+	notifyRev    uint64           // the revision the next Notify names
 
 	recCtx  context.Context // ends before the disconnect is recorded
 	retryWG sync.WaitGroup  // retryRecord
@@ -453,12 +455,44 @@ func (sess *agentSession) maybeNotify(read *fsm.Read, byLabels map[string]*sched
 	sess.notified = max(sess.notified, desired.Revision)
 	sess.mu.Unlock()
 	if changed {
-		if err := sess.write(&wire.Notify{Revision: desired.Revision}); err != nil {
-			sess.logger.Debug("notify", "error", err)
-		} else {
-			sess.a.stats.notifies.Add(1)
-		}
+		sess.notify(desired.Revision)
 	}
+}
+
+// notify sends a Notify without making the caller wait for this session's
+// stream: the writes of a device whose link went silent block (flow and
+// congestion control) until its connection times out, and notifyLoop
+// serves every session. At most one Notify per session is in flight; one
+// asked for meanwhile follows it, with the latest revision.
+func (sess *agentSession) notify(rev uint64) {
+	sess.mu.Lock()
+	sess.notifyRev = max(sess.notifyRev, rev)
+	if sess.notifying {
+		sess.mu.Unlock()
+		return
+	}
+	sess.notifying = true
+	sess.mu.Unlock()
+	go func() {
+		for {
+			sess.mu.Lock()
+			rev := sess.notifyRev
+			sess.mu.Unlock()
+			err := sess.write(&wire.Notify{Revision: rev})
+			if err != nil {
+				sess.logger.Debug("notify", "error", err)
+			} else {
+				sess.a.stats.notifies.Add(1)
+			}
+			sess.mu.Lock()
+			if err != nil || sess.notifyRev == rev {
+				sess.notifying = false
+				sess.mu.Unlock()
+				return
+			}
+			sess.mu.Unlock()
+		}
+	}()
 }
 
 func effectiveName(e wire.Effective) string {
