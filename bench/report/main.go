@@ -93,13 +93,31 @@ func build(dir string) (string, error) {
 		row benchkit.Row
 		src *source
 	}
-	var items []item
+	// A figure measured by more than one results file (a part run on its
+	// own, say) is taken from the newest.
+	type key struct {
+		bench  int
+		figure string
+	}
+	newest := map[key]item{}
+	var order []key
 	seen := map[int]bool{}
 	for i := range srcs {
 		for _, r := range srcs[i].Summary {
-			items = append(items, item{r, &srcs[i]})
+			k := key{r.Bench, r.Figure}
+			prev, ok := newest[k]
+			if !ok {
+				order = append(order, k)
+			}
+			if !ok || srcs[i].Date > prev.src.Date {
+				newest[k] = item{r, &srcs[i]}
+			}
 			seen[r.Bench] = true
 		}
+	}
+	var items []item
+	for _, k := range order {
+		items = append(items, newest[k])
 	}
 	slices.SortStableFunc(items, func(a, b item) int { return a.row.Bench - b.row.Bench })
 

@@ -53,6 +53,24 @@ func TestBuildOrdersRowsAndNamesMissingOnes(t *testing.T) {
 	}
 }
 
+func TestBuildTakesTheNewestOfAFigure(t *testing.T) {
+	dir := t.TempDir()
+	writeJSON(t, dir, "fleet.json", map[string]any{"date": "2026-11-29T17:06:14Z", "summary": []benchkit.Row{
+		{Bench: 4, Figure: "largest fleet", Meteor: "10,000"},
+		{Bench: 5, Figure: "change 1", Meteor: "3.3 s"},
+	}})
+	writeJSON(t, dir, "retail.json", map[string]any{"date": "2026-11-29T18:50:00Z", "summary": []benchkit.Row{
+		{Bench: 5, Figure: "change 1", Meteor: "2.1 s"},
+	}})
+	md, err := build(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(md, "3.3 s") || !strings.Contains(md, "| 5 | change 1 | 2.1 s |") || !strings.Contains(md, "| 4 | largest fleet | 10,000 |") {
+		t.Fatalf("want the newer change 1 and the scale row:\n%s", md)
+	}
+}
+
 func TestBuildWithoutResults(t *testing.T) {
 	if _, err := build(t.TempDir()); err == nil {
 		t.Fatal("no error for an empty results directory")
