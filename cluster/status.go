@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-memdb"
 
 	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/scheduler"
@@ -129,6 +130,32 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 	return d
 }
 
+// recordWait bounds how long an owner waits for a reporting device's
+// session record to reach its replica.
+const recordWait = 2 * time.Second
+
+// waitRecorded waits until this replica knows the device. The state
+// machine drops a status transition of a device it does not know, so a
+// report committed before the device's session record would be
+// acknowledged and lost. The record is normally a few milliseconds behind
+// (committed by the session server, applied here); if it does not come
+// (its commit failed during an election and is being retried), the report
+// is refused, and the agent sends it again.
+func (o *statusOwner) waitRecorded(ctx context.Context, device string) error {
+	ctx, cancel := context.WithTimeout(ctx, recordWait)
+	defer cancel()
+	for {
+		ws := memdb.NewWatchSet()
+		_, err := o.s.fsm.Read().Device(ws, device)
+		if !errors.Is(err, fsm.ErrNotFound) {
+			return err
+		}
+		if err := ws.WatchCtx(ctx); err != nil {
+			return fmt.Errorf("device %s has no committed session on %s yet", device, o.s.config.NodeID)
+		}
+	}
+}
+
 // sessionFacts are the parts of a device record that change when the
 // device is heard of: its sessions and its reports.
 type sessionFacts struct {
@@ -146,6 +173,9 @@ func factsOf(rec *fsm.DeviceRecord) sessionFacts {
 // ingest classifies a report of a device this server owns and waits until
 // the resulting transition, if any, is committed.
 func (o *statusOwner) ingest(ctx context.Context, device string, labels map[string]string, rep *wire.Report) error {
+	if err := o.waitRecorded(ctx, device); err != nil {
+		return fmt.Errorf("report %d not recorded: %w", rep.Seq, err)
+	}
 	now := o.s.now()
 	read := o.s.fsm.Read()
 	o.mu.Lock()

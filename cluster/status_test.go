@@ -264,6 +264,11 @@ func TestDuplicateReportWaitsForItsCommit(t *testing.T) {
 		}}}
 	}
 	labels := map[string]string{"region": "eu"}
+	for _, id := range []string{"dev-a", "dev-b"} {
+		if err := s.sessionRec.record(context.Background(), &fsm.DeviceSessionRequest{ID: id, Labels: labels, SessionID: "s", Server: s.ID(), Conn: "c", Connected: true, Time: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	first := make(chan error, 1)
 	go func() { first <- s.status.ingest(context.Background(), "dev-a", labels, report(7, "app/a")) }()
 	waitFor(t, 5*time.Second, func() error {
@@ -290,5 +295,36 @@ func TestDuplicateReportWaitsForItsCommit(t *testing.T) {
 	}
 	if err := s.status.ingest(context.Background(), "dev-a", labels, report(7, "app/a")); err != nil {
 		t.Fatalf("duplicate after the commit: %v", err)
+	}
+}
+
+// TestReportBeforeTheSessionRecordIsNotAcknowledged: the state machine
+// drops a status transition of a device it does not know, so a report that
+// arrives before the device's session is committed (its record failed
+// during an election, say) must not be acknowledged: the agent sends it
+// again once the record is in.
+func TestReportBeforeTheSessionRecordIsNotAcknowledged(t *testing.T) {
+	c := newTestCluster(t, 1, nil)
+	s := c.waitLeader()
+	rep := &wire.Report{Seq: 3, Full: true, Status: "converged", Resources: []wire.ResourceReport{{
+		Key: "app/a", AppliedDigest: wire.Digest{1}, AppliedRevision: 1, Effective: wire.EffectiveOK,
+	}}}
+	labels := map[string]string{"region": "eu"}
+	ctx := context.Background()
+	if err := s.status.ingest(ctx, "dev-early", labels, rep); err == nil {
+		t.Fatal("a report of a device without a committed session was acknowledged")
+	}
+	if err := s.sessionRec.record(ctx, &fsm.DeviceSessionRequest{ID: "dev-early", Labels: labels, SessionID: "s", Server: s.ID(), Conn: "c", Connected: true, Time: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.status.ingest(ctx, "dev-early", labels, rep); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.State().Read().Device(nil, "dev-early")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.ReportSeq != 3 || len(rec.Resources) != 1 {
+		t.Fatalf("record after the resent report: seq %d, %d resources", rec.ReportSeq, len(rec.Resources))
 	}
 }
