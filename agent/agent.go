@@ -60,6 +60,17 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
+// PowerCut makes the agent's journal refuse every later write, as if the
+// device lost power now: a step in flight stays in flight on disk, and the
+// next agent started on the same data dir resolves it. Cancel Run's
+// context after it to stop the agent. It does nothing before Run opened
+// the journal.
+func (a *Agent) PowerCut() {
+	if j := a.jnl.Load(); j != nil {
+		j.PowerCut()
+	}
+}
+
 // DeviceID returns the device ID of the agent's certificate.
 func (a *Agent) DeviceID() string { return a.deviceID }
 

@@ -145,6 +145,9 @@ func TestPowerLossMidApply(t *testing.T) {
 			if err != nil || len(p.Applied) != 5 || len(p.InFlight)+len(p.Pending)+len(p.Failed) != 0 {
 				t.Fatalf("progress after the restart = %+v, %v; want all five applied", p, err)
 			}
+			if got := rec.st.snapshot().Interrupted; got != len(tc.inFlight) {
+				t.Errorf("status counts %d interrupted steps, want %d", got, len(tc.inFlight))
+			}
 			for _, s := range rec.st.snapshot().Resources {
 				if s.State != StateConverged {
 					t.Errorf("%s: %s (%s)", s.Key, s.State, s.Detail)

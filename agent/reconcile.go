@@ -238,6 +238,7 @@ func (r *reconciler) resolveInFlight(ctx context.Context, items map[string]*item
 		}
 		r.log.Info("resolved step interrupted by a restart", "resource", st.Key, "digest", st.Digest,
 			"applied", outcome == nil, "outcome", errString(outcome))
+		r.st.update(func(s *Status) { s.Interrupted++ })
 	}
 	return nil
 }

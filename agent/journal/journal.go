@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -81,7 +82,17 @@ type Journal struct {
 	path   string
 	now    func() time.Time
 	logger hclog.Logger
+	cut    atomic.Bool // PowerCut was called
 }
+
+// ErrPowerCut is the error of every write after PowerCut.
+var ErrPowerCut = errors.New("power cut: nothing more is written")
+
+// PowerCut makes every later write fail without touching the file, as if
+// the device lost power at this instant: what was committed stays, what
+// was about to be is lost. The fleet simulator uses it to cut power in
+// the middle of a step; reads still work, so the agent can wind down.
+func (j *Journal) PowerCut() { j.cut.Store(true) }
 
 // Open opens (creating if needed) dir/journal.db. dir is created with mode
 // 0700 when missing.
@@ -142,6 +153,9 @@ func (j *Journal) Close() error {
 
 // update runs fn in a write transaction, committed with fsync.
 func (j *Journal) update(what string, fn func(tx *bolt.Tx) error) error {
+	if j.cut.Load() {
+		return fmt.Errorf("journal: %s: %w", what, ErrPowerCut)
+	}
 	if err := j.db.Update(fn); err != nil {
 		return fmt.Errorf("journal: %s: %w", what, err)
 	}

@@ -353,3 +353,39 @@ func TestOpenErrors(t *testing.T) {
 		t.Errorf("journal file mode = %v, %v; want 0600", fi.Mode().Perm(), err)
 	}
 }
+
+// TestPowerCutKeepsWhatWasCommitted: after PowerCut nothing more is
+// written; reopened, the journal holds what was committed before, with the
+// step begun still in flight.
+func TestPowerCutKeepsWhatWasCommitted(t *testing.T) {
+	dir := t.TempDir()
+	j, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.BeginStep("app/a", "d1", 1); err != nil {
+		t.Fatal(err)
+	}
+	j.PowerCut()
+	if err := j.EndStep("app/a", "d1", 1, nil); !errors.Is(err, ErrPowerCut) {
+		t.Fatalf("EndStep after the cut: %v, want ErrPowerCut", err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	steps, err := j.InFlight()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(steps) != 1 || steps[0].Key != "app/a" {
+		t.Fatalf("in flight after the cut: %+v, want app/a", steps)
+	}
+	if a, _, _ := j.Applied("app/a"); a.Digest == "d1" {
+		t.Fatalf("the step the cut interrupted counts as applied: %+v", a)
+	}
+}

@@ -206,6 +206,7 @@ type device struct {
 	started     bool              // guarded by mu
 	restarts    int               // guarded by mu; power losses
 	outages     int               // guarded by mu; network blackholes
+	interrupted int               // guarded by mu; steps in flight at a power loss, of agents stopped
 	connected   bool              // guarded by mu; at the last sample
 	converged   bool              // guarded by mu; at the last sample
 	server      string            // guarded by mu; at the last sample
@@ -437,6 +438,7 @@ func (f *Fleet) runDevice(ctx context.Context, d *device) {
 		}
 		d.mu.Lock()
 		d.ag = nil
+		d.interrupted += a.Status().Interrupted
 		d.mu.Unlock()
 		if err != nil {
 			f.fail(d, err)
@@ -476,6 +478,11 @@ func (f *Fleet) goOffline(ctx context.Context, d *device, rng *rand.Rand, jitter
 			f.log.Debug("power loss", "device", d.plan.id, "off_for", off)
 			d.mu.Lock()
 			d.restarts++
+			if d.ag != nil {
+				// Nothing more reaches the journal: a step being applied
+				// stays in flight, as on a device whose power went.
+				d.ag.PowerCut()
+			}
 			d.mu.Unlock()
 			return off, false, nil
 		}

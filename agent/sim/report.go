@@ -103,9 +103,11 @@ type LinkReport struct {
 	SentBytes     ByteStats `json:"sent_bytes"`
 	ReceivedBytes ByteStats `json:"received_bytes"`
 	// Restarts counts power losses, Outages offline periods of the
-	// socket (both on pop-up links only).
-	Restarts int `json:"restarts"`
-	Outages  int `json:"outages"`
+	// socket (both on pop-up links only), Interrupted the steps a power
+	// loss left in flight (mid-apply), which the restarted agents resolved.
+	Restarts    int `json:"restarts"`
+	Outages     int `json:"outages"`
+	Interrupted int `json:"interrupted_steps"`
 }
 
 // Percentiles are times in seconds; nil when not reached.
@@ -142,6 +144,7 @@ type DeviceReport struct {
 	DroppedIn      uint64   `json:"dropped_in_packets"`
 	Restarts       int      `json:"restarts"`
 	Outages        int      `json:"outages"`
+	Interrupted    int      `json:"interrupted_steps"`
 }
 
 // Report returns the fleet's result so far.
@@ -167,12 +170,16 @@ func (f *Fleet) Report() *Report {
 		}
 		d.mu.Lock()
 		st := d.statsLocked()
+		interrupted := d.interrupted
+		if d.ag != nil {
+			interrupted += d.ag.Status().Interrupted
+		}
 		dr := DeviceReport{
 			ID: d.plan.id, Link: name, Labels: d.plan.labels, Server: d.server,
 			Connected: d.connected, Converged: d.converged,
 			SentBytes: st.Out.Bytes, ReceivedBytes: st.In.SentBytes,
 			DroppedOut: st.Out.Dropped, DroppedIn: st.In.Dropped,
-			Restarts: d.restarts, Outages: d.outages,
+			Restarts: d.restarts, Outages: d.outages, Interrupted: interrupted,
 		}
 		if !d.convergedAt.IsZero() {
 			s := d.convergedAt.Sub(r.Mark).Seconds()
@@ -184,6 +191,7 @@ func (f *Fleet) Report() *Report {
 		lr.Devices++
 		lr.Restarts += dr.Restarts
 		lr.Outages += dr.Outages
+		lr.Interrupted += dr.Interrupted
 		if dr.Connected {
 			lr.Connected++
 		}

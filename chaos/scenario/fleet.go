@@ -356,6 +356,16 @@ func (f *fleetRun) result() []string {
 	return append([]string(nil), f.violations...)
 }
 
+// powerLosses returns the power losses so far and the steps they left in
+// flight (interrupted mid-apply), summed over the fleet.
+func (f *fleetRun) powerLosses() (losses, interrupted int) {
+	for _, d := range f.fleet.Report().DeviceReports {
+		losses += d.Restarts
+		interrupted += d.Interrupted
+	}
+	return losses, interrupted
+}
+
 // close stops every device and waits for them.
 func (f *fleetRun) close() error {
 	f.stop()

@@ -75,6 +75,10 @@ type Result struct {
 	// report one last change.
 	Devices       int
 	FleetConverge time.Duration
+	// PowerLosses counts the fleet's power losses and Interrupted the
+	// steps they left in flight (mid-apply), which restarted agents
+	// resolved from their journals.
+	PowerLosses, Interrupted int
 	// Report is the folder written for a failing run, or "".
 	Report string
 }
@@ -221,7 +225,9 @@ func Run(ctx context.Context, sc Scenario, opts Options) (Result, error) {
 			var fv []string
 			res.FleetConverge, fv = fleet.finish(ctx)
 			res.Violations = append(res.Violations, fv...)
-			logger.Info("fleet checked", "devices", res.Devices, "converged in", res.FleetConverge)
+			res.PowerLosses, res.Interrupted = fleet.powerLosses()
+			logger.Info("fleet checked", "devices", res.Devices, "converged in", res.FleetConverge,
+				"power_losses", res.PowerLosses, "interrupted_steps", res.Interrupted)
 		}
 		if ferr := fleet.close(); ferr != nil {
 			res.Violations = append(res.Violations, fmt.Sprintf("fleet: %v", ferr))

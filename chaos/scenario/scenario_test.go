@@ -55,6 +55,10 @@ func runScenario(t *testing.T, sc Scenario, seed uint64) {
 	}
 	t.Logf("%s seed %d: %d faults, %d ops (%d unknown, %d dropped), linearizability %s, reconverged in %v",
 		res.Scenario, res.Seed, res.Faults, res.Ops, res.Unknown, res.Dropped, res.Linearizability, res.Reconverge.Round(time.Millisecond))
+	if res.Devices > 0 {
+		t.Logf("%s seed %d: %d devices converged on the last change in %v after healing; %d power losses, %d steps interrupted mid-apply",
+			res.Scenario, res.Seed, res.Devices, res.FleetConverge.Round(time.Millisecond), res.PowerLosses, res.Interrupted)
+	}
 	for _, v := range res.Violations {
 		t.Errorf("violation: %s", v)
 	}
