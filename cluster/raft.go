@@ -59,6 +59,13 @@ func (r *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
 func (r *raftFSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	if err := r.state.Restore(rc); err != nil {
+		if errors.Is(err, fsm.ErrOlderSnapshot) {
+			// Not an error for Raft: the state kept is that snapshot and
+			// the committed entries after it (see fsm.Restore). Failing
+			// would have the leader send the same snapshot again and again.
+			r.logger.Info("kept the state, newer than the snapshot installed", "detail", err)
+			return nil
+		}
 		return err
 	}
 	r.logger.Info("restored state from snapshot", "index", r.state.Read().Index(), "revision", r.state.Read().Revision())

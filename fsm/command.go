@@ -180,6 +180,9 @@ type ApplyResult struct {
 }
 
 var (
+	// ErrOlderSnapshot is returned by Restore for a snapshot older than
+	// the state it would replace, which it keeps.
+	ErrOlderSnapshot = errors.New("snapshot older than the state")
 	// ErrNotFound is returned for an intent or device that does not exist.
 	ErrNotFound = errors.New("not found")
 	// ErrCompacted is returned when a historical revision is no longer

@@ -50,6 +50,12 @@ func (f *FSM) applyLocked(txn *memdb.Txn, index uint64, data []byte) ApplyResult
 	if len(data) == 0 {
 		panic(fmt.Sprintf("fsm: empty command at index %d", index))
 	}
+	if cur := metaValue(txn, metaIndex); index <= cur {
+		// Already applied: Raft replays the entries after a snapshot it
+		// installed, and Restore keeps a state newer than an older
+		// snapshot. Applying again would count revisions twice.
+		return ApplyResult{Revision: metaValue(txn, metaRevision)}
+	}
 	t := MessageType(data[0])
 	ignorable := t&IgnoreUnknownTypeFlag != 0
 	t &^= IgnoreUnknownTypeFlag
@@ -81,6 +87,9 @@ func (f *FSM) ApplyNoop(index uint64) {
 }
 
 func (f *FSM) touchIndex(txn *memdb.Txn, index uint64) ApplyResult {
+	if index <= metaValue(txn, metaIndex) {
+		return ApplyResult{Revision: metaValue(txn, metaRevision)}
+	}
 	if err := setMeta(txn, metaIndex, index); err != nil {
 		panic(fmt.Sprintf("fsm: %v", err))
 	}

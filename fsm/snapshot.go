@@ -131,6 +131,16 @@ func (f *FSM) Restore(r io.Reader) error {
 	if hdr.Version < 1 || hdr.Version > SnapshotVersion {
 		return fmt.Errorf("restore snapshot: version %d is not supported by this server (it reads 1 to %d); upgrade the server", hdr.Version, SnapshotVersion)
 	}
+	if cur := f.Read().Index(); hdr.Index < cur {
+		// A leader may send a follower a snapshot older than what the
+		// follower has applied (its view of the follower's log was stale).
+		// Everything applied is committed, so the state here is that
+		// snapshot plus later entries: keep it, rather than go back and
+		// serve older state until the log is replayed. The entries Raft
+		// replays after the snapshot are already in (applyLocked skips
+		// them).
+		return fmt.Errorf("%w: snapshot at index %d, state at %d", ErrOlderSnapshot, hdr.Index, cur)
+	}
 	db, err := memdb.NewMemDB(schema())
 	if err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
