@@ -72,10 +72,9 @@ type queuedTransition struct {
 	tr fsm.StatusTransition
 	// at is when it was queued, on the local monotonic clock (not
 	// Config.Now, which may be skewed): the batch interval is a duration.
-	at   time.Time
-	done chan error
-	// fin is closed once err holds the commit's outcome, for anyone else
-	// waiting on it (a duplicate of the report it carries).
+	at time.Time
+	// fin is closed once err holds the commit's outcome, for the report
+	// waiting on it and any duplicate of that report.
 	fin chan struct{}
 	err error
 }
@@ -227,8 +226,8 @@ func (o *statusOwner) ingest(ctx context.Context, device string, labels map[stri
 		return err
 	}
 	select {
-	case err := <-q.done:
-		return err
+	case <-q.fin:
+		return q.err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -295,7 +294,7 @@ func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Ti
 	if fill != nil {
 		fill(&tr)
 	}
-	q := &queuedTransition{tr: tr, at: time.Now(), done: make(chan error, 1), fin: make(chan struct{})}
+	q := &queuedTransition{tr: tr, at: time.Now(), fin: make(chan struct{})}
 	o.queue = append(o.queue, q)
 	select {
 	case o.kick <- struct{}{}:
@@ -372,7 +371,6 @@ func (o *statusOwner) commit(batch []*queuedTransition) {
 func (q *queuedTransition) finish(err error) {
 	q.err = err
 	close(q.fin)
-	q.done <- err
 }
 
 func (o *statusOwner) failQueued(err error) {

@@ -70,6 +70,15 @@ func fleetDocument(version int, apply time.Duration) []byte {
 	return b
 }
 
+// fastAgent shrinks an agent's cadences and backoffs like the scenarios
+// shrink the links' outages, so that a device back online retries within
+// its online window.
+func fastAgent(c *agent.Config) {
+	c.PullInterval, c.ReportInterval = 2*time.Second, time.Second
+	c.BackoffMax = 2 * time.Second
+	c.RetryMin, c.RetryMax = 200*time.Millisecond, 2*time.Second
+}
+
 // fleetRun is a fleet running under a scenario, with its workload and
 // its watch over device revisions.
 type fleetRun struct {
@@ -107,14 +116,7 @@ func startFleet(ctx context.Context, h *Harness, spec FleetSpec, seed uint64, di
 	opts.IDPrefix = "chaos"
 	opts.RampBatch, opts.RampEvery = 25, 100*time.Millisecond
 	opts.SampleEvery = 100 * time.Millisecond
-	opts.Agent = func(c *agent.Config) {
-		// Cadences and backoffs shrunk like the links' outages, so that
-		// a device back online retries within its online window.
-		c.PullInterval = 2 * time.Second
-		c.ReportInterval = time.Second
-		c.BackoffMax = 2 * time.Second
-		c.RetryMin, c.RetryMax = 200*time.Millisecond, 2*time.Second
-	}
+	opts.Agent = fastAgent
 	fleet, err := sim.New(opts)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/meteor-edge/meteor/agent"
 	"github.com/meteor-edge/meteor/agent/sim"
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/scheduler"
@@ -40,11 +39,7 @@ func TestSimulatedFleetOf200(t *testing.T) {
 	opts.RampBatch, opts.RampEvery = 50, 100*time.Millisecond
 	opts.SampleEvery = 100 * time.Millisecond
 	opts.Logger = hclog.NewNullLogger()
-	opts.Agent = func(c *agent.Config) {
-		c.PullInterval, c.ReportInterval = 2*time.Second, time.Second
-		c.BackoffMax = 2 * time.Second
-		c.RetryMin, c.RetryMax = 200*time.Millisecond, 2*time.Second
-	}
+	opts.Agent = fastAgent
 	fleet, err := sim.New(opts)
 	if err != nil {
 		t.Fatal(err)

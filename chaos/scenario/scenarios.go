@@ -114,6 +114,18 @@ func (f *Injector) Restart(id string) {
 	}
 }
 
+// Crash kills the servers, waits lo to hi (cut short if ctx ends), and
+// restarts them from their data dirs.
+func (f *Injector) Crash(ctx context.Context, lo, hi time.Duration, ids ...string) {
+	for _, id := range ids {
+		f.Kill(id)
+	}
+	f.Sleep(ctx, lo, hi)
+	for _, id := range ids {
+		f.Restart(id)
+	}
+}
+
 // Skew sets a server's wall clock d ahead (behind if negative).
 func (f *Injector) Skew(id string, d time.Duration) {
 	if i := f.H.Index(id); i >= 0 {
@@ -218,9 +230,7 @@ var KillLeader = Scenario{
 			if l == "" {
 				continue
 			}
-			f.Kill(l)
-			f.Sleep(ctx, 1500*time.Millisecond, 2500*time.Millisecond)
-			f.Restart(l)
+			f.Crash(ctx, 1500*time.Millisecond, 2500*time.Millisecond, l)
 		}
 	},
 }
@@ -259,13 +269,7 @@ var KillRandom = Scenario{
 	Inject: func(ctx context.Context, f *Injector) {
 		for f.Sleep(ctx, 500*time.Millisecond, 1000*time.Millisecond) {
 			victims := f.Others()[:1+f.Rng.IntN(2)]
-			for _, id := range victims {
-				f.Kill(id)
-			}
-			f.Sleep(ctx, time.Second, 2*time.Second)
-			for _, id := range victims {
-				f.Restart(id)
-			}
+			f.Crash(ctx, time.Second, 2*time.Second, victims...)
 		}
 	},
 }
@@ -279,13 +283,7 @@ var WholeClusterRestart = Scenario{
 	Inject: func(ctx context.Context, f *Injector) {
 		for f.Sleep(ctx, 1500*time.Millisecond, 2500*time.Millisecond) {
 			ids := f.IDs()
-			for _, id := range ids {
-				f.Kill(id)
-			}
-			f.Sleep(ctx, 500*time.Millisecond, time.Second)
-			for _, id := range ids {
-				f.Restart(id)
-			}
+			f.Crash(ctx, 500*time.Millisecond, time.Second, ids...)
 		}
 	},
 }
@@ -349,9 +347,7 @@ var ClockSkew = Scenario{
 			if !f.Sleep(ctx, 800*time.Millisecond, 1200*time.Millisecond) {
 				return
 			}
-			f.Kill(id)
-			f.Sleep(ctx, 1000*time.Millisecond, 1500*time.Millisecond)
-			f.Restart(id)
+			f.Crash(ctx, time.Second, 1500*time.Millisecond, id)
 		}
 	},
 }
@@ -393,8 +389,6 @@ var AgentPowerLoss = Scenario{
 			return
 		}
 		victim := f.Others(l)[f.Rng.IntN(len(f.Others(l)))]
-		f.Kill(victim)
-		f.Sleep(ctx, 2*time.Second, 2*time.Second)
-		f.Restart(victim)
+		f.Crash(ctx, 2*time.Second, 2*time.Second, victim)
 	},
 }
