@@ -9,6 +9,8 @@ TEST_TIMEOUT ?= 14m
 FUZZTIME  ?= 30s
 CHAOS_SEEDS    ?= 5
 CHAOS_DURATION ?= 20s
+# Extra flags for meteor dev in make demo (see bin/meteor dev --help).
+DEMO_FLAGS ?=
 
 .DEFAULT_GOAL := help
 
@@ -21,8 +23,8 @@ build: ## Build bin/meteor
 	$(GO) build -o $(BIN) ./cmd/meteor
 
 .PHONY: demo
-demo: build ## A local 3-server cluster and a simulated 1,200-device retail fleet taking three changes, status redrawn live (Ctrl-C stops)
-	./$(BIN) dev --servers 3 --fleet retail --changes docs/examples/retail
+demo: build ## A local 3-server cluster and a simulated 1,200-device retail fleet taking three changes, status redrawn live; more flags: DEMO_FLAGS="--base-port 9470 --keep-running"
+	./$(BIN) dev --servers 3 --fleet retail --changes docs/examples/retail $(DEMO_FLAGS)
 
 .PHONY: test
 test: ## Run all tests with the race detector

@@ -126,7 +126,7 @@ func (s *Server) self() *selfStatus {
 	r := s.fsm.Read()
 	st := &selfStatus{
 		Node: s.config.NodeID, Region: s.config.Region,
-		RaftState: s.raft.State().String(), Leader: string(leader),
+		RaftState: s.raft.State().String(), Leader: string(leader), Term: s.raft.CurrentTerm(),
 		AppliedIndex: s.raft.AppliedIndex(), LastIndex: s.raft.LastIndex(), CommitIndex: s.raft.CommitIndex(),
 		Revision: r.Revision(), Version: Version,
 	}

@@ -109,10 +109,14 @@ type Members struct {
 
 // Health is the answer to GET /v1/health.
 type Health struct {
-	Node         string `json:"node"`
-	Region       string `json:"region"`
-	RaftState    string `json:"raft_state"`
-	Leader       string `json:"leader"`
+	Node      string `json:"node"`
+	Region    string `json:"region"`
+	RaftState string `json:"raft_state"`
+	Leader    string `json:"leader"`
+	// Term is this server's current Raft term. Every election, won or
+	// not, starts a new term, so the growth of the highest term across
+	// the servers counts the elections held in a period.
+	Term         uint64 `json:"term"`
 	AppliedIndex uint64 `json:"applied_index"`
 	LastIndex    uint64 `json:"last_index"`
 	CommitIndex  uint64 `json:"commit_index"`

@@ -8,9 +8,11 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -24,6 +26,7 @@ import (
 func newDevCmd() *cobra.Command {
 	var servers, basePort, fleetDevices int
 	var examples, dataDir, fleet, changes string
+	var keepRunning bool
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local development cluster and apply example intents",
@@ -36,7 +39,7 @@ Server i listens on ports base+10*i (HTTP), +1 (Raft), +2 (gossip).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runDev(cmd.Context(), cmd.OutOrStdout(), devOptions{
 				servers: servers, basePort: basePort, dataDir: dataDir, examples: examples,
-				fleet: fleet, fleetDevices: fleetDevices, changes: changes,
+				fleet: fleet, fleetDevices: fleetDevices, changes: changes, keepRunning: keepRunning,
 			})
 		},
 	}
@@ -47,12 +50,74 @@ Server i listens on ports base+10*i (HTTP), +1 (Raft), +2 (gossip).`,
 	cmd.Flags().StringVar(&fleet, "fleet", "", "also run a simulated fleet in this process with this profile (fiber, cellular, popup, retail)")
 	cmd.Flags().IntVar(&fleetDevices, "fleet-devices", 0, "devices in the simulated fleet (0: the profile's default, 1,200 for retail)")
 	cmd.Flags().StringVar(&changes, "changes", "", "with --fleet: a directory of intents applied one after another, each once the previous has converged, while the fleet status is redrawn")
+	cmd.Flags().BoolVar(&keepRunning, "keep-running", false, "with --fleet: keep the cluster and the fleet running after the last change, until Ctrl-C")
 	return cmd
 }
 
 type devOptions struct {
 	servers, basePort, fleetDevices   int
 	dataDir, examples, fleet, changes string
+	keepRunning                       bool
+}
+
+// devCluster is the running dev cluster, as the fleet view needs it.
+type devCluster struct {
+	servers    []*cluster.Server
+	client     *api.Client // to the first server
+	agentAddrs []string
+	pkiDir     string
+	logPath    string
+	// startTerm is the highest Raft term once the cluster first had a
+	// leader; elections since are counted from it.
+	startTerm uint64
+}
+
+// term returns the highest Raft term any server reports and the leader
+// the server with that term knows.
+func (c *devCluster) term(ctx context.Context) (uint64, string) {
+	var term uint64
+	var leader string
+	for _, s := range c.servers {
+		h, err := api.NewClient(s.HTTPAddr(), nil).Health(ctx)
+		if err != nil && h.Term == 0 {
+			continue
+		}
+		if h.Term > term || (h.Term == term && leader == "") {
+			term, leader = h.Term, h.Leader
+		}
+	}
+	return term, leader
+}
+
+// checkPorts tells, before anything starts, whether the ports of n
+// servers from basePort on are free, and how to choose others if not.
+func checkPorts(n, basePort int) error {
+	for i := range n {
+		for off := 0; off < 4; off++ {
+			port := basePort + 10*i + off
+			addr := hostPort(port)
+			if off != 3 { // HTTP, Raft and gossip use TCP
+				ln, err := net.Listen("tcp", addr)
+				if err != nil {
+					return portInUse(port, basePort, err)
+				}
+				ln.Close()
+			}
+			if off >= 2 { // gossip and agents use UDP
+				pc, err := net.ListenPacket("udp", addr)
+				if err != nil {
+					return portInUse(port, basePort, err)
+				}
+				pc.Close()
+			}
+		}
+	}
+	return nil
+}
+
+func portInUse(port, basePort int, err error) error {
+	return fmt.Errorf("port %d is in use (%v): is another 'meteor dev' running? Choose other ports with --base-port, e.g. 'meteor dev --base-port %d', or 'make demo DEMO_FLAGS=\"--base-port %d\"'",
+		port, err, basePort+1000, basePort+1000)
 }
 
 func runDev(ctx context.Context, out io.Writer, o devOptions) (err error) {
@@ -60,12 +125,26 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) (err error) {
 	if n < 1 || n > 7 {
 		return fmt.Errorf("--servers %d: must be between 1 and 7", n)
 	}
+	if err := checkPorts(n, basePort); err != nil {
+		return err
+	}
+	// A closed stdout (the demo piped into a command that has exited)
+	// must fail writes, not kill the process before it stops the servers
+	// and the simulator.
+	signal.Ignore(syscall.SIGPIPE)
 	if dataDir == "" {
-		dir, err := os.MkdirTemp("", "meteor-dev-")
-		if err != nil {
-			return err
+		dir, terr := os.MkdirTemp("", "meteor-dev-")
+		if terr != nil {
+			return terr
 		}
-		defer os.RemoveAll(dir)
+		defer func() {
+			if err != nil {
+				// Keep what explains the failure.
+				fmt.Fprintf(out, "Kept the data and logs for a look: %s\n", dir)
+				return
+			}
+			os.RemoveAll(dir)
+		}()
 		dataDir = dir
 	}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
@@ -136,7 +215,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) (err error) {
 		}
 		s, err := cluster.New(cfg)
 		if err != nil {
-			return fmt.Errorf("start %s: %w (is another 'meteor dev' running? try --base-port)", cfg.NodeID, err)
+			return fmt.Errorf("start %s: %w (is another 'meteor dev' running? choose other ports with --base-port, or 'make demo DEMO_FLAGS=\"--base-port %d\"')", cfg.NodeID, err, basePort+1000)
 		}
 		srvs = append(srvs, s)
 		if firstGossip == "" {
@@ -183,7 +262,9 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) (err error) {
 	}
 	if o.fleet != "" {
 		o.dataDir = dataDir // the temporary dir, when none was given
-		return runDevFleet(ctx, out, c, o, agentAddrs, pkiDir, logger)
+		dc := &devCluster{servers: srvs, client: c, agentAddrs: agentAddrs, pkiDir: pkiDir, logPath: logPath}
+		dc.startTerm, _ = dc.term(ctx)
+		return runDevFleet(ctx, out, dc, o, logger)
 	}
 	devCert, err := ca.IssueDevice("pos-1")
 	if err != nil {

@@ -79,6 +79,9 @@ func runSim(ctx context.Context, out io.Writer, opts sim.Options, duration time.
 		defer os.RemoveAll(dir)
 		opts.BaseDir = dir
 	}
+	if err := os.MkdirAll(opts.BaseDir, 0o700); err != nil {
+		return err
+	}
 	logPath := filepath.Join(opts.BaseDir, "sim.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
