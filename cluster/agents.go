@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/quic-go/quic-go"
 
+	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/scheduler"
 	"github.com/meteor-edge/meteor/wire"
 )
@@ -43,11 +44,18 @@ type agentServer struct {
 
 	stats agentCounters
 
+	// sync keeps the replica's records of the sessions here true.
+	sync *sessionSync
+
 	// beforeRegister, if set, runs in a session's registration goroutine
 	// after the session is recorded and before it is registered for
 	// pushes. A test hook: it widens the window between Welcome and
 	// registration.
 	beforeRegister atomic.Pointer[func(deviceID string)]
+	// beforeSessionCommit, if set, runs before sessionSync commits session
+	// records; an error it returns fails that commit (fault injection:
+	// a commit lost in an election).
+	beforeSessionCommit atomic.Pointer[func([]fsm.DeviceSessionRequest) error]
 
 	wg sync.WaitGroup
 }
@@ -66,7 +74,7 @@ type AgentStats struct {
 	// Deltas, Upserts and DeltaBytes count Delta frames, resources and
 	// encoded Delta bytes sent; Notifies the pushes; Reports the reports
 	// applied; Rerecords the sessions recorded again because the replica
-	// did not show them as connected here (recordLoop).
+	// no longer showed them as connected here (sessionSync).
 	Deltas, Upserts, DeltaBytes, Notifies, Reports, Rerecords uint64
 	// RecordEntries and RecordEvents count the Raft entries this server
 	// committed for session events (connects, acknowledged revisions,
@@ -98,6 +106,7 @@ func (s *Server) listenAgents() (*agentServer, error) {
 		s: s, logger: s.logger.Named("agents"), pc: udp,
 		planner: scheduler.NewPlanner(), sessions: map[*agentSession]struct{}{},
 	}
+	a.sync = newSessionSync(a)
 	s.agentAddr = udp.LocalAddr().String()
 	pc := net.PacketConn(udp)
 	if s.config.AgentPacketConn != nil {
@@ -143,7 +152,7 @@ func (a *agentServer) start() {
 	go a.acceptLoop()
 	go a.rotateLoop()
 	go a.notifyLoop()
-	go a.recordLoop()
+	go a.sync.run()
 }
 
 // close stops accepting, closes every session with "shutting down" (so
@@ -233,60 +242,6 @@ func (a *agentServer) notifyLoop() {
 			default:
 			}
 		}
-	}
-}
-
-// recordLoop keeps the replica's session records true to the connections
-// this server serves. Every SessionCheckInterval it compares each session
-// registered for at least that long with its device's record, and records
-// again those whose record names another connection or none: a connect
-// that never committed, or a connect of an earlier connection committed
-// late (a retry) that overwrote this one. Disconnects count only for
-// their own connection, so the connection really alive ends up recorded;
-// a device connected twice at once (an old connection its server has not
-// timed out yet) may flap until the old one ends.
-func (a *agentServer) recordLoop() {
-	defer a.wg.Done()
-	every := a.s.config.SessionCheckInterval
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-a.s.shutdownCh:
-			return
-		case <-t.C:
-		}
-		read := a.s.fsm.Read()
-		a.mu.Lock()
-		var stale []*agentSession
-		for sess := range a.sessions {
-			sess.mu.Lock()
-			due := sess.registered && !sess.retrying && time.Since(sess.registeredAt) >= every
-			sess.mu.Unlock()
-			if !due {
-				continue
-			}
-			if rec, err := read.Device(nil, sess.deviceID); err != nil || !sess.recordedHere(rec) {
-				stale = append(stale, sess)
-			}
-		}
-		a.mu.Unlock()
-		if len(stale) == 0 {
-			continue
-		}
-		a.logger.Info("recording sessions the replica does not show as connected here", "sessions", len(stale))
-		a.stats.rerecords.Add(uint64(len(stale)))
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 16)
-		for _, sess := range stale {
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				sess.record(sess.recCtx, "the session, which the replica did not show as connected here")
-			}()
-		}
-		wg.Wait()
 	}
 }
 

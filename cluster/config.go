@@ -112,8 +112,11 @@ type Config struct {
 	TrailingLogs      uint64
 
 	// RaftMultiplier scales Raft's heartbeat, election and leader-lease
-	// timeouts (1 s, 1 s, 500 ms) for slow or shared hosts, where a busy
-	// leader would otherwise step down. 0 or 1 keeps the defaults.
+	// timeouts (1 s each at 1) for slow or shared hosts and long round
+	// trips between regions, where a busy leader would otherwise step down.
+	// The default, 2, holds on a 2-core host with other work running
+	// (docs/operations.md); 1 halves the time to replace a failed leader.
+	// 0 means 1.
 	RaftMultiplier int
 
 	// ApplyTimeout bounds how long a write waits to be committed.
@@ -154,6 +157,7 @@ func DefaultConfig() Config {
 		SnapshotInterval:     2 * time.Minute,
 		TrailingLogs:         10240,
 		ApplyTimeout:         10 * time.Second,
+		RaftMultiplier:       2,
 		ReconcileInterval:    5 * time.Second,
 		ReconnectInterval:    30 * time.Second,
 		TokenLifetime:        24 * time.Hour,

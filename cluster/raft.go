@@ -93,6 +93,20 @@ func (s *raftSnapshot) Persist(sink raft.SnapshotSink) error {
 
 func (s *raftSnapshot) Release() {}
 
+// Raft's timeouts at RaftMultiplier 1. Heartbeat and election are
+// hashicorp/raft's defaults. The leader lease is raised from its 500 ms to
+// the heartbeat timeout: a leader whose process was not scheduled for half
+// a second (a busy host, which is what a leader losing its lease on a
+// healthy network was found to be) stepped down although every follower
+// still followed it. The lease only bounds how long a cut-off leader keeps
+// its role; reads are confirmed with a quorum (VerifyLeader), not the
+// lease, so a longer lease costs no consistency.
+const (
+	baseHeartbeatTimeout   = time.Second
+	baseElectionTimeout    = time.Second
+	baseLeaderLeaseTimeout = time.Second
+)
+
 // tcpLayer is a plain TCP raft.StreamLayer.
 type tcpLayer struct {
 	net.Listener
@@ -145,11 +159,10 @@ func (s *Server) setupRaft() (*raftParts, error) {
 	})
 
 	rc := raft.DefaultConfig()
-	if m := s.config.RaftMultiplier; m > 1 {
-		rc.HeartbeatTimeout *= time.Duration(m)
-		rc.ElectionTimeout *= time.Duration(m)
-		rc.LeaderLeaseTimeout *= time.Duration(m)
-	}
+	m := time.Duration(max(1, s.config.RaftMultiplier))
+	rc.HeartbeatTimeout = baseHeartbeatTimeout * m
+	rc.ElectionTimeout = baseElectionTimeout * m
+	rc.LeaderLeaseTimeout = baseLeaderLeaseTimeout * m
 	rc.LocalID = raft.ServerID(s.config.NodeID)
 	rc.Logger = s.logger.Named("raft")
 	rc.SnapshotThreshold = s.config.SnapshotThreshold

@@ -39,13 +39,15 @@ type agentSession struct {
 	fp           scheduler.Digest // fingerprint of the desired state last sent; zero: none yet
 	registered   bool             // the session is committed and receives pushes
 	registeredAt time.Time        // when it registered (local monotonic clock)
-	recorded     uint64           // highest acked revision committed as connected
-	retrying     bool             // retryRecord is running
 	notifying    bool             // a Notify is being written (notify)
 	notifyRev    uint64           // the revision the next Notify names
-
-	recCtx  context.Context // ends before the disconnect is recorded
-	retryWG sync.WaitGroup  // retryRecord
+	// recordedOnce is set once sessionSync committed this connection as
+	// connected, recorded is the highest acknowledged revision it
+	// committed, and recordedCh is closed (and replaced) whenever either
+	// moves on.
+	recordedOnce bool
+	recorded     uint64
+	recordedCh   chan struct{}
 }
 
 // serveConn runs one agent connection to its end.
@@ -163,16 +165,12 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 	// Nothing others can observe happens before the handshake completes:
 	// until then the Hello may be a replay of 0-RTT data. A Pull is a read
 	// and is answered at once (in 0.5-RTT when the agent sent it early);
-	// the session is recorded in the background, and Acks and Reports,
-	// which change state, wait for that.
+	// the session is recorded in the background (sessionSync), and Acks
+	// and Reports, which change state, wait until it is: the owner of the
+	// device judges reports against that record.
 	registered := make(chan struct{})
 	var regErr error
-	// Commits retried in the background stop before the disconnect is
-	// recorded, so that a late retry cannot mark the device connected
-	// again.
-	recCtx, stopRecording := context.WithCancel(ctx)
-	defer stopRecording()
-	sess.recCtx = recCtx
+	live := false // the session is in sessionSync's table; set before registered closes
 	go func() {
 		defer close(registered)
 		select {
@@ -181,7 +179,11 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 			regErr = context.Cause(ctx)
 			return
 		}
-		sess.record(recCtx, "the session")
+		live = true
+		a.sync.started(sess)
+		if regErr = sess.waitRecorded(ctx, 0); regErr != nil {
+			return
+		}
 		if hook := a.beforeRegister.Load(); hook != nil {
 			(*hook)(sess.deviceID)
 		}
@@ -191,17 +193,14 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 	}()
 	defer func() {
 		<-registered
-		if regErr != nil {
+		if !live {
 			return
 		}
-		a.remove(sess)
-		stopRecording()
-		sess.retryWG.Wait()
-		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := sess.commitSession(cctx, false); err != nil {
-			sess.logger.Debug("could not record the disconnect", "error", err)
+		if regErr == nil {
+			a.remove(sess)
 		}
+		// sessionSync records the disconnect, retrying until it commits.
+		a.sync.stopped(sess)
 	}()
 	waitRegistered := func() error {
 		select {
@@ -296,57 +295,65 @@ func (sess *agentSession) handleAck(ctx context.Context, m *wire.Ack) error {
 	sess.mu.Lock()
 	advanced := m.Revision > sess.acked
 	sess.acked = max(sess.acked, m.Revision)
+	acked := sess.acked
 	sess.mu.Unlock()
-	if advanced {
-		sess.record(sess.recCtx, "the acknowledged revision")
+	if !advanced {
+		return nil
+	}
+	sess.a.sync.changed(sess)
+	// The owner judges the reports that follow by the acknowledged
+	// revision: let its record go first, as long as the cluster commits.
+	// If it cannot (an election), sessionSync keeps trying and the
+	// session goes on.
+	wctx, cancel := context.WithTimeout(ctx, sess.a.s.config.ApplyTimeout)
+	defer cancel()
+	if err := sess.waitRecorded(wctx, acked); err != nil && ctx.Err() == nil {
+		sess.logger.Warn("acknowledged revision not recorded yet; recording in the background", "acked", acked, "error", err)
 	}
 	return nil
 }
 
-// record commits the session as connected with its acknowledged revision.
-// If that fails (no leader during an election, say), it keeps retrying in
-// the background until the replica has it or the session ends: the agent
-// does not send the same Ack twice, so a commit given up would leave every
-// server's view of the device behind until its next change.
-func (sess *agentSession) record(ctx context.Context, what string) {
-	err := sess.commitSession(ctx, true)
-	if err == nil || ctx.Err() != nil {
-		return
-	}
+// markRecorded notes that sessionSync committed this connection as
+// connected with acknowledged revision acked.
+func (sess *agentSession) markRecorded(acked uint64) {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
-	if sess.retrying {
-		return // the running retry commits the latest state
+	if sess.recordedOnce && acked <= sess.recorded {
+		return
 	}
-	sess.logger.Warn("could not record "+what+"; retrying in the background", "error", err)
-	sess.retrying = true
-	sess.retryWG.Add(1)
-	go sess.retryRecord(ctx)
+	sess.recordedOnce, sess.recorded = true, max(sess.recorded, acked)
+	if sess.recordedCh != nil {
+		close(sess.recordedCh)
+		sess.recordedCh = nil
+	}
 }
 
-func (sess *agentSession) retryRecord(ctx context.Context) {
-	defer sess.retryWG.Done()
-	backoff := 100 * time.Millisecond
+// wasRecorded reports whether this connection was ever committed as
+// connected.
+func (sess *agentSession) wasRecorded() bool {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	return sess.recordedOnce
+}
+
+// waitRecorded waits until this connection is committed as connected with
+// an acknowledged revision of at least acked.
+func (sess *agentSession) waitRecorded(ctx context.Context, acked uint64) error {
 	for {
-		select {
-		case <-ctx.Done():
-			sess.mu.Lock()
-			sess.retrying = false
-			sess.mu.Unlock()
-			return
-		case <-time.After(backoff):
-		}
-		err := sess.commitSession(ctx, true)
 		sess.mu.Lock()
-		if recorded := sess.recorded; err == nil && recorded >= sess.acked {
-			sess.retrying = false
+		if sess.recordedOnce && sess.recorded >= acked {
 			sess.mu.Unlock()
-			sess.logger.Debug("session recorded after retrying", "acked", recorded)
-			return
+			return nil
 		}
+		if sess.recordedCh == nil {
+			sess.recordedCh = make(chan struct{})
+		}
+		ch := sess.recordedCh
 		sess.mu.Unlock()
-		if err != nil {
-			backoff = min(2*backoff, 2*time.Second)
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return context.Cause(ctx)
 		}
 	}
 }
@@ -372,24 +379,6 @@ func (sess *agentSession) handleReport(ctx context.Context, m *wire.Report) erro
 	sess.mu.Unlock()
 	sess.a.stats.reports.Add(1)
 	return sess.write(&wire.ReportAck{Seq: seq})
-}
-
-// commitSession records the session's state through Raft.
-func (sess *agentSession) commitSession(ctx context.Context, connected bool) error {
-	sess.mu.Lock()
-	req := &fsm.DeviceSessionRequest{
-		ID: sess.deviceID, Labels: sess.labels, SessionID: sessionString(sess.id),
-		Server: sess.a.s.config.NodeID, Conn: sess.connID, Connected: connected, AckedRevision: sess.acked,
-		Time: sess.a.s.now().UnixNano(),
-	}
-	sess.mu.Unlock()
-	err := sess.a.s.sessionRec.record(ctx, req)
-	if err == nil && connected {
-		sess.mu.Lock()
-		sess.recorded = max(sess.recorded, req.AckedRevision)
-		sess.mu.Unlock()
-	}
-	return err
 }
 
 // register makes the session receive pushes, then closes the window

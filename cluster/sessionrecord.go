@@ -59,6 +59,34 @@ func (r *sessionRecorder) record(ctx context.Context, req *fsm.DeviceSessionRequ
 	}
 }
 
+// recordAll queues events and waits for all of their commits; it returns
+// the first error.
+func (r *sessionRecorder) recordAll(ctx context.Context, reqs []fsm.DeviceSessionRequest) error {
+	ps := make([]*pendingSession, len(reqs))
+	r.mu.Lock()
+	for i := range reqs {
+		ps[i] = &pendingSession{req: reqs[i], done: make(chan error, 1)}
+		r.queue = append(r.queue, ps[i])
+	}
+	r.mu.Unlock()
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+	var first error
+	for _, p := range ps {
+		select {
+		case err := <-p.done:
+			if first == nil {
+				first = err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return first
+}
+
 func (r *sessionRecorder) loop() {
 	defer r.s.wg.Done()
 	for {

@@ -87,7 +87,7 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 	f.BoolVar(&cfg.Dev, "dev", false, "run a single throw-away server")
 	f.StringVar(&gossipKey, "encrypt", "", "base64 gossip encryption key (16, 24 or 32 bytes), the same on every server")
 	f.IntVar(&historyLimit, "history-limit", cfg.FSM.HistoryLimit, "revisions kept per intent; the same on every server")
-	f.IntVar(&cfg.RaftMultiplier, "raft-multiplier", 1, "scale Raft timeouts (1-10) on slow or shared hosts")
+	f.IntVar(&cfg.RaftMultiplier, "raft-multiplier", cfg.RaftMultiplier, "scale Raft's 1 s heartbeat, election and leader-lease timeouts (1-10); 1 replaces a failed leader faster, more holds on slower hosts and longer round trips")
 	f.DurationVar(&cfg.ApplyTimeout, "apply-timeout", cfg.ApplyTimeout, "how long a write waits to be committed")
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries between Raft snapshots")
 	f.StringVar(&cfg.AgentAddr, "agent-addr", "", "UDP address to serve device agents on (QUIC); needs the TLS flags below")

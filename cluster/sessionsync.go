@@ -1,0 +1,248 @@
+package cluster
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/meteor-edge/meteor/fsm"
+)
+
+// sessionSync is the one loop that keeps the replicated session records of
+// the devices connected here true. It is level-based: it compares the
+// table of sessions live on this server with the replica's device records
+// and commits whatever differs, a connect (with the acknowledged
+// revision) for a live session the replica does not show as connected
+// here, a disconnect for an ended one the replica still shows connected
+// here; it never relies on having seen an event. Events only say which
+// devices to compare first; every SessionCheckInterval it compares them
+// all, which repairs a record another server overwrote (a late connect of
+// an earlier connection). A commit that fails (no leader during an
+// election) is retried promptly with backoff, so a lost disconnect is
+// recorded once the cluster has a leader again.
+//
+// Whatever differs when a pass starts goes into one group commit through
+// the sessionRecorder, so a reconnect storm costs a few Raft entries.
+type sessionSync struct {
+	a    *agentServer
+	kick chan struct{}
+
+	mu    sync.Mutex
+	live  map[string][]*agentSession // device → its sessions here, oldest first; guarded by mu
+	ended map[string]endedSession    // device → its last session that ended here, until the replica no longer shows it connected here; guarded by mu
+	dirty map[string]struct{}        // devices to compare in the next pass; guarded by mu
+}
+
+// endedSession is what identifies an ended session in its record.
+type endedSession struct {
+	sessionID, conn string
+	labels          map[string]string
+	acked           uint64
+	at              time.Time // when it ended (monotonic)
+}
+
+// endedKeep is how long an ended session is watched after its record
+// last needed correcting: a connect committed before it ended may still
+// reach the log late (an entry of a deposed leader that its successor
+// commits), and must then be corrected too.
+const endedKeep = time.Minute
+
+// retry backoff after a failed commit.
+const (
+	syncRetryMin = 100 * time.Millisecond
+	syncRetryMax = 2 * time.Second
+)
+
+func newSessionSync(a *agentServer) *sessionSync {
+	return &sessionSync{
+		a: a, kick: make(chan struct{}, 1),
+		live: map[string][]*agentSession{}, ended: map[string]endedSession{}, dirty: map[string]struct{}{},
+	}
+}
+
+// started adds a session to the live table.
+func (y *sessionSync) started(sess *agentSession) {
+	y.mu.Lock()
+	y.live[sess.deviceID] = append(y.live[sess.deviceID], sess)
+	delete(y.ended, sess.deviceID)
+	y.markLocked(sess.deviceID)
+	y.mu.Unlock()
+}
+
+// changed says that a live session's state (its acknowledged revision)
+// moved on.
+func (y *sessionSync) changed(sess *agentSession) {
+	y.mu.Lock()
+	y.markLocked(sess.deviceID)
+	y.mu.Unlock()
+}
+
+// stopped removes a session from the live table. If it was the device's
+// last session here, the device's record must come to show it
+// disconnected (unless another server or connection took over).
+func (y *sessionSync) stopped(sess *agentSession) {
+	sess.mu.Lock()
+	e := endedSession{sessionID: sessionString(sess.id), conn: sess.connID, labels: sess.labels, acked: sess.acked, at: time.Now()}
+	sess.mu.Unlock()
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	rest := slices.DeleteFunc(y.live[sess.deviceID], func(s *agentSession) bool { return s == sess })
+	if len(rest) == 0 {
+		delete(y.live, sess.deviceID)
+		y.ended[sess.deviceID] = e
+	} else {
+		y.live[sess.deviceID] = rest
+	}
+	y.markLocked(sess.deviceID)
+}
+
+func (y *sessionSync) markLocked(device string) {
+	y.dirty[device] = struct{}{}
+	select {
+	case y.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (y *sessionSync) run() {
+	defer y.a.wg.Done()
+	srv := y.a.s
+	full := time.NewTicker(srv.config.SessionCheckInterval)
+	defer full.Stop()
+	backoff := time.Duration(0)
+	for {
+		var retry <-chan time.Time
+		if backoff > 0 {
+			t := time.NewTimer(backoff)
+			retry = t.C
+			select {
+			case <-srv.shutdownCh:
+				t.Stop()
+				return
+			case <-retry:
+			}
+		} else {
+			select {
+			case <-srv.shutdownCh:
+				return
+			case <-y.kick:
+			case <-full.C:
+				y.markAll()
+			}
+		}
+		if err := y.pass(); err != nil {
+			select {
+			case <-srv.shutdownCh:
+				return // a stopping server's sessions end unrecorded; owners see the silence
+			default:
+			}
+			backoff = min(max(2*backoff, syncRetryMin), syncRetryMax)
+			y.a.logger.Warn("could not record device sessions; retrying", "in", backoff, "error", err)
+			continue
+		}
+		backoff = 0
+	}
+}
+
+func (y *sessionSync) markAll() {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	for dev := range y.live {
+		y.dirty[dev] = struct{}{}
+	}
+	for dev := range y.ended {
+		y.dirty[dev] = struct{}{}
+	}
+}
+
+// pass compares the dirty devices' records with the live table and commits
+// the differences. On failure the devices stay dirty.
+func (y *sessionSync) pass() error {
+	srv := y.a.s
+	self := srv.config.NodeID
+	read := srv.fsm.Read()
+	now := srv.now().UnixNano()
+
+	y.mu.Lock()
+	devices := make([]string, 0, len(y.dirty))
+	for dev := range y.dirty {
+		devices = append(devices, dev)
+	}
+	clear(y.dirty)
+	var reqs []fsm.DeviceSessionRequest
+	var recording []*agentSession // live sessions the reqs record, in order
+	var acks []uint64
+	for _, dev := range devices {
+		rec, _ := read.Device(nil, dev)
+		if sessions := y.live[dev]; len(sessions) > 0 {
+			// The newest connection is the one the device uses.
+			sess := sessions[len(sessions)-1]
+			sess.mu.Lock()
+			acked := sess.acked
+			req := fsm.DeviceSessionRequest{
+				ID: dev, Labels: sess.labels, SessionID: sessionString(sess.id),
+				Server: self, Conn: sess.connID, Connected: true, AckedRevision: acked, Time: now,
+			}
+			sess.mu.Unlock()
+			if sess.recordedHere(rec) && rec.AckedRevision >= acked {
+				sess.markRecorded(acked)
+				continue
+			}
+			if rec != nil && sess.wasRecorded() {
+				// Recorded before and lost since: another server's late
+				// write, or a commit the replica lost.
+				y.a.stats.rerecords.Add(1)
+			}
+			reqs = append(reqs, req)
+			recording = append(recording, sess)
+			acks = append(acks, acked)
+			continue
+		}
+		e, ok := y.ended[dev]
+		if !ok {
+			continue
+		}
+		if rec == nil || !rec.Connected || rec.Server != self || rec.Conn != e.conn || rec.SessionID != e.sessionID {
+			if time.Since(e.at) > endedKeep {
+				delete(y.ended, dev) // nothing of it left to correct
+			}
+			continue
+		}
+		e.at = time.Now()
+		y.ended[dev] = e
+		reqs = append(reqs, fsm.DeviceSessionRequest{
+			ID: dev, Labels: e.labels, SessionID: e.sessionID,
+			Server: self, Conn: e.conn, Connected: false, AckedRevision: e.acked, Time: now,
+		})
+	}
+	y.mu.Unlock()
+	if len(reqs) == 0 {
+		return nil
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), srv.config.ApplyTimeout)
+	defer cancel()
+	if hook := y.a.beforeSessionCommit.Load(); hook != nil {
+		if err := (*hook)(reqs); err != nil {
+			y.remark(devices)
+			return err
+		}
+	}
+	if err := srv.sessionRec.recordAll(ctx, reqs); err != nil {
+		y.remark(devices)
+		return err
+	}
+	for i, sess := range recording {
+		sess.markRecorded(acks[i])
+	}
+	return nil
+}
+
+func (y *sessionSync) remark(devices []string) {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	for _, dev := range devices {
+		y.dirty[dev] = struct{}{}
+	}
+}
