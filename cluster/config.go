@@ -74,9 +74,10 @@ type Config struct {
 	TicketPeriod  time.Duration
 	// PullInterval is the pull cadence servers suggest to agents.
 	PullInterval time.Duration
-	// SessionCheckInterval is how often a server compares its sessions
-	// with the replica's records of them and records again those it lost
-	// (see agentServer.recordLoop).
+	// SessionCheckInterval is how often a server compares the replica's
+	// record of every device connected here (or lately connected) with its
+	// sessions and commits what differs (see sessionSync), besides doing so
+	// for each device whose session changed.
 	SessionCheckInterval time.Duration
 	// LagWait is how long a server whose replica is behind an agent's
 	// acknowledged revision waits to catch up before sending the agent
