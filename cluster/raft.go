@@ -211,6 +211,10 @@ func (p *raftParts) close() error {
 		}
 	}
 	if p.transport != nil {
+		// Close closes only the listener: the pooled connections to other
+		// servers would stay open, and with them the goroutines on both
+		// ends that read them.
+		p.transport.CloseStreams()
 		if err := p.transport.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close raft transport: %w", err))
 		}
