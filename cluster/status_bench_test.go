@@ -19,8 +19,8 @@ import (
 // 3-server cluster on loopback (fsync on): 10,000 devices each make 5
 // transitions, delivered to their owners as agents' reports would be. It
 // prints transitions per second, the Raft entries they took, and the delay
-// from a report to its status being visible on every server. Run it with
-// make bench-status.
+// from a report to its status being visible on every server, and the
+// leader elections held meanwhile. Run it with make bench-status.
 func BenchmarkStatusTransitions(b *testing.B) {
 	const devices, perDevice, workers = 10000, 5, 2000
 	c := newTestCluster(b, 3, func(cfg *Config) {
@@ -64,6 +64,7 @@ func BenchmarkStatusTransitions(b *testing.B) {
 	var dmu sync.Mutex
 	var failed atomic.Int64
 	work := make(chan string)
+	termBefore := highestTerm(servers)
 	start := time.Now()
 	for range workers {
 		wg.Add(1)
@@ -99,6 +100,7 @@ func BenchmarkStatusTransitions(b *testing.B) {
 	close(work)
 	wg.Wait()
 	elapsed := time.Since(start)
+	elections := highestTerm(servers) - termBefore
 	var entries, transitions uint64
 	for _, s := range servers {
 		entries += s.status.entries.Load()
@@ -115,11 +117,25 @@ func BenchmarkStatusTransitions(b *testing.B) {
 	b.ReportMetric(float64(transitions)/elapsed.Seconds(), "transitions/s")
 	b.ReportMetric(float64(entries)*1000/float64(max(transitions, 1)), "entries/1000-transitions")
 	b.ReportMetric(float64(pct(0.99).Microseconds())/1000, "p99-visible-ms")
+	b.ReportMetric(float64(elections), "elections")
 	fmt.Printf("\nstatus transitions: %d devices x %d through 3 servers in %s: %.0f transitions/s (goal >= 20000)\n",
 		devices, perDevice, elapsed.Round(time.Millisecond), float64(transitions)/elapsed.Seconds())
 	fmt.Printf("raft entries: %d for %d transitions = %.1f per 1,000 transitions\n", entries, transitions, float64(entries)*1000/float64(max(transitions, 1)))
 	fmt.Printf("report to visible on every server: p50 %s, p99 %s (goal p99 < 1s), %d samples; %d reports not committed\n",
 		pct(0.5).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), len(delays), failed.Load())
+	fmt.Printf("leader elections during the transitions: %d\n", elections)
+}
+
+// highestTerm returns the highest current Raft term of servers. Every
+// election, won or not, starts a new term, so its growth over a period
+// counts the elections held in it, as the bench drivers count them from
+// the term in GET /v1/health.
+func highestTerm(servers []*Server) uint64 {
+	var top uint64
+	for _, s := range servers {
+		top = max(top, s.raft.CurrentTerm())
+	}
+	return top
 }
 
 // visibleEverywhere waits until every server's replica holds the device's

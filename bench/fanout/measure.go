@@ -70,8 +70,9 @@ type side interface {
 
 // electionCounter is a side whose servers elect leaders.
 type electionCounter interface {
-	// elections counts the elections won so far.
-	elections() int
+	// raftTerm returns the servers' highest Raft term: the elections
+	// held in a period are its growth (benchkit.Elections).
+	raftTerm(ctx context.Context) (uint64, error)
 }
 
 // levelResult is one measured change.
@@ -107,9 +108,10 @@ type levelResult struct {
 	ServerCPUs float64 `json:"server_cpu_s"`
 	DriverCPUs float64 `json:"driver_cpu_s"`
 	// Reconnects counts device reconnects during the change; Elections
-	// the leader elections won in Meteor's cluster meanwhile.
+	// the leader elections Meteor's cluster held meanwhile, won or not
+	// (nil for Mosquitto, which has none).
 	Reconnects int64 `json:"reconnects"`
-	Elections  int   `json:"elections,omitempty"`
+	Elections  *int  `json:"elections,omitempty"`
 	// Packets and Dropped count the packets on the device ports that the
 	// loss rules saw and dropped (both directions).
 	Packets uint64  `json:"packets,omitempty"`
@@ -174,9 +176,11 @@ func measure(ctx context.Context, s side, system string, version, loss int, loss
 	}
 	re0 := s.reconnects()
 	ec, counts := s.(electionCounter)
-	var el0 int
+	var term0 uint64
 	if counts {
-		el0 = ec.elections()
+		if term0, err = ec.raftTerm(ctx); err != nil {
+			return nil, err
+		}
 	}
 	start := time.Now()
 	target, err := s.apply(ctx, version)
@@ -224,7 +228,11 @@ func measure(ctx context.Context, s side, system string, version, loss int, loss
 	res.ServerCPUs, res.DriverCPUs = (cpu1 - cpu0).Seconds(), (self1 - self0).Seconds()
 	res.Reconnects = s.reconnects() - re0
 	if counts {
-		res.Elections = ec.elections() - el0
+		term1, err := ec.raftTerm(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res.Elections = new(benchkit.Elections(term0, term1))
 	}
 	res.Load1 = benchkit.Load1()
 	slices.Sort(times)

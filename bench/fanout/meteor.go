@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -228,17 +227,12 @@ func (s *meteorSide) serverCPU() (time.Duration, error) {
 	return sum, nil
 }
 
-// elections counts the elections won so far, from the servers' logs
-// (hashicorp/raft logs "entering leader state" on the winner).
-func (s *meteorSide) elections() int {
-	n := 0
-	for _, p := range s.mc.procs {
-		b, err := os.ReadFile(p.LogPath)
-		if err == nil {
-			n += bytes.Count(b, []byte("entering leader state"))
-		}
+func (s *meteorSide) raftTerm(ctx context.Context) (uint64, error) {
+	addrs := make([]string, len(s.mc.apis))
+	for i, cl := range s.mc.apis {
+		addrs[i] = cl.Addr()
 	}
-	return n
+	return benchkit.RaftTerm(ctx, addrs)
 }
 
 func (s *meteorSide) reconnects() int64 { return s.fl.reconnects.Load() }

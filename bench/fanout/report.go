@@ -105,14 +105,30 @@ func linkName(loss int) string {
 	return fmt.Sprintf("%d%% loss", loss)
 }
 
+// elections is the count of Elections, 0 where none was recorded.
+func (r *levelResult) elections() int {
+	if r.Elections == nil {
+		return 0
+	}
+	return *r.Elections
+}
+
+// fmtCount formats a count that may not apply ("-").
+func fmtCount(n *int) string {
+	if n == nil {
+		return "-"
+	}
+	return fmt.Sprint(*n)
+}
+
 // resultHeader and resultRow print the stdout table one row at a time.
 func resultHeader(w io.Writer) {
 	fmt.Fprintf(w, "%-9s %-10s %8s %8s %9s %11s %11s %10s %10s %10s %8s %8s %10s %9s\n", "system", "link", "devices", "reached", "submit ms", "applied p50", "applied p99", "p50", "p99", "p100", "srv cpu", "drv cpu", "reconnects", "elections")
 }
 
 func resultRow(w io.Writer, r *levelResult) {
-	fmt.Fprintf(w, "%-9s %-10s %8d %8d %9.1f %11s %11s %10s %10s %10s %7.1fs %7.1fs %10d %9d\n", r.System, linkName(r.LossPct), r.Devices, r.Reached, r.SubmitMs,
-		fmtS(r.AppliedP50s), fmtS(r.AppliedP99s), fmtS(r.P50s), fmtS(r.P99s), fmtS(r.P100s), r.ServerCPUs, r.DriverCPUs, r.Reconnects, r.Elections)
+	fmt.Fprintf(w, "%-9s %-10s %8d %8d %9.1f %11s %11s %10s %10s %10s %7.1fs %7.1fs %10d %9s\n", r.System, linkName(r.LossPct), r.Devices, r.Reached, r.SubmitMs,
+		fmtS(r.AppliedP50s), fmtS(r.AppliedP99s), fmtS(r.P50s), fmtS(r.P99s), fmtS(r.P100s), r.ServerCPUs, r.DriverCPUs, r.Reconnects, fmtCount(r.Elections))
 }
 
 func printSummary(w io.Writer, rep *report) {
@@ -179,8 +195,11 @@ func summaryRows(rep *report) []benchkit.Row {
 		if m != nil && m.ServerCPUs > 0 {
 			note = append(note, fmt.Sprintf("Meteor servers used %.1f CPU-s", m.ServerCPUs))
 		}
-		if m != nil && m.Elections > 0 {
-			note = append(note, fmt.Sprintf("%d Raft leader election(s) during the change; unrecorded reports wait for the agents' 60 s report cadence", m.Elections))
+		if m != nil {
+			row.Elections = m.Elections
+		}
+		if m != nil && m.elections() > 0 {
+			note = append(note, fmt.Sprintf("%d Raft leader election(s) during the change; unrecorded reports wait for the agents' 60 s report cadence", m.elections()))
 		}
 		if q != nil && q.ServerCPUs > 0 {
 			note = append(note, fmt.Sprintf("the broker %.1f CPU-s", q.ServerCPUs))
@@ -224,7 +243,8 @@ func notes(rep *report) []string {
 	}
 	if hasSystem(rep.Results, sysMeteor) {
 		n = append(n, fmt.Sprintf("Meteor: 3 `meteor server` processes (--bootstrap-expect 3, one agent UDP port each); %d wire-level agents in this process (own certificate, real QUIC and TLS, the agent's protocol: Notify, Pull with inventory, Delta, Ack, Report, ReportAck), spread round-robin over the servers and sharing %d client UDP sockets. "+
-			"One intent with one %d-byte file resource selects every device; the change is one PUT. A Notify makes a device pull; like the agent it also pulls every 30 s (the server's pull interval) and sends a full report every 60 s, which is when a report the cluster did not acknowledge goes out again.", p.Devices, p.Sockets, p.BodyBytes))
+			"One intent with one %d-byte file resource selects every device; the change is one PUT. A Notify makes a device pull; like the agent it also pulls every 30 s (the server's pull interval) and sends a full report every 60 s, which is when a report the cluster did not acknowledge goes out again. "+
+			"Leader elections are those the cluster held during the change, won or not: the growth of the highest Raft term the servers report on GET /v1/health.", p.Devices, p.Sockets, p.BodyBytes))
 	}
 	if hasSystem(rep.Results, sysMosquitto) {
 		n = append(n, fmt.Sprintf("Mosquitto: %s as one child process, MQTT 3.1.1, persistence off, no connection limit, unlimited queued and in-flight QoS 1 messages, TCP_NODELAY; %d clients (%s, clean session, QoS 1, each on its own TCP connection) subscribed to one retained desired-state topic per group (%d groups); each publishes its report to its own topic, and a collector on a second listener subscribes to them all. The change is %d retained QoS 1 publishes carrying the same %d bytes Meteor sends as the resource body.",
@@ -234,9 +254,9 @@ func notes(rep *report) []string {
 		if r.Reached < r.Devices {
 			n = append(n, fmt.Sprintf("%s, %s: only %d of %d devices reported back within %.0f s.", r.System, linkName(r.LossPct), r.Reached, r.Devices, p.TimeoutSec))
 		}
-		if r.Elections > 0 {
+		if r.elections() > 0 {
 			n = append(n, fmt.Sprintf("%s, %s: the cluster held %d leader election(s) during the change (servers and devices share two cores; Raft runs with its default timeouts, no --raft-multiplier). Writes in flight then fail; the session servers do not acknowledge the reports they could not record, and the devices send them again with their next periodic report (60 s), so devices whose report fell in that window can wait up to a minute more.",
-				r.System, linkName(r.LossPct), r.Elections))
+				r.System, linkName(r.LossPct), r.elections()))
 		}
 		if v := r.Server; v != nil {
 			n = append(n, fmt.Sprintf("Meteor, %s: afterwards the cluster's own records (GET /v1/intents/%s/progress) showed %d of %d targeted devices acknowledged and %d converged at revision %d.",
@@ -282,8 +302,8 @@ func markdown(rep *report) string {
 		if r.LossPct > 0 {
 			pk = fmt.Sprintf("%d / %d", r.Packets, r.Dropped)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %.1f | %s | %s | %s | %s | %s | %.1f | %.1f | %d | %d | %s | %.2f |\n", r.System, linkName(r.LossPct), r.Devices, r.Reached, r.SubmitMs,
-			fmtS(r.AppliedP50s), fmtS(r.AppliedP99s), fmtS(r.P50s), fmtS(r.P99s), fmtS(r.P100s), r.ServerCPUs, r.DriverCPUs, r.Reconnects, r.Elections, pk, r.Load1)
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %.1f | %s | %s | %s | %s | %s | %.1f | %.1f | %d | %s | %s | %.2f |\n", r.System, linkName(r.LossPct), r.Devices, r.Reached, r.SubmitMs,
+			fmtS(r.AppliedP50s), fmtS(r.AppliedP99s), fmtS(r.P50s), fmtS(r.P99s), fmtS(r.P100s), r.ServerCPUs, r.DriverCPUs, r.Reconnects, fmtCount(r.Elections), pk, r.Load1)
 	}
 	if len(rep.Ratios) > 0 {
 		fmt.Fprintf(&b, "\n| link | Meteor/Mosquitto p50 | Meteor/Mosquitto p99 | Meteor/Mosquitto p100 |\n|---|---:|---:|---:|\n")

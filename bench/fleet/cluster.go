@@ -117,6 +117,26 @@ func (c *cluster) agentAddrs() []string {
 	return out
 }
 
+// raftTerm returns the servers' highest Raft term: the elections held in
+// a period are its growth (benchkit.Elections).
+func (c *cluster) raftTerm(ctx context.Context) (uint64, error) {
+	addrs := make([]string, len(c.servers))
+	for i, s := range c.servers {
+		addrs[i] = s.api.Addr()
+	}
+	return benchkit.RaftTerm(ctx, addrs)
+}
+
+// electionsSince returns the elections held since the highest Raft term
+// was start.
+func (c *cluster) electionsSince(ctx context.Context, start uint64) (int, error) {
+	end, err := c.raftTerm(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return benchkit.Elections(start, end), nil
+}
+
 // exited returns an error naming the first server process that exited.
 func (c *cluster) exited() error {
 	for _, s := range c.servers {

@@ -76,6 +76,7 @@ func (r *report) firstFailed() *scaleLevel {
 func (r *report) finish() {
 	r.Summary, r.Verdicts, r.Notes = nil, nil, nil
 	r.Notes = append(r.Notes, fmt.Sprintf("The machine is shared: load average %s at start, %s at end.", r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd))
+	r.Notes = append(r.Notes, "Leader elections are those the cluster held in the period named, won or not: the growth of the highest Raft term the servers report on GET /v1/health.")
 	if len(r.Scale) > 0 {
 		r.finishScale()
 	}
@@ -90,6 +91,7 @@ func (r *report) finishScale() {
 	met := false
 	if best != nil {
 		row.Meteor = fmt.Sprintf("%s devices in %s s", thousands(best.Devices), secs(best.Change.P99))
+		row.Elections = new(best.Elections)
 		met = best.Devices >= scaleGoalDevices && best.Change.P99 != nil && *best.Change.P99 <= scaleGoalSec
 	} else {
 		row.Meteor = "none held"
@@ -117,7 +119,7 @@ func (r *report) finishScale() {
 	}
 	v := fmt.Sprintf("scale goal %s: ", verdictState(met))
 	if best != nil {
-		v += fmt.Sprintf("largest fleet that held: %s devices, 99 %% converged %s s and 100 %% %s s after the commit", thousands(best.Devices), secs(best.Change.P99), secs(best.Change.P100))
+		v += fmt.Sprintf("largest fleet that held: %s devices, 99 %% converged %s s and 100 %% %s s after the commit (%d leader elections)", thousands(best.Devices), secs(best.Change.P99), secs(best.Change.P100), best.Elections)
 	} else {
 		v += "no fleet size held"
 	}
@@ -144,13 +146,14 @@ func (r *report) finishRetail() {
 		default:
 			row.Meteor = fmt.Sprintf("not reached in %.0f s", c.WaitedSec)
 		}
+		row.Elections = new(c.Elections)
 		row.Note = fmt.Sprintf("%d devices targeted, %d converged within %.0f s, %d reachable", c.Targeted, c.Converged, c.WaitedSec, c.Reachable)
 		if c.All.P99 == nil && c.OfReachable.P99 != nil {
 			row.Note += fmt.Sprintf("; the other %d were pop-up devices offline throughout (profile)", c.Targeted-c.Reachable)
 		}
 		r.Summary = append(r.Summary, row)
-		r.Verdicts = append(r.Verdicts, fmt.Sprintf("retail %s (no numeric goal): %d/%d targeted converged; 99 %% after %s s (of reachable: %s s), 100 %% after %s s; servers counted %d/%d converged",
-			c.Name, c.Converged, c.Targeted, secs(c.All.P99), secs(c.OfReachable.P99), secs(c.All.P100), c.Server.Converged, c.Server.Targeted))
+		r.Verdicts = append(r.Verdicts, fmt.Sprintf("retail %s (no numeric goal): %d/%d targeted converged; 99 %% after %s s (of reachable: %s s), 100 %% after %s s; servers counted %d/%d converged; %d leader elections",
+			c.Name, c.Converged, c.Targeted, secs(c.All.P99), secs(c.OfReachable.P99), secs(c.All.P100), c.Server.Converged, c.Server.Targeted, c.Elections))
 	}
 	r.Notes = append(r.Notes, fmt.Sprintf("Retail: the %d-device retail mix (60 %% fiber stores, 30 %% cellular kiosks with 3 %% loss and an 8 s outage every 3 min, 10 %% pop-up sites offline about 30 min out of 50, half of it by power loss) at time scale %g, on the same kind of cluster. "+
 		"Each change is written once the previous one reached every targeted device, or every reachable one and %s passed without a new convergence, or %.0f s passed. A device is reachable if it converged or had a session when the wait ended.", rt.Devices, rt.TimeScale, quietFor, r.Params.RetailTimeoutSec))
@@ -175,13 +178,13 @@ func thousands(n int) string {
 
 func scaleHeader(out io.Writer) {
 	fmt.Fprintln(out, "\nScale: one change to every device (s after the commit; agents' view)")
-	fmt.Fprintln(out, "devices  workers  held  connect s  first s    50%    90%    99%   100%  KiB/device (servers)  sim RSS MiB  failure")
+	fmt.Fprintln(out, "devices  workers  held  connect s  first s    50%    90%    99%   100%  KiB/device (servers)  sim RSS MiB  elections (connect, change)  failure")
 }
 
 func scaleLine(out io.Writer, l *scaleLevel) {
-	fmt.Fprintf(out, "%7d  %7d  %4v  %9s  %7s  %5s  %5s  %5s  %5s  %20.1f  %11.0f  %s\n", l.Devices, l.Workers, l.Held,
+	fmt.Fprintf(out, "%7d  %7d  %4v  %9s  %7s  %5s  %5s  %5s  %5s  %20.1f  %11.0f  %27s  %s\n", l.Devices, l.Workers, l.Held,
 		secs(l.ConnectSec), secs(l.ConvergeFirstSec), secs(l.Change.P50), secs(l.Change.P90), secs(l.Change.P99), secs(l.Change.P100),
-		l.TotalKiBPerDevice, l.SimRSSMiB, l.Failure)
+		l.TotalKiBPerDevice, l.SimRSSMiB, fmt.Sprintf("%d, %d", l.ConnectElections, l.Elections), l.Failure)
 }
 
 // markdown renders the report as fleet.md.
@@ -190,13 +193,13 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "# Fleet: scale and the retail scenario\n\n%s\n\n", r.Machine.Measured(r.Date))
 	if len(r.Scale) > 0 {
 		b.WriteString("## Scale: the largest fleet converging on one change\n\n")
-		b.WriteString("| devices | sim processes | held | connect s | converged on first intent s | change 50% s | 90% s | 99% s | 100% s | servers' view converged | server KiB/device (total) | sim RSS MiB | min MemAvailable MiB | wall s | load at end | failure |\n")
-		b.WriteString("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
+		b.WriteString("| devices | sim processes | held | connect s | converged on first intent s | change 50% s | 90% s | 99% s | 100% s | servers' view converged | leader elections connecting / change | server KiB/device (total) | sim RSS MiB | min MemAvailable MiB | wall s | load at end | failure |\n")
+		b.WriteString("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
 		for _, l := range r.Scale {
-			fmt.Fprintf(&b, "| %d | %d | %v | %s | %s | %s | %s | %s | %s | %d/%d | %.1f | %.0f | %.0f | %.0f | %s | %s |\n",
+			fmt.Fprintf(&b, "| %d | %d | %v | %s | %s | %s | %s | %s | %s | %d/%d | %d / %d | %.1f | %.0f | %.0f | %.0f | %s | %s |\n",
 				l.Devices, l.Workers, l.Held, secs(l.ConnectSec), secs(l.ConvergeFirstSec),
 				secs(l.Change.P50), secs(l.Change.P90), secs(l.Change.P99), secs(l.Change.P100),
-				l.ServerConverged, l.ServerTargeted, l.TotalKiBPerDevice, l.SimRSSMiB, l.MemAvailMinMiB, l.WallSec, l.LoadAvg, l.Failure)
+				l.ServerConverged, l.ServerTargeted, l.ConnectElections, l.Elections, l.TotalKiBPerDevice, l.SimRSSMiB, l.MemAvailMinMiB, l.WallSec, l.LoadAvg, l.Failure)
 		}
 		b.WriteString("\nPer server (memory once connected; CPU while connecting and during the change):\n\n")
 		b.WriteString("| devices | server | sessions | VmRSS before MiB | VmRSS connected MiB | KiB/session | CPU s connecting | CPU s change |\n|---:|---|---:|---:|---:|---:|---:|---:|\n")
@@ -211,10 +214,10 @@ func (r *report) markdown() string {
 	if rt := r.Retail; rt != nil {
 		fmt.Fprintf(&b, "## Retail: %d devices, three changes\n\n", rt.Devices)
 		fmt.Fprintf(&b, "Links: %s. First change %.0f s after the fleet started, with %d devices connected.\n\n", linkList(rt.Links), rt.WarmupSec, rt.Connected)
-		b.WriteString("| change | targeted | converged | reachable | 50% s | 90% s | 99% s | 100% s | 99% of reachable s | waited s | servers' view converged |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString("| change | targeted | converged | reachable | 50% s | 90% s | 99% s | 100% s | 99% of reachable s | waited s | servers' view converged | leader elections |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, c := range rt.Changes {
-			fmt.Fprintf(&b, "| %s | %d | %d | %d | %s | %s | %s | %s | %s | %.0f | %d/%d |\n", c.Name, c.Targeted, c.Converged, c.Reachable,
-				secs(c.All.P50), secs(c.All.P90), secs(c.All.P99), secs(c.All.P100), secs(c.OfReachable.P99), c.WaitedSec, c.Server.Converged, c.Server.Targeted)
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | %s | %s | %s | %s | %s | %.0f | %d/%d | %d |\n", c.Name, c.Targeted, c.Converged, c.Reachable,
+				secs(c.All.P50), secs(c.All.P90), secs(c.All.P99), secs(c.All.P100), secs(c.OfReachable.P99), c.WaitedSec, c.Server.Converged, c.Server.Targeted, c.Elections)
 		}
 		b.WriteString("\nPer link profile:\n\n| change | link | targeted | converged | reachable | 50% s | 90% s | 99% s | 100% s |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, c := range rt.Changes {

@@ -43,6 +43,9 @@ type retailChange struct {
 	Converged int     `json:"converged"`
 	Reachable int     `json:"reachable"`
 	WaitedSec float64 `json:"waited_s"`
+	// Elections counts the leader elections the cluster held, won or
+	// not, from writing the change until the wait for it ended.
+	Elections int `json:"leader_elections"`
 	// All is timed over every targeted device, OfReachable over the
 	// reachable ones only; Links per link profile (over its targeted
 	// devices).
@@ -148,6 +151,10 @@ func runRetail(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, p
 		if err != nil {
 			return nil, err
 		}
+		term, err := cl.raftTerm(ctx)
+		if err != nil {
+			return nil, err
+		}
 		rev, err := cl.put(ctx, in.Name, doc)
 		if err != nil {
 			return nil, err
@@ -189,6 +196,9 @@ func runRetail(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, p
 			if ch.Converged == ch.Targeted || settled || time.Since(commit) >= cfg.retailTimeout {
 				break
 			}
+		}
+		if ch.Elections, err = cl.electionsSince(ctx, term); err != nil {
+			return nil, err
 		}
 		if p, err := cl.servers[0].api.IntentProgress(ctx, in.Name, apiStale); err == nil {
 			ch.Server = p.IntentCounts
@@ -254,7 +264,7 @@ func secs(v *float64) string {
 
 func retailHeader(out io.Writer) {
 	fmt.Fprintln(out, "\nRetail fleet: time to converged per change (s after the commit; agents' view)")
-	fmt.Fprintln(out, "change                       targeted  converged  reachable   50%    90%    99%   100%   99% of reachable  links (99%)")
+	fmt.Fprintln(out, "change                       targeted  converged  reachable   50%    90%    99%   100%   99% of reachable  elections  links (99%)")
 }
 
 func retailLine(out io.Writer, c *retailChange) {
@@ -263,8 +273,8 @@ func retailLine(out io.Writer, c *retailChange) {
 		l := c.Links[name]
 		links = append(links, fmt.Sprintf("%s %d/%d %s", name, l.Converged, l.Targeted, secs(l.Times.P99)))
 	}
-	fmt.Fprintf(out, "%-28s %8d  %9d  %9d  %5s  %5s  %5s  %5s  %16s  %s\n", c.Name, c.Targeted, c.Converged, c.Reachable,
-		secs(c.All.P50), secs(c.All.P90), secs(c.All.P99), secs(c.All.P100), secs(c.OfReachable.P99), strings.Join(links, ", "))
+	fmt.Fprintf(out, "%-28s %8d  %9d  %9d  %5s  %5s  %5s  %5s  %16s  %9d  %s\n", c.Name, c.Targeted, c.Converged, c.Reachable,
+		secs(c.All.P50), secs(c.All.P90), secs(c.All.P99), secs(c.All.P100), secs(c.OfReachable.P99), c.Elections, strings.Join(links, ", "))
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -38,6 +38,12 @@ type scaleLevel struct {
 	ConnectSec       *float64 `json:"connect_s"`
 	ConvergedFirst   int      `json:"converged_first"`
 	ConvergeFirstSec *float64 `json:"converge_first_s"`
+	// ConnectElections counts the leader elections the cluster held, won
+	// or not, from starting the fleet until it had connected and
+	// converged (or failed to); Elections the same from writing the
+	// change until the wait for it ended.
+	ConnectElections int `json:"leader_elections_connect"`
+	Elections        int `json:"leader_elections"`
 	// The change: time from the write's answer (commit) until 50, 90, 99
 	// and 100 % of the fleet had converged on it, as the agents see it.
 	ChangeRevision  uint64      `json:"change_revision"`
@@ -159,6 +165,10 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 	lvl.Workers = spec.workerCount()
 	spec.rampBatch = max(cfg.rampRate/10/lvl.Workers, 1)
 	fmt.Fprintf(log, "scale %d: starting %d sim workers (%d devices/s)\n", n, lvl.Workers, spec.rampBatch*10*lvl.Workers)
+	connectTerm, err := cl.raftTerm(ctx)
+	if err != nil {
+		return nil, err
+	}
 	fleetStart := time.Now()
 	sh, err := startShards(ctx, g, self, simDir, filepath.Join(dir, "fleet"), cl.agentAddrs(), pkiDir, spec)
 	if err != nil {
@@ -195,6 +205,11 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 		}
 		return lvl.ConnectSec != nil && lvl.ConvergeFirstSec != nil
 	})
+	elections, terr := cl.electionsSince(ctx, connectTerm)
+	lvl.ConnectElections = elections
+	if err == nil {
+		err = terr
+	}
 	if err != nil {
 		return finishLevel(lvl, err)
 	}
@@ -237,6 +252,10 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 
 	// The change.
 	fmt.Fprintf(log, "scale %d: writing the change\n", n)
+	changeTerm, err := cl.raftTerm(ctx)
+	if err != nil {
+		return nil, err
+	}
 	rev, err := cl.put(ctx, scaleIntent, scaleDoc(2))
 	if err != nil {
 		return nil, err
@@ -252,6 +271,9 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 	})
 	var lerr *errLevel
 	if err != nil && !errors.As(err, &lerr) {
+		return nil, err
+	}
+	if lvl.Elections, err = cl.electionsSince(ctx, changeTerm); err != nil {
 		return nil, err
 	}
 	for i, s := range cl.servers {

@@ -57,8 +57,8 @@ type levelResult struct {
 	ServerCPUms   float64            `json:"server_cpu_ms_per_write"`
 	ServerCPUmsBy map[string]float64 `json:"server_cpu_ms_per_write_by_server"`
 	DriverCPUms   float64            `json:"driver_cpu_ms_per_write"`
-	// Elections counts the leader elections won during the window, from
-	// the servers' logs.
+	// Elections counts the leader elections held during the window: the
+	// growth of the servers' highest Raft term.
 	Elections int `json:"leader_elections"`
 	// Load1 is the 1-minute load average when the level started.
 	Load1 float64 `json:"load1_at_start"`
@@ -89,12 +89,18 @@ func runLevel(ctx context.Context, hc *http.Client, w *workload, sys *system, p 
 
 	res := &levelResult{System: w.system, Clients: p.clients, WindowSec: p.duration.Seconds(), Load1: benchkit.Load1()}
 	cpuAtStart, drvAtStart, werr := sleepThenCPU(ctx, start, procs)
-	electionsAtStart := sys.elections()
+	var termAtStart, termAtEnd uint64
+	if werr == nil {
+		termAtStart, werr = sys.term(ctx)
+	}
 	var cpuAtEnd map[string]time.Duration
 	var drvAtEnd time.Duration
 	if werr == nil {
 		cpuAtEnd, drvAtEnd, werr = sleepThenCPU(ctx, end, procs)
-		res.Elections = sys.elections() - electionsAtStart
+	}
+	if werr == nil {
+		termAtEnd, werr = sys.term(ctx)
+		res.Elections = benchkit.Elections(termAtStart, termAtEnd)
 	}
 	wg.Wait()
 	if werr != nil {

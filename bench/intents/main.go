@@ -289,6 +289,7 @@ func notes(rep *report) []string {
 		fmt.Sprintf("Each client writes only its own keys, cycling through %d names in all; overwrites are the common case once the key space is full.", p.Keys),
 		"Both clusters run throughout on the same machine as the load generator; levels run Meteor then etcd, level by level. " +
 			"Server CPU ms/write is the CPU time of all three servers in the window divided by the writes it completed.",
+		"Leader elections are those held in the window, won or not: the growth of the highest Raft term the servers report (Meteor: GET /v1/health; etcd: its maintenance status).",
 		fmt.Sprintf("The machine is shared: load average %s at start, %s at end (1-minute load per row in the JSON).", rep.Machine.LoadAvgStart, rep.Machine.LoadAvgEnd),
 	}
 	if p.Profiled {

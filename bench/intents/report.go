@@ -111,9 +111,11 @@ func summaryRows(rep *report) []benchkit.Row {
 	m, e := find("meteor"), find("etcd")
 	if m != nil {
 		row.Meteor = fmt.Sprintf("%.0f writes/s (p99 %.1f ms)", m.WritesPerSec, m.P99ms)
+		row.Elections = new(m.Elections)
 	}
 	if e != nil {
 		row.Peer = fmt.Sprintf("%.0f writes/s (p99 %.1f ms)", e.WritesPerSec, e.P99ms)
+		row.PeerElections = new(e.Elections)
 	}
 	for _, r := range rep.Ratios {
 		if r.Clients == goalClients {

@@ -31,22 +31,9 @@ type system struct {
 	bases   []string // "http://127.0.0.1:PORT" client endpoints
 	// leader reports the current leader's server name.
 	leader func(ctx context.Context) (string, error)
-	// electionMarker is the log line a server writes when it wins an
-	// election.
-	electionMarker string
-}
-
-// elections counts the elections won so far, from the servers' logs.
-func (s *system) elections() int {
-	n := 0
-	for _, p := range s.procs {
-		b, err := os.ReadFile(p.LogPath)
-		if err != nil {
-			continue
-		}
-		n += bytes.Count(b, []byte(s.electionMarker))
-	}
-	return n
+	// term reports the highest Raft term of the servers: the elections
+	// held in a window are its growth (benchkit.Elections).
+	term func(ctx context.Context) (uint64, error)
 }
 
 // procOf returns the process of the named server.
@@ -73,8 +60,8 @@ func startMeteor(ctx context.Context, g *benchkit.Group, hc *http.Client, bin, d
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	// hashicorp/raft logs this on the winner.
-	sys := &system{name: "meteor", electionMarker: "entering leader state"}
+	sys := &system{name: "meteor"}
+	sys.term = func(ctx context.Context) (uint64, error) { return benchkit.RaftTerm(ctx, sys.bases) }
 	extra, err := meteorSecretArgs(ctx, bin, dir)
 	if err != nil {
 		return nil, err
@@ -235,8 +222,7 @@ func startEtcd(ctx context.Context, g *benchkit.Group, hc *http.Client, bin, dir
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", err
 	}
-	// etcd's raft logs "<id> became leader at term <n>" on the winner.
-	sys := &system{name: "etcd", electionMarker: "became leader at term"}
+	sys := &system{name: "etcd"}
 	var initial []string
 	for i := range n {
 		initial = append(initial, fmt.Sprintf("etcd-%d=http://%s", i+1, benchkit.Loopback(ports[2*i+1])))
@@ -308,7 +294,39 @@ func startEtcd(ctx context.Context, g *benchkit.Group, hc *http.Client, bin, dir
 		}
 		return "", errors.New("no member reports itself as leader")
 	}
+	sys.term = func(ctx context.Context) (uint64, error) {
+		return etcdTerm(ctx, hc, sys.bases, prefix)
+	}
 	return sys, putPath, nil
+}
+
+// etcdTerm returns the highest Raft term the etcd members at bases report
+// in their maintenance status (raftTerm, a uint64 the gateway encodes as a
+// string), counted as Meteor's are: every election, won or not, starts a
+// new term. Members that do not answer are passed over.
+func etcdTerm(ctx context.Context, hc *http.Client, bases []string, prefix string) (uint64, error) {
+	var top uint64
+	var errs []error
+	answered := false
+	for _, base := range bases {
+		var st struct {
+			RaftTerm uint64 `json:"raftTerm,string"`
+		}
+		code, err := postJSON(ctx, hc, base+prefix+"/maintenance/status", []byte("{}"), &st)
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("HTTP %d", code)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", base, err))
+			continue
+		}
+		answered = true
+		top = max(top, st.RaftTerm)
+	}
+	if !answered {
+		return 0, fmt.Errorf("read etcd's Raft term: %w", errors.Join(errs...))
+	}
+	return top, nil
 }
 
 // etcdGatewayPath finds the gateway's put endpoint: /v3/kv/put on etcd

@@ -123,9 +123,10 @@ func build(dir string) (string, error) {
 
 	var b strings.Builder
 	b.WriteString("# Meteor benchmarks\n\n")
-	b.WriteString("Written by `make bench` (`go run ./bench/report`) from the `summary` rows of each results file here; each figure was measured in the run named in its source, against its peer in the same run.\n\n")
-	b.WriteString("| # | figure | Meteor | peer | ratio | goal | met | source |\n")
-	b.WriteString("|---:|---|---|---|---:|---|:---:|---|\n")
+	b.WriteString("Written by `make bench` (`go run ./bench/report`) from the `summary` rows of each results file here; each figure was measured in the run named in its source, against its peer in the same run. " +
+		"Elections are the Raft leader elections held while the figure was measured (Meteor's, then the peer's where it has them), won or not: the growth of the highest Raft term the servers report.\n\n")
+	b.WriteString("| # | figure | Meteor | peer | ratio | goal | met | elections | source |\n")
+	b.WriteString("|---:|---|---|---|---:|---|:---:|---:|---|\n")
 	for _, it := range items {
 		r := it.row
 		peer := r.Peer
@@ -136,8 +137,8 @@ func build(dir string) (string, error) {
 		if r.Met != nil {
 			met = map[bool]string{true: "yes", false: "**no**"}[*r.Met]
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s (%s) |\n",
-			r.Bench, cell(r.Figure), cell(r.Meteor), cell(peer), cell(r.Ratio), cell(r.Goal), met, it.src.File, it.src.Date)
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s (%s) |\n",
+			r.Bench, cell(r.Figure), cell(r.Meteor), cell(peer), cell(r.Ratio), cell(r.Goal), met, elections(r), it.src.File, it.src.Date)
 	}
 	var missing []int
 	for n := range expected {
@@ -147,7 +148,7 @@ func build(dir string) (string, error) {
 	}
 	slices.Sort(missing)
 	for _, n := range missing {
-		fmt.Fprintf(&b, "| %d | %s | not run | | | | | |\n", n, expected[n])
+		fmt.Fprintf(&b, "| %d | %s | not run | | | | | | |\n", n, expected[n])
 	}
 
 	b.WriteString("\n## Notes\n\n")
@@ -161,6 +162,24 @@ func build(dir string) (string, error) {
 		fmt.Fprintf(&b, "- %s: %s\n", s.File, s.Machine.Measured(s.Date))
 	}
 	return b.String(), nil
+}
+
+// elections is a row's elections cell: Meteor's count, then the peer's
+// after a slash where it has one; empty where none was recorded.
+func elections(r benchkit.Row) string {
+	count := func(n *int) string {
+		if n == nil {
+			return "-"
+		}
+		return fmt.Sprint(*n)
+	}
+	switch {
+	case r.PeerElections != nil:
+		return count(r.Elections) + " / " + count(r.PeerElections)
+	case r.Elections != nil:
+		return count(r.Elections)
+	}
+	return ""
 }
 
 // cell keeps a value from breaking the markdown table.

@@ -24,10 +24,10 @@ func writeJSON(t *testing.T, dir, name string, v any) {
 func TestBuildOrdersRowsAndNamesMissingOnes(t *testing.T) {
 	dir := t.TempDir()
 	writeJSON(t, dir, "b.json", map[string]any{"date": "D2", "summary": []benchkit.Row{
-		{Bench: 3, Name: "storm", Figure: "time to resume", Meteor: "2 s", Peer: "5 s", PeerName: "full", Ratio: "0.40"},
+		{Bench: 3, Name: "storm", Figure: "time to resume", Meteor: "2 s", Peer: "5 s", PeerName: "full", Ratio: "0.40", Elections: new(0), PeerElections: new(2)},
 	}})
 	writeJSON(t, dir, "a.json", map[string]any{"date": "D1", "summary": []benchkit.Row{
-		{Bench: 1, Name: "intents", Figure: "writes|s", Meteor: "10", Goal: ">= 1x", Met: benchkit.MetGoal(false), Note: "cpu bound"},
+		{Bench: 1, Name: "intents", Figure: "writes|s", Meteor: "10", Goal: ">= 1x", Met: benchkit.MetGoal(false), Note: "cpu bound", Elections: new(1)},
 	}})
 	writeJSON(t, dir, "old.json", map[string]any{"date": "D0"}) // no summary: ignored
 
@@ -35,8 +35,8 @@ func TestBuildOrdersRowsAndNamesMissingOnes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	i1 := strings.Index(md, "| 1 | writes\\|s | 10 |")
-	i3 := strings.Index(md, "| 3 | time to resume | 2 s | full: 5 s | 0.40 |")
+	i1 := strings.Index(md, "| 1 | writes\\|s | 10 |  |  | >= 1x | **no** | 1 | a.json (D1) |")
+	i3 := strings.Index(md, "| 3 | time to resume | 2 s | full: 5 s | 0.40 |  |  | 0 / 2 | b.json (D2) |")
 	if i1 < 0 || i3 < 0 || i1 > i3 {
 		t.Fatalf("rows missing or out of order:\n%s", md)
 	}

@@ -52,8 +52,8 @@ type stormMode struct {
 	// Victim is the server the devices were on (a follower), Survivors
 	// the two they move to, Leader the Raft leader at the kill and
 	// LeaderAfter once the log settled; Elections counts the elections
-	// won from the kill until then (the storm can starve the leader of
-	// CPU until it misses its lease and steps down).
+	// held from the kill until then, won or not (the storm can starve the
+	// leader of CPU until it misses its lease and steps down).
 	Victim      string   `json:"victim"`
 	Survivors   []string `json:"survivors"`
 	Leader      string   `json:"leader"`
@@ -260,7 +260,10 @@ func runStormMode(ctx context.Context, cfg *config, bin string, p *pki, dir, key
 // survivors, then waits for the Raft log to settle, and records the
 // figures in m. index0 is the log's last index before the kill.
 func (m *stormMode) storm(ctx context.Context, cfg *config, c *stormCluster, fl *fleet, live []*stormDev, victim int, survivors []int, index0 uint64, log io.Writer) error {
-	elections0 := c.elections()
+	term0, err := c.raftTerm(ctx)
+	if err != nil {
+		return err
+	}
 	targets, err := stormTargets(c, victim, survivors)
 	if err != nil {
 		return err
@@ -346,7 +349,11 @@ func (m *stormMode) storm(ctx context.Context, cfg *config, c *stormCluster, fl 
 	}
 	m.ServerCPUSettleds = (cpu2 - cpu0).Seconds()
 	m.RaftEntries = index1 - index0
-	m.Elections = c.elections() - elections0
+	term1, err := c.raftTerm(ctx)
+	if err != nil {
+		return err
+	}
+	m.Elections = benchkit.Elections(term0, term1)
 	if li, err := c.leader(ctx); err == nil {
 		m.LeaderAfter = c.ids[li]
 	}

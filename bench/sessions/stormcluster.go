@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -147,21 +146,15 @@ func (c *stormCluster) cpuTime(idx []int) (time.Duration, error) {
 	return sum, errors.Join(errs...)
 }
 
-// electionMarker is the line hashicorp/raft logs on the server that wins
-// an election.
-const electionMarker = "entering leader state"
-
-// elections counts the elections won so far, from the servers' logs.
-func (c *stormCluster) elections() int {
-	n := 0
-	for _, sp := range c.servers {
-		b, err := os.ReadFile(sp.p.LogPath)
-		if err != nil {
-			continue
-		}
-		n += bytes.Count(b, []byte(electionMarker))
+// raftTerm returns the highest Raft term of the servers that answer (a
+// killed one does not): the elections held in a period are its growth
+// (benchkit.Elections).
+func (c *stormCluster) raftTerm(ctx context.Context) (uint64, error) {
+	addrs := make([]string, len(c.servers))
+	for i, sp := range c.servers {
+		addrs[i] = sp.api.Addr()
 	}
-	return n
+	return benchkit.RaftTerm(ctx, addrs)
 }
 
 // settle waits until the live servers agree on a leader, each has applied

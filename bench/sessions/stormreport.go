@@ -70,10 +70,12 @@ func stormSummary(r *stormResult) []benchkit.Row {
 	if z != nil {
 		timeRow.Meteor = z.timeText()
 		cpuRow.Meteor = fmt.Sprintf("%.1f s", z.ServerCPUSettleds)
+		timeRow.Elections, cpuRow.Elections = new(z.Elections), new(z.Elections)
 	}
 	if f != nil {
 		timeRow.Peer, timeRow.PeerName = f.timeText(), "full handshakes"
 		cpuRow.Peer, cpuRow.PeerName = fmt.Sprintf("%.1f s", f.ServerCPUSettleds), "full handshakes"
+		timeRow.PeerElections, cpuRow.PeerElections = new(f.Elections), new(f.Elections)
 	}
 	if z != nil && f != nil {
 		if z.allResumed() && f.allResumed() {
@@ -121,6 +123,7 @@ func stormNotes(r *stormResult) []string {
 			"Each resumes with Hello (session ID, resume token, inventory) and Pull written at once, then the first Delta and its Ack.",
 		"Storm: the two modes differ only in TLS: 0-RTT devices keep the session ticket the dead server gave them (servers share ticket keys) and dial with DialEarly; full-handshake devices have no session cache, so every dial is a full TLS 1.3 handshake with client certificate.",
 		"Storm: the devices and the servers share the machine's CPUs, so the devices' own handshakes (their CPU is shown) slow the servers; on real fleets that work is spread over the devices.",
+		"Storm: elections are those held from the kill until the Raft log settled, won or not: the growth of the highest Raft term the servers report on GET /v1/health.",
 	}
 	if r.Detect == detectKill {
 		n = append(n, "Storm: devices give up their connection at the kill, all at once: the worst case. A real agent notices the loss only when its QUIC idle timeout expires: wire.MaxIdleTimeout (30 s) after the keep-alive it sends 10 s after the last packet it received, so 30 to 40 s after the kill, which adds that delay and spreads a fleet's storm over up to 10 s (-storm-detect idle measures it; devices that connected together time out together).")

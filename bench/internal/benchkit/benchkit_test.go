@@ -2,15 +2,20 @@ package benchkit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meteor-edge/meteor/cluster/api"
 )
 
 // durations returns 1..n nanoseconds.
@@ -230,5 +235,58 @@ func TestWriteResults(t *testing.T) {
 	m, _ := os.ReadFile(filepath.Join(dir, "x.md"))
 	if string(j) != "{\n  \"a\": 1\n}\n" || string(m) != "# x\n" {
 		t.Errorf("json %q md %q", j, m)
+	}
+}
+
+// healthServer answers GET /v1/health with term and status.
+func healthServer(t *testing.T, term uint64, status int) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/health" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(api.Health{Term: term, Healthy: status == http.StatusOK})
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestRaftTermIsTheHighestAnswered(t *testing.T) {
+	ctx := context.Background()
+	// A server that does not answer is passed over.
+	gone := httptest.NewServer(http.NotFoundHandler())
+	goneAddr := gone.Listener.Addr().String()
+	gone.Close()
+	// A server in an election answers 503 with its term; addresses may
+	// be URLs or host:port.
+	addrs := []string{
+		healthServer(t, 5, http.StatusOK),
+		goneAddr,
+		healthServer(t, 7, http.StatusServiceUnavailable),
+		strings.TrimPrefix(healthServer(t, 6, http.StatusOK), "http://"),
+	}
+	got, err := RaftTerm(ctx, addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 7 {
+		t.Errorf("RaftTerm = %d, want 7", got)
+	}
+	if _, err := RaftTerm(ctx, []string{goneAddr}); err == nil {
+		t.Error("no error when no server answers")
+	}
+}
+
+func TestElections(t *testing.T) {
+	for _, tc := range []struct {
+		start, end uint64
+		want       int
+	}{{4, 4, 0}, {4, 7, 3}, {7, 4, 0}} {
+		if got := Elections(tc.start, tc.end); got != tc.want {
+			t.Errorf("Elections(%d, %d) = %d, want %d", tc.start, tc.end, got, tc.want)
+		}
 	}
 }

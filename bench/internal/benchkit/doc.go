@@ -2,6 +2,7 @@
 // child processes run in their own process groups and stopped with SIGTERM
 // then SIGKILL, CPU time read from /proc, the facts about the machine a
 // run reports, percentiles, the results files, building the meteor
-// binary, free loopback ports, and the driver's main and scratch
+// binary, free loopback ports, the leader elections of a Meteor cluster
+// (from its highest Raft term), and the driver's main and scratch
 // directory.
 package benchkit

@@ -24,6 +24,12 @@ type Row struct {
 	// whether this run met it (nil where there is no goal).
 	Goal string `json:"goal,omitempty"`
 	Met  *bool  `json:"met,omitempty"`
+	// Elections is the number of Raft leader elections Meteor's cluster
+	// held while Meteor's figure was measured (RaftTerm, Elections);
+	// PeerElections the same for the peer, where it elects leaders too.
+	// Nil where not recorded.
+	Elections     *int `json:"leader_elections,omitempty"`
+	PeerElections *int `json:"peer_leader_elections,omitempty"`
 	// Note is what limits the figure, or why a part was skipped.
 	Note string `json:"note,omitempty"`
 }
