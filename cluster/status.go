@@ -51,6 +51,9 @@ type ownedDevice struct {
 	mark   scheduler.ProgressMark
 	status string            // last status queued or committed
 	reason string            // its reason
+	// basis is the StatusIndex of the latest status of another owner this
+	// owner has taken in (fsm.StatusTransition.Basis).
+	basis uint64
 	states map[string]string // last per-resource statuses queued
 	// heard is when this owner last heard of the device, on its own
 	// monotonic clock: when it took the device on, ingested a report, or
@@ -102,7 +105,7 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 		if err == nil {
 			d.rec = *rec
 			d.heardOf = factsOf(rec)
-			d.status, d.reason = rec.Status, rec.StatusReason
+			d.status, d.reason, d.basis = rec.Status, rec.StatusReason, rec.StatusIndex
 			d.mark = scheduler.ProgressMark{Revision: rec.AckedRevision}
 			if at := max(rec.ProgressAt, rec.StatusSince); at > 0 {
 				d.mark.At = time.Unix(0, at)
@@ -124,6 +127,12 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 		d.rec.LastSeen = max(d.rec.LastSeen, rec.LastSeen)
 		if rec.ReportSeq > d.rec.ReportSeq {
 			d.rec.ReportSeq, d.rec.Resources = rec.ReportSeq, rec.Resources
+		}
+		if rec.StatusOwner != "" && rec.StatusOwner != o.s.config.NodeID && rec.StatusIndex > d.basis {
+			// Another server committed a status while it took itself to be
+			// the owner (ownership moving): judge from that status on, or
+			// the state machine refuses this owner's transitions as stale.
+			d.status, d.reason, d.basis = rec.Status, rec.StatusReason, rec.StatusIndex
 		}
 	}
 	return d
@@ -283,7 +292,7 @@ func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Ti
 	tr := fsm.StatusTransition{
 		Device: d.rec.ID, Time: now.UnixNano(), Revision: desired.Revision,
 		Status: st.Status, Reason: st.Reason,
-		LastSeen: d.rec.LastSeen, ResourceStates: changedStates,
+		LastSeen: d.rec.LastSeen, ResourceStates: changedStates, Basis: d.basis,
 	}
 	if !d.mark.At.IsZero() {
 		tr.ProgressAt = d.mark.At.UnixNano()

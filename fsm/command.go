@@ -148,6 +148,13 @@ type StatusTransition struct {
 	Resources     []ResourceStatus `json:"resources,omitempty"`
 	// ResourceStates are the classified per-resource statuses that changed.
 	ResourceStates map[string]string `json:"resource_states,omitempty"`
+	// Basis is the StatusIndex of the stored status the owner judged
+	// from. While ownership moves, two servers can each believe they own
+	// a device for a moment; a transition of an owner that did not write
+	// the stored status, judged on an older one (Basis below the record's
+	// StatusIndex), is stale: its status is not applied (its report
+	// contents still are, by sequence number).
+	Basis uint64 `json:"basis,omitempty"`
 }
 
 // StatusBatchRequest carries transitions of many devices in one entry.

@@ -134,12 +134,20 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 		}
 		rec.LastSeen = max(rec.LastSeen, tr.LastSeen)
 		rec.ProgressAt = max(rec.ProgressAt, tr.ProgressAt)
+		rec.ModifyIndex, rec.UpdatedAt = index, tr.Time
+		if rec.StatusOwner != "" && rec.StatusOwner != req.Owner && tr.Basis < rec.StatusIndex {
+			// Judged on a status another owner has since replaced.
+			if err := txn.Insert(tableDevices, &rec); err != nil {
+				return ApplyResult{}, err
+			}
+			continue
+		}
 		changed := tr.Status != rec.Status || tr.Reason != rec.StatusReason || len(tr.ResourceStates) > 0
 		if tr.Status != rec.Status {
 			rec.StatusSince = tr.Time
 		}
 		rec.Status, rec.StatusReason, rec.NextRetry, rec.StatusRevision = tr.Status, tr.Reason, tr.NextRetry, tr.Revision
-		rec.ModifyIndex, rec.UpdatedAt = index, tr.Time
+		rec.StatusOwner, rec.StatusIndex = req.Owner, index
 		if changed {
 			rec.TimelineSeq++
 			entry := &TimelineEntry{

@@ -173,3 +173,54 @@ func TestDeviceSessionBatch(t *testing.T) {
 		t.Errorf("revision %d single, %d batched", single.Read().Revision(), batched.Read().Revision())
 	}
 }
+
+// TestStaleOwnerTransitionIsRefused: while ownership moves, a server that
+// judged a device on a status another owner has since replaced (its
+// replica behind, or its view of the ring out of date) must not write its
+// stale status over the newer one; it may once it has taken that status
+// in. A report's contents still count, by sequence number.
+func TestStaleOwnerTransitionIsRefused(t *testing.T) {
+	f, err := New(Config{TimelineLimit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Apply(1, mustEncode(t, DeviceSessionType, &DeviceSessionRequest{ID: "d1", SessionID: "s", Server: "a", Connected: true, Time: 1}))
+	status := func(index uint64, owner string, basis, seq uint64, st string) {
+		t.Helper()
+		f.Apply(index, mustEncode(t, StatusBatchType, &StatusBatchRequest{Owner: owner, Transitions: []StatusTransition{
+			{Device: "d1", Seq: seq, Time: int64(index), Revision: 1, Status: st, Basis: basis, Full: seq > 0,
+				Resources: []ResourceStatus{{Key: "k", AppliedDigest: fmt.Sprint(seq), Effective: "ok"}}},
+		}}))
+	}
+	want := func(st, owner string, index, seq uint64) {
+		t.Helper()
+		d, err := f.Read().Device(nil, "d1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Status != st || d.StatusOwner != owner || d.StatusIndex != index || d.ReportSeq != seq {
+			t.Fatalf("status %s by %s at %d, report seq %d; want %s by %s at %d, seq %d", d.Status, d.StatusOwner, d.StatusIndex, d.ReportSeq, st, owner, index, seq)
+		}
+	}
+	status(2, "s3", 0, 1, "converged")
+	want("converged", "s3", 2, 1)
+	status(3, "s3", 0, 0, "converged") // its own line: applies
+	want("converged", "s3", 3, 1)
+	status(4, "s1", 2, 2, "pending") // judged on index 2, replaced at 3
+	want("converged", "s3", 3, 2)    // status kept, report merged
+	status(5, "s1", 3, 0, "progressing")
+	want("progressing", "s1", 5, 2)
+	status(6, "s3", 3, 0, "converged") // s3 has not seen s1's status
+	want("progressing", "s1", 5, 2)
+	tl, err := f.Read().Timeline(nil, "d1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range tl {
+		got = append(got, e.Owner+":"+e.Status)
+	}
+	if diff := cmp.Diff([]string{"s3:converged", "s1:progressing"}, got); diff != "" {
+		t.Fatalf("timeline (-want +got):\n%s", diff)
+	}
+}

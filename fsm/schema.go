@@ -99,6 +99,11 @@ type DeviceRecord struct {
 	ProgressAt   int64  `json:"progress_at,omitempty"`
 	// StatusRevision is the desired revision the status was computed at.
 	StatusRevision uint64 `json:"status_revision,omitempty"`
+	// StatusOwner is the server that committed the status, at Raft index
+	// StatusIndex. Another owner's transition applies only if it was
+	// judged on that status (StatusTransition.Basis).
+	StatusOwner string `json:"status_owner,omitempty"`
+	StatusIndex uint64 `json:"status_index,omitempty"`
 	// TimelineSeq numbers the device's timeline entries.
 	TimelineSeq uint64 `json:"timeline_seq,omitempty"`
 }
