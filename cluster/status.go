@@ -49,11 +49,11 @@ type statusOwner struct {
 type ownedDevice struct {
 	rec    fsm.DeviceRecord // committed record with later reports merged in
 	mark   scheduler.ProgressMark
-	status string            // last status queued or committed
-	reason string            // its reason
+	status string // last status queued or committed
+	reason string // its reason
 	// basis is the StatusIndex of the latest status of another owner this
 	// owner has taken in (fsm.StatusTransition.Basis).
-	basis uint64
+	basis  uint64
 	states map[string]string // last per-resource statuses queued
 	// heard is when this owner last heard of the device, on its own
 	// monotonic clock: when it took the device on, ingested a report, or
