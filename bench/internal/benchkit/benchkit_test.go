@@ -82,16 +82,22 @@ func TestCPUTimeOfSelf(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc")
 	}
-	// Burn some CPU so that the reading is not zero.
-	deadline := time.Now().Add(50 * time.Millisecond)
-	for time.Now().Before(deadline) {
-	}
-	d, err := CPUTime("self")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d <= 0 {
-		t.Errorf("CPUTime(self) = %v", d)
+	// Burn CPU until the reading moves: /proc counts in clock ticks, and on
+	// a busy host 50 ms of wall time can be less than one tick of CPU.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		d, err := CPUTime("self")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CPUTime(self) = %v after burning CPU for 30 s", d)
+		}
+		for end := time.Now().Add(10 * time.Millisecond); time.Now().Before(end); {
+		}
 	}
 }
 
