@@ -64,6 +64,13 @@ func TestReportResourceStates(t *testing.T) {
 			if d.Status != "blocked" || d.StatusReason != reason {
 				return fmt.Errorf("%s: status %q (%s), want blocked (%s)", dev, d.Status, d.StatusReason, reason)
 			}
+			agent := map[string]string{}
+			for _, st := range d.States {
+				agent[st.Key] = st.AgentState
+			}
+			if want := map[string]string{"store/r00": "blocked", "store/r01": "converged"}; !cmp.Equal(agent, want) {
+				return fmt.Errorf("%s: agent states %v, want %v", dev, agent, want)
+			}
 			return nil
 		})
 	}

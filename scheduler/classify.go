@@ -205,7 +205,7 @@ func NextProgressMark(prev ProgressMark, v DeviceView, rec *fsm.DeviceRecord, no
 	for _, rv := range v.Resources {
 		st := rv.State
 		if rv.Reported != nil {
-			if agent, _ := reportedState(rv.Reported); agent == StatusOverridden {
+			if agent, _ := ReportedState(rv.Reported); agent == StatusOverridden {
 				st = StatusOverridden
 			}
 		}
@@ -323,7 +323,7 @@ func classifyResource(rv ResourceView, rec *fsm.DeviceRecord, cl Class) (Resourc
 	var state, detail, lastErr string
 	var updated time.Time
 	if rep != nil {
-		state, detail = reportedState(rep)
+		state, detail = ReportedState(rep)
 		lastErr = rep.LastError
 		if rep.UpdatedAt != 0 {
 			updated = time.Unix(0, rep.UpdatedAt)
@@ -365,7 +365,7 @@ func classifyResource(rv ResourceView, rec *fsm.DeviceRecord, cl Class) (Resourc
 	return rs, updated
 }
 
-// reportedState returns the agent's state of a reported resource (one of
+// ReportedState returns the agent's state of a reported resource (one of
 // the first seven statuses, or empty if unknown) and its detail.
 //
 // Agents of protocol 1.1 report the state as a field. A resource without
@@ -373,7 +373,7 @@ func classifyResource(rv ResourceView, rec *fsm.DeviceRecord, cl Class) (Resourc
 // fsm.ResourceStatus had the field), whose detail starts with the state
 // instead ("blocked: requires app/db"): for those records, and only for
 // them, the state is read from that prefix (legacyDetail).
-func reportedState(rep *fsm.ResourceStatus) (state, detail string) {
+func ReportedState(rep *fsm.ResourceStatus) (state, detail string) {
 	if rep.State != "" {
 		return rep.State, rep.Detail
 	}

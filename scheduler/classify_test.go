@@ -327,8 +327,8 @@ func TestReportedState(t *testing.T) {
 		{fsm.ResourceStatus{Detail: "probe: exit 1"}, "", "probe: exit 1"},
 		{fsm.ResourceStatus{}, "", ""},
 	} {
-		if state, detail := reportedState(&tt.rep); state != tt.wantState || detail != tt.wantDetail {
-			t.Errorf("reportedState(%+v) = %q, %q; want %q, %q", tt.rep, state, detail, tt.wantState, tt.wantDetail)
+		if state, detail := ReportedState(&tt.rep); state != tt.wantState || detail != tt.wantDetail {
+			t.Errorf("ReportedState(%+v) = %q, %q; want %q, %q", tt.rep, state, detail, tt.wantState, tt.wantDetail)
 		}
 	}
 
