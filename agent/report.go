@@ -106,6 +106,29 @@ func fitReport(rep *wire.Report) bool {
 	return false
 }
 
+// legacyReport rewrites rep for a session that runs at protocol 1.0, whose
+// Reports have no resource state: each resource's state goes to the start
+// of its Detail ("blocked: requires app/db"), where a 1.0 server reads it.
+// A report queued by an agent of 1.0 already has that form.
+func legacyReport(rep *wire.Report) *wire.Report {
+	if !rep.States {
+		return rep
+	}
+	old := *rep
+	old.States = false
+	old.Resources = make([]wire.ResourceReport, len(rep.Resources))
+	for i, r := range rep.Resources {
+		detail := r.State.String()
+		if r.Detail != "" {
+			detail += ": " + r.Detail
+		}
+		r.State, r.Detail = wire.StateUnknown, truncate(detail, wire.MaxTextLen)
+		old.Resources[i] = r
+	}
+	fitReport(&old) // the prefixes may take a full report past the frame limit
+	return &old
+}
+
 // decodeReport rebuilds a queued report for sending.
 func decodeReport(r journal.Report) (*wire.Report, error) {
 	var m wire.Report

@@ -46,6 +46,7 @@ type session struct {
 	reader *frameReader
 
 	welcomed    bool
+	minor       uint16 // the session's protocol minor, once welcomed
 	retried0RTT bool
 	pullOut     bool                            // a Pull awaits its Delta
 	pullInv     map[string]wire.AppliedResource // inventory of that Pull; nil: none sent
@@ -377,6 +378,7 @@ func (s *session) onWelcome(m *wire.Welcome) error {
 		return err
 	}
 	s.welcomed = true
+	s.minor = min(m.Minor, wire.ProtocolMinor)
 	newSession := old.ID != sid
 	s.log = s.log.With("session", sid)
 	s.log.Info("session established", "server_id", m.ServerID, "resumed", !newSession,
@@ -578,6 +580,9 @@ func (s *session) writeReports(after uint64) error {
 		rep, err := decodeReport(p)
 		if err != nil {
 			return err
+		}
+		if s.minor < wire.MinorReportStates {
+			rep = legacyReport(rep) // a 1.0 server refuses typed states
 		}
 		if err := s.w.Write(rep); err != nil {
 			return err

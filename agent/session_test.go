@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,8 +44,12 @@ func TestSessionConverges(t *testing.T) {
 	if h.device != "dev-1" || !h.hello.Inventory || !h.hello.SessionID.IsZero() || h.hello.Labels["site"] != "store-42" {
 		t.Errorf("first Hello = %+v from device %q", h.hello, h.device)
 	}
+	if !c.lastReport().States {
+		t.Error("report without typed resource states in a session at minor 1")
+	}
 	for _, r := range c.lastReport().Resources {
-		if r.Effective != wire.EffectiveOK || r.AppliedDigest == (wire.Digest{}) || r.UpdatedAtUnixNano == 0 {
+		if r.Effective != wire.EffectiveOK || r.AppliedDigest == (wire.Digest{}) || r.UpdatedAtUnixNano == 0 ||
+			r.State != wire.StateConverged || r.Detail != "content and mode match" {
 			t.Errorf("reported %+v", r)
 		}
 	}
@@ -95,6 +100,38 @@ func TestSessionConverges(t *testing.T) {
 	}
 	if s := ag.Status(); s.DesiredRevision < 8 {
 		t.Errorf("desired revision %d after a stale Delta", s.DesiredRevision)
+	}
+}
+
+// TestSessionReportsToAServerOf10: in a session at protocol 1.0 the agent
+// sends Reports without typed states, each resource's state at the start
+// of its detail, as a 1.0 server reads it.
+func TestSessionReportsToAServerOf10(t *testing.T) {
+	c := newTestCluster(t)
+	s1 := c.startServer("s1")
+	s1.setMode(serverMode{protocol10: true})
+	a1 := upsert(t, "app", 3, fileRes("a", "/etc/app/a.conf", "A\n"))
+	b1 := upsert(t, "app", 3, fileRes("b", "/etc/app/b.conf", "B\n", "ghost"))
+	c.setDesired(3, a1, b1)
+	startAgent(t, c.agentConfig(t, "dev-1", s1))
+
+	c.wait(t, waitLong, "a blocked report at revision 3", reportOf(c, 3, 2, StateBlocked))
+	rep := c.lastReport()
+	if rep.States {
+		t.Fatal("report with typed states in a session at minor 0")
+	}
+	got := map[string]string{}
+	for _, r := range rep.Resources {
+		if r.State != wire.StateUnknown {
+			t.Errorf("%s: state %v in a 1.0 report", r.Key, r.State)
+		}
+		got[r.Key] = r.Detail
+	}
+	if d := got["app/a"]; d != "converged: content and mode match" {
+		t.Errorf("app/a detail %q", d)
+	}
+	if d := got["app/b"]; !strings.HasPrefix(d, "blocked: requires app/ghost") {
+		t.Errorf("app/b detail %q", d)
 	}
 }
 

@@ -188,7 +188,19 @@ func (st *statusStore) snapshot() Status {
 	return s
 }
 
-// report builds a full report (Seq left zero) of the current view.
+// wireState is the wire encoding of one of the State constants. Every
+// constant has one (TestWireStates); anything else, which no pass
+// produces, is reported as progressing rather than not at all.
+func wireState(state string) wire.ResourceState {
+	if s, ok := wire.ParseResourceState(state); ok {
+		return s
+	}
+	return wire.StateProgressing
+}
+
+// report builds a full report (Seq left zero) of the current view, with
+// typed resource states; a session at protocol 1.0 sends it as
+// legacyReport makes it.
 func (st *statusStore) report() *wire.Report {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -197,19 +209,17 @@ func (st *statusStore) report() *wire.Report {
 		Full:            true,
 		Status:          st.s.State,
 		BlockedReason:   truncate(st.s.BlockedReason, wire.MaxTextLen),
+		States:          true,
 	}
 	for _, k := range slices.Sorted(maps.Keys(st.resources)) {
 		r := st.resources[k]
-		detail := r.State
-		if r.Detail != "" {
-			detail += ": " + r.Detail
-		}
 		rep.Resources = append(rep.Resources, wire.ResourceReport{
 			Key:               r.Key,
 			AppliedDigest:     digestFromHex(r.AppliedDigest),
 			AppliedRevision:   r.AppliedRevision,
 			Effective:         r.Effective,
-			Detail:            truncate(detail, wire.MaxTextLen),
+			State:             wireState(r.State),
+			Detail:            truncate(r.Detail, wire.MaxTextLen),
 			LastError:         truncate(r.LastError, wire.MaxTextLen),
 			Attempts:          uint32(min(r.Attempts, 1<<32-1)),
 			UpdatedAtUnixNano: r.UpdatedAt.UnixNano(),

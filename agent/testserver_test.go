@@ -123,6 +123,10 @@ type serverMode struct {
 	dropReports bool
 	// staleDelta answers Pulls with a Delta to this revision instead.
 	staleDelta uint64
+	// protocol10 makes the server speak protocol 1.0: its Welcome says
+	// minor 0, and a Report with typed states (1.1) is a protocol error,
+	// as a 1.0 decoder refuses the flag.
+	protocol10 bool
 }
 
 type testServer struct {
@@ -308,8 +312,12 @@ func (s *testServer) serve(conn *quic.Conn) {
 	sess.acked = max(sess.acked, hello.AckedRevision)
 	sess.token = make([]byte, 32)
 	_, _ = rand.Read(sess.token)
+	minor := wire.ProtocolMinor
+	if s.getMode().protocol10 {
+		minor = 0
+	}
 	welcome := &wire.Welcome{
-		Major: wire.ProtocolMajor, Minor: wire.ProtocolMinor, ServerID: s.id, SessionID: sid,
+		Major: wire.ProtocolMajor, Minor: minor, ServerID: s.id, SessionID: sid,
 		ResumeToken: bytes.Clone(sess.token), DesiredRevision: max(c.rev, sess.acked),
 		AcceptedReportSeq: sess.appliedSeq, ServerTimeUnixNano: time.Now().UnixNano(),
 	}
@@ -341,6 +349,11 @@ func (s *testServer) serve(conn *quic.Conn) {
 			c.eventLocked()
 			c.mu.Unlock()
 		case *wire.Report:
+			if m.States && minor < wire.MinorReportStates {
+				c.t.Errorf("report %d with typed states in a session at minor %d", m.Seq, minor)
+				conn.CloseWithError(wire.CloseProtocolError, "undefined report flag")
+				return
+			}
 			if s.getMode().dropReports {
 				c.mu.Lock()
 				c.dropped = append(c.dropped, droppedReport{seq: m.Seq, at: time.Now()})

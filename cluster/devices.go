@@ -82,6 +82,7 @@ func (s *Server) handleGetDevice(w http.ResponseWriter, r *http.Request) {
 		if rep := rv.Reported; rep != nil {
 			st.AppliedDigest, st.AppliedRevision = rep.AppliedDigest, rep.AppliedRevision
 			st.Effective, st.Detail, st.LastError, st.Attempts = rep.Effective, rep.Detail, rep.LastError, rep.Attempts
+			st.AgentState, _ = scheduler.ReportedState(rep)
 			if rep.UpdatedAt != 0 {
 				t := time.Unix(0, rep.UpdatedAt).UTC()
 				st.UpdatedAt = &t

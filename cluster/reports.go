@@ -81,3 +81,15 @@ func (s *Server) handleInternalReport(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]uint64{"seq": rep.Seq})
 }
+
+// reportedState is the name of a reported resource's state as
+// fsm.ResourceStatus keeps it. It is empty for a report without typed
+// states (from an agent of protocol 1.0, or through a 1.0 session): such
+// an agent starts the Detail with the state, and the scheduler reads it
+// from there for those records only.
+func reportedState(rep *wire.Report, r wire.ResourceReport) string {
+	if !rep.States || r.State == wire.StateUnknown {
+		return ""
+	}
+	return r.State.String()
+}

@@ -211,7 +211,7 @@ func (o *statusOwner) ingest(ctx context.Context, device string, labels map[stri
 	for _, r := range rep.Resources {
 		res = append(res, fsm.ResourceStatus{
 			Key: r.Key, AppliedDigest: hex.EncodeToString(r.AppliedDigest[:]), AppliedRevision: r.AppliedRevision,
-			Effective: effectiveName(r.Effective), Detail: r.Detail, LastError: r.LastError,
+			Effective: effectiveName(r.Effective), State: reportedState(rep, r), Detail: r.Detail, LastError: r.LastError,
 			Attempts: r.Attempts, UpdatedAt: r.UpdatedAtUnixNano,
 		})
 	}

@@ -114,6 +114,11 @@ type ResourceStatus struct {
 	AppliedRevision uint64 `json:"applied_revision,omitempty"`
 	// Effective is ok, mismatch or unknown.
 	Effective string `json:"effective"`
+	// State is the agent's state of the resource (pending, progressing,
+	// converged, drifted, overridden, blocked or failed). Empty: the
+	// report came from an agent of protocol 1.0 (or predates the field),
+	// whose Detail starts with the state's name and ": " instead.
+	State     string `json:"state,omitempty"`
 	Detail    string `json:"detail,omitempty"`
 	LastError string `json:"last_error,omitempty"`
 	Attempts  uint32 `json:"attempts,omitempty"`

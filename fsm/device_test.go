@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -64,6 +65,42 @@ func TestDeviceSessionAndReports(t *testing.T) {
 	d, _ = f.Read().Device(nil, "d1")
 	if len(d.Resources) != 1 || d.Connected || d.ReportSeq != 5 {
 		t.Fatalf("device %+v", d)
+	}
+}
+
+// TestResourceStatusState checks that a reported resource state is
+// committed with the record, and that a status committed before the field
+// existed (by a server of protocol 1.0) still reads, with no state.
+func TestResourceStatusState(t *testing.T) {
+	f := newTestFSM(t, 0)
+	f.Apply(1, mustEncode(t, DeviceSessionType, &DeviceSessionRequest{ID: "d1", SessionID: "s", Server: "a", Connected: true, Time: 1}))
+	// The transition of a 1.0 agent's report, as a 1.0 server encoded it.
+	old := []byte(`{"owner":"a","transitions":[{"device":"d1","seq":1,"time":2,"revision":1,"status":"blocked","full":true,` +
+		`"resources":[{"key":"app/web","effective":"unknown","detail":"blocked: requires app/db"}]}]}`)
+	f.Apply(2, append([]byte{byte(StatusBatchType)}, old...))
+	d, err := f.Read().Device(nil, "d1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ResourceStatus{{Key: "app/web", Effective: "unknown", Detail: "blocked: requires app/db"}}
+	if diff := cmp.Diff(want, d.Resources); diff != "" {
+		t.Fatalf("1.0 record (-want +got):\n%s", diff)
+	}
+
+	typed := []ResourceStatus{{Key: "app/web", Effective: "unknown", State: "blocked", Detail: "requires app/db"}}
+	f.Apply(3, mustEncode(t, StatusBatchType, &StatusBatchRequest{Owner: "a", Transitions: []StatusTransition{
+		{Device: "d1", Seq: 2, Time: 3, Revision: 1, Status: "blocked", Full: true, Resources: typed},
+	}}))
+	d, _ = f.Read().Device(nil, "d1")
+	if diff := cmp.Diff(typed, d.Resources); diff != "" {
+		t.Fatalf("typed record (-want +got):\n%s", diff)
+	}
+	b, err := json.Marshal(typed[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(b), `{"key":"app/web","effective":"unknown","state":"blocked","detail":"requires app/db"}`; got != want {
+		t.Errorf("JSON = %s, want %s", got, want)
 	}
 }
 

@@ -204,8 +204,10 @@ func NextProgressMark(prev ProgressMark, v DeviceView, rec *fsm.DeviceRecord, no
 	remaining := 0
 	for _, rv := range v.Resources {
 		st := rv.State
-		if rv.Reported != nil && agentState(rv.Reported.Detail) == StatusOverridden {
-			st = StatusOverridden
+		if rv.Reported != nil {
+			if agent, _ := ReportedState(rv.Reported); agent == StatusOverridden {
+				st = StatusOverridden
+			}
 		}
 		fmt.Fprintf(h, "%s=%s\n", rv.Key, st)
 		remaining += stepsLeft(st)
@@ -321,7 +323,7 @@ func classifyResource(rv ResourceView, rec *fsm.DeviceRecord, cl Class) (Resourc
 	var state, detail, lastErr string
 	var updated time.Time
 	if rep != nil {
-		state, detail = splitDetail(rep.Detail)
+		state, detail = ReportedState(rep)
 		lastErr = rep.LastError
 		if rep.UpdatedAt != 0 {
 			updated = time.Unix(0, rep.UpdatedAt)
@@ -363,22 +365,31 @@ func classifyResource(rv ResourceView, rec *fsm.DeviceRecord, cl Class) (Resourc
 	return rs, updated
 }
 
-// splitDetail splits an agent's detail ("blocked: requires app/db") into
-// the agent's resource state and the rest. A detail that does not start
-// with a known state is all rest.
-func splitDetail(detail string) (state, rest string) {
+// ReportedState returns the agent's state of a reported resource (one of
+// the first seven statuses, or empty if unknown) and its detail.
+//
+// Agents of protocol 1.1 report the state as a field. A resource without
+// one was reported by an agent of protocol 1.0 (or committed before
+// fsm.ResourceStatus had the field), whose detail starts with the state
+// instead ("blocked: requires app/db"): for those records, and only for
+// them, the state is read from that prefix (legacyDetail).
+func ReportedState(rep *fsm.ResourceStatus) (state, detail string) {
+	if rep.State != "" {
+		return rep.State, rep.Detail
+	}
+	return legacyDetail(rep.Detail)
+}
+
+// legacyDetail splits the detail of a protocol 1.0 agent into the state
+// it starts with and the rest. A detail that does not start with a known
+// state is all rest.
+func legacyDetail(detail string) (state, rest string) {
 	state, rest, _ = strings.Cut(detail, ":")
 	switch state {
 	case StatusPending, StatusProgressing, StatusConverged, StatusDrifted, StatusOverridden, StatusBlocked, StatusFailed:
 		return state, strings.TrimSpace(rest)
 	}
 	return "", detail
-}
-
-// agentState is the state prefix of an agent's detail.
-func agentState(detail string) string {
-	state, _ := splitDetail(detail)
-	return state
 }
 
 // earlierRetry orders retry times, a zero time (no retry) last.

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -37,26 +38,42 @@ func desiredAt(rev uint64, keys ...string) *DesiredState {
 	return d
 }
 
-// Reported resource states, as the agent words them.
+// Reported resource states, as the agent reports them.
 func converged(key string) fsm.ResourceStatus {
-	return fsm.ResourceStatus{Key: key, AppliedDigest: hexOf(key), Effective: "ok", Detail: "converged: content matches"}
+	return fsm.ResourceStatus{Key: key, AppliedDigest: hexOf(key), Effective: "ok", State: "converged", Detail: "content matches"}
 }
 
 func applied(key string) fsm.ResourceStatus {
-	return fsm.ResourceStatus{Key: key, AppliedDigest: hexOf(key), Effective: "unknown", Detail: "progressing"}
+	return fsm.ResourceStatus{Key: key, AppliedDigest: hexOf(key), Effective: "unknown", State: "progressing"}
 }
 
 func notApplied(key string) fsm.ResourceStatus {
-	return fsm.ResourceStatus{Key: key, AppliedDigest: "old", Effective: "ok", Detail: "pending"}
+	return fsm.ResourceStatus{Key: key, AppliedDigest: "old", Effective: "ok", State: "pending"}
 }
 
 func failing(key, err string, attempts uint32, at time.Time) fsm.ResourceStatus {
-	return fsm.ResourceStatus{Key: key, AppliedDigest: "old", Effective: "ok", Detail: "failed: retrying", LastError: err, Attempts: attempts, UpdatedAt: at.UnixNano()}
+	return fsm.ResourceStatus{Key: key, AppliedDigest: "old", Effective: "ok", State: "failed", Detail: "retrying", LastError: err, Attempts: attempts, UpdatedAt: at.UnixNano()}
 }
 
-func withDetail(r fsm.ResourceStatus, effective, detail string) fsm.ResourceStatus {
-	r.Effective, r.Detail = effective, detail
+func withState(r fsm.ResourceStatus, effective, state, detail string) fsm.ResourceStatus {
+	r.Effective, r.State, r.Detail = effective, state, detail
 	return r
+}
+
+// legacy is rec as a protocol 1.0 agent reported it: no state field, the
+// state at the start of the detail.
+func legacy(rec fsm.DeviceRecord) fsm.DeviceRecord {
+	rec.Resources = slices.Clone(rec.Resources)
+	for i := range rec.Resources {
+		r := &rec.Resources[i]
+		if r.Detail != "" {
+			r.Detail = r.State + ": " + r.Detail
+		} else {
+			r.Detail = r.State
+		}
+		r.State = ""
+	}
+	return rec
 }
 
 // summary is what the table checks of a DeviceStatus.
@@ -171,20 +188,20 @@ func TestClassify(t *testing.T) {
 		name:    "apply failure: terminal, no retry",
 		desired: desiredAt(5, motd),
 		rec: fsm.DeviceRecord{Connected: true, AckedRevision: 5, Resources: []fsm.ResourceStatus{
-			withDetail(failing(motd, "spec: mode must be octal", 1, t0), "ok", "failed: terminal: waiting for a new desired state")}},
+			withState(failing(motd, "spec: mode must be octal", 1, t0), "ok", "failed", "terminal: waiting for a new desired state")}},
 		want: summary{Status: StatusFailed, Reason: "cfg/motd: apply failed (attempt 1, terminal): spec: mode must be octal; change the intent to retry", Since: t0, Resources: map[string]string{motd: "failed"}},
 	}, {
 		name:    "blocked: the agent's reason passes through",
 		desired: desiredAt(5, fw, motd),
 		rec: fsm.DeviceRecord{Connected: true, AckedRevision: 5, BlockedReason: "cfg/motd: workload lock held by pos-sync since 11:58",
-			Resources: []fsm.ResourceStatus{converged(fw), withDetail(notApplied(motd), "ok", "blocked: workload lock held by pos-sync since 11:58")}},
+			Resources: []fsm.ResourceStatus{converged(fw), withState(notApplied(motd), "ok", "blocked", "workload lock held by pos-sync since 11:58")}},
 		progress: mark(time.Hour),
 		want:     summary{Status: StatusBlocked, Reason: "cfg/motd: workload lock held by pos-sync since 11:58", Resources: map[string]string{fw: "converged", motd: "blocked"}},
 	}, {
 		name:    "blocked: from the detail alone",
 		desired: desiredAt(5, motd),
 		rec: fsm.DeviceRecord{Connected: true, AckedRevision: 5,
-			Resources: []fsm.ResourceStatus{withDetail(notApplied(motd), "ok", "blocked: requires cfg/base, which is failed")}},
+			Resources: []fsm.ResourceStatus{withState(notApplied(motd), "ok", "blocked", "requires cfg/base, which is failed")}},
 		want: summary{Status: StatusBlocked, Reason: "cfg/motd: requires cfg/base, which is failed", Resources: map[string]string{motd: "blocked"}},
 	}, {
 		name:     "blocked: from the record's reason alone",
@@ -196,13 +213,13 @@ func TestClassify(t *testing.T) {
 		name:    "drifted",
 		desired: desiredAt(5, motd),
 		rec: fsm.DeviceRecord{Connected: true, AckedRevision: 5, Resources: []fsm.ResourceStatus{
-			withDetail(converged(motd), "mismatch", "drifted: drift reported, not corrected: content sha256 1a2b, want 3c4d")}},
+			withState(converged(motd), "mismatch", "drifted", "drift reported, not corrected: content sha256 1a2b, want 3c4d")}},
 		want: summary{Status: StatusDrifted, Reason: "cfg/motd: drift reported, not corrected: content sha256 1a2b, want 3c4d", Resources: map[string]string{motd: "drifted"}},
 	}, {
 		name:    "overridden, not drifted, when the agent tolerates it",
 		desired: desiredAt(5, motd),
 		rec: fsm.DeviceRecord{Connected: true, AckedRevision: 5, Resources: []fsm.ResourceStatus{
-			withDetail(converged(motd), "mismatch", "overridden: local override by alice until 18:00: store hours")}},
+			withState(converged(motd), "mismatch", "overridden", "local override by alice until 18:00: store hours")}},
 		want: summary{Status: StatusOverridden, Reason: "cfg/motd: local override by alice until 18:00: store hours", Resources: map[string]string{motd: "overridden"}},
 	}, {
 		name:     "no longer desired: progressing until removed",
@@ -224,13 +241,13 @@ func TestClassify(t *testing.T) {
 			name:    "precedence: failed over blocked",
 			desired: desiredAt(5, fw, motd),
 			rec: fsm.DeviceRecord{Connected: true, AckedRevision: 5, BlockedReason: "cfg/motd: lock",
-				Resources: []fsm.ResourceStatus{failing(fw, "exit 1", 1, t0), withDetail(notApplied(motd), "ok", "blocked: lock")}},
+				Resources: []fsm.ResourceStatus{failing(fw, "exit 1", 1, t0), withState(notApplied(motd), "ok", "blocked", "lock")}},
 			want: summary{Status: StatusFailed, Reason: "net/fw: apply failed (attempt 1): exit 1; next retry at 2026-03-01T12:00:01Z", Since: t0, NextRetry: t0.Add(time.Second), Resources: map[string]string{fw: "failed", motd: "blocked"}},
 		}, {
 			name:    "precedence: blocked over stuck",
 			desired: desiredAt(5, fw, motd),
 			rec: fsm.DeviceRecord{Connected: true, AckedRevision: 5,
-				Resources: []fsm.ResourceStatus{applied(fw), withDetail(notApplied(motd), "ok", "blocked: requires cfg/base")}},
+				Resources: []fsm.ResourceStatus{applied(fw), withState(notApplied(motd), "ok", "blocked", "requires cfg/base")}},
 			progress: mark(time.Hour),
 			want:     summary{Status: StatusBlocked, Reason: "cfg/motd: requires cfg/base", Resources: map[string]string{fw: "progressing", motd: "blocked"}},
 		}, {
@@ -251,7 +268,7 @@ func TestClassify(t *testing.T) {
 			name:    "precedence: progressing over drifted",
 			desired: desiredAt(5, fw, motd),
 			rec: fsm.DeviceRecord{Connected: true, AckedRevision: 5,
-				Resources: []fsm.ResourceStatus{withDetail(converged(fw), "mismatch", "drifted: rule missing"), applied(motd)}},
+				Resources: []fsm.ResourceStatus{withState(converged(fw), "mismatch", "drifted", "rule missing"), applied(motd)}},
 			progress: mark(time.Minute),
 			want: summary{Status: StatusProgressing, Reason: "0 of 2 resources converged; cfg/motd: applied; the probe has not confirmed it yet",
 				Since: ago(time.Minute), Resources: map[string]string{fw: "drifted", motd: "progressing"}},
@@ -259,30 +276,70 @@ func TestClassify(t *testing.T) {
 			name:    "precedence: drifted over overridden",
 			desired: desiredAt(5, fw, motd),
 			rec: fsm.DeviceRecord{Connected: true, AckedRevision: 5,
-				Resources: []fsm.ResourceStatus{withDetail(converged(fw), "mismatch", "overridden: pinned"), withDetail(converged(motd), "mismatch", "drifted: edited")}},
+				Resources: []fsm.ResourceStatus{withState(converged(fw), "mismatch", "overridden", "pinned"), withState(converged(motd), "mismatch", "drifted", "edited")}},
 			want: summary{Status: StatusDrifted, Reason: "cfg/motd: edited", Resources: map[string]string{fw: "overridden", motd: "drifted"}},
 		}, {
 			name:    "precedence: overridden over converged",
 			desired: desiredAt(5, fw, motd),
 			rec: fsm.DeviceRecord{Connected: true, AckedRevision: 5,
-				Resources: []fsm.ResourceStatus{withDetail(converged(fw), "mismatch", "overridden: pinned"), converged(motd)}},
+				Resources: []fsm.ResourceStatus{withState(converged(fw), "mismatch", "overridden", "pinned"), converged(motd)}},
 			want: summary{Status: StatusOverridden, Reason: "net/fw: pinned", Resources: map[string]string{fw: "overridden", motd: "converged"}},
 		}}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			v := Compare(tt.desired, &tt.rec)
-			got := Classify(v, &tt.rec, tt.classes, testClassOf, t0, tt.progress)
-			if diff := cmp.Diff(tt.want, summarize(got)); diff != "" {
-				t.Errorf("Classify (-want +got):\n%s", diff)
+		// Each record as a 1.1 agent reports it (typed state) and as a 1.0
+		// agent did (state at the start of the detail): same verdict.
+		for _, proto := range []string{"1.1", "1.0"} {
+			rec := tt.rec
+			if proto == "1.0" {
+				rec = legacy(rec)
 			}
-			for key, want := range tt.wantRetry {
-				for _, r := range got.Resources {
-					if r.Key == key && !r.NextRetry.Equal(want) {
-						t.Errorf("%s next retry %v, want %v", key, r.NextRetry, want)
+			t.Run(tt.name+"/"+proto, func(t *testing.T) {
+				v := Compare(tt.desired, &rec)
+				got := Classify(v, &rec, tt.classes, testClassOf, t0, tt.progress)
+				if diff := cmp.Diff(tt.want, summarize(got)); diff != "" {
+					t.Errorf("Classify (-want +got):\n%s", diff)
+				}
+				for key, want := range tt.wantRetry {
+					for _, r := range got.Resources {
+						if r.Key == key && !r.NextRetry.Equal(want) {
+							t.Errorf("%s next retry %v, want %v", key, r.NextRetry, want)
+						}
 					}
 				}
-			}
-		})
+			})
+		}
+	}
+}
+
+// TestReportedState checks that a typed state is taken as is (a detail
+// that happens to start like a 1.0 prefix is only text), and that the
+// prefix is read only from records without one.
+func TestReportedState(t *testing.T) {
+	for _, tt := range []struct {
+		rep                   fsm.ResourceStatus
+		wantState, wantDetail string
+	}{
+		{fsm.ResourceStatus{State: "converged", Detail: "blocked: says the log line"}, "converged", "blocked: says the log line"},
+		{fsm.ResourceStatus{State: "blocked", Detail: "requires app/db"}, "blocked", "requires app/db"},
+		{fsm.ResourceStatus{State: "pending"}, "pending", ""},
+		{fsm.ResourceStatus{Detail: "blocked: requires app/db"}, "blocked", "requires app/db"},
+		{fsm.ResourceStatus{Detail: "progressing"}, "progressing", ""},
+		{fsm.ResourceStatus{Detail: "probe: exit 1"}, "", "probe: exit 1"},
+		{fsm.ResourceStatus{}, "", ""},
+	} {
+		if state, detail := ReportedState(&tt.rep); state != tt.wantState || detail != tt.wantDetail {
+			t.Errorf("ReportedState(%+v) = %q, %q; want %q, %q", tt.rep, state, detail, tt.wantState, tt.wantDetail)
+		}
+	}
+
+	// In the classifier: a converged resource whose detail reads like a
+	// 1.0 "blocked" prefix is converged.
+	d := desiredAt(5, motd)
+	rec := fsm.DeviceRecord{Connected: true, AckedRevision: 5, Resources: []fsm.ResourceStatus{
+		withState(converged(motd), "ok", "converged", "blocked: nothing, says the probe")}}
+	got := Classify(Compare(d, &rec), &rec, nil, testClassOf, t0, ProgressMark{At: t0})
+	if got.Status != StatusConverged {
+		t.Errorf("status %s (%s), want converged", got.Status, got.Reason)
 	}
 }
 
@@ -336,8 +393,8 @@ func TestNextProgressMark(t *testing.T) {
 		{"a resource applied", at(5, notApplied(fw), notApplied(motd)), 5, []fsm.ResourceStatus{applied(fw), notApplied(motd)}, later},
 		{"the probe confirmed it", at(5, applied(fw), notApplied(motd)), 5, []fsm.ResourceStatus{converged(fw), notApplied(motd)}, later},
 		{"a failure is no progress", at(5, notApplied(fw), notApplied(motd)), 5, []fsm.ResourceStatus{failing(fw, "x", 1, t0), notApplied(motd)}, t0},
-		{"drift is no progress", at(5, converged(fw), applied(motd)), 5, []fsm.ResourceStatus{withDetail(converged(fw), "mismatch", "drifted: x"), applied(motd)}, t0},
-		{"new work after converging starts the clock", at(5, converged(fw), converged(motd)), 5, []fsm.ResourceStatus{converged(fw), withDetail(converged(motd), "mismatch", "drifted: x")}, later},
+		{"drift is no progress", at(5, converged(fw), applied(motd)), 5, []fsm.ResourceStatus{withState(converged(fw), "mismatch", "drifted", "x"), applied(motd)}, t0},
+		{"new work after converging starts the clock", at(5, converged(fw), converged(motd)), 5, []fsm.ResourceStatus{converged(fw), withState(converged(motd), "mismatch", "drifted", "x")}, later},
 		{"a restored mark keeps its time", ProgressMark{Revision: 5, At: t0}, 5, []fsm.ResourceStatus{applied(fw), notApplied(motd)}, t0},
 		{"a restored mark moves on a higher revision", ProgressMark{Revision: 4, At: t0}, 5, []fsm.ResourceStatus{applied(fw), notApplied(motd)}, later},
 	}

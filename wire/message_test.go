@@ -67,7 +67,37 @@ func sampleMessages() []Message {
 				{Key: "net/firewall", Effective: EffectiveUnknown, LastError: "iptables: exit 1", Attempts: 1, UpdatedAtUnixNano: math.MinInt64},
 			},
 		},
+		&Report{States: true},
+		&Report{
+			Seq: 302, DesiredRevision: 42, Status: "failed", States: true,
+			Resources: []ResourceReport{
+				{Key: "pos/a", State: StatePending},
+				{Key: "pos/b", State: StateProgressing, AppliedDigest: digest("b"), AppliedRevision: 41},
+				{Key: "pos/c", State: StateConverged, Effective: EffectiveOK, Detail: "content and mode match"},
+				{Key: "pos/d", State: StateDrifted, Effective: EffectiveMismatch, Detail: "drift reported, not corrected: mode 0600"},
+				{Key: "pos/e", State: StateOverridden, Effective: EffectiveMismatch, Detail: "local override tolerated: port 8080"},
+				{Key: "pos/f", State: StateBlocked, Detail: "requires pos/g, which is failed"},
+				{Key: "pos/g", State: StateFailed, LastError: "exit 1", Attempts: 3, Detail: "retrying at 2024-05-01T10:00:00Z", UpdatedAtUnixNano: 1},
+			},
+		},
 		&ReportAck{Seq: 301},
+	}
+}
+
+func TestResourceStateNames(t *testing.T) {
+	for s := StatePending; s <= stateMax; s++ {
+		got, ok := ParseResourceState(s.String())
+		if !ok || got != s {
+			t.Errorf("ParseResourceState(%q) = %v, %v; want %v", s.String(), got, ok, s)
+		}
+	}
+	for _, name := range []string{"", "unknown", "Converged", "stuck"} {
+		if s, ok := ParseResourceState(name); ok || s != StateUnknown {
+			t.Errorf("ParseResourceState(%q) = %v, %v; want unknown, false", name, s, ok)
+		}
+	}
+	if got := ResourceState(8).String(); got != "ResourceState(8)" {
+		t.Errorf("String = %q", got)
 	}
 }
 
@@ -167,6 +197,17 @@ func TestMalformed(t *testing.T) {
 		{"undefined effective", TypeReport, func() []byte {
 			b := (&Report{Resources: []ResourceReport{{}}}).Append(nil)
 			b[3+1+1+1+1+32+1] = 3
+			return b
+		}()},
+		{"undefined report flag", TypeReport, []byte{0, 0, 4, 0, 0, 0}},
+		{"unknown resource state", TypeReport, func() []byte {
+			b := (&Report{States: true, Resources: []ResourceReport{{State: StatePending}}}).Append(nil)
+			b[3+1+1+1+1+32+1+1] = byte(StateUnknown)
+			return b
+		}()},
+		{"undefined resource state", TypeReport, func() []byte {
+			b := (&Report{States: true, Resources: []ResourceReport{{State: StatePending}}}).Append(nil)
+			b[3+1+1+1+1+32+1+1] = byte(stateMax + 1)
 			return b
 		}()},
 		{"delta flag", TypeDelta, []byte{0, 0, 2, 0, 0}},

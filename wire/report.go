@@ -31,13 +31,71 @@ func (e Effective) String() string {
 	return fmt.Sprintf("Effective(%d)", uint8(e))
 }
 
+// ResourceState is the agent's state of one resource. It travels in a
+// Report with the states flag (protocol 1.1); agents of 1.0 have no such
+// field and start Detail with the state's name instead (see Report.States).
+type ResourceState uint8
+
+// Resource states. StateUnknown is never encoded: it is the state of a
+// resource report without the states flag.
+const (
+	StateUnknown ResourceState = 0
+	// StatePending: not applied at the desired digest yet, no step failed.
+	StatePending ResourceState = 1
+	// StateProgressing: applied, but the probe does not (yet) confirm it.
+	StateProgressing ResourceState = 2
+	// StateConverged: applied at the desired digest and the probe agrees.
+	StateConverged ResourceState = 3
+	// StateDrifted: the device moved away from the applied state and the
+	// drift is reported (or about to be corrected).
+	StateDrifted ResourceState = 4
+	// StateOverridden: the device moved away from the applied state and
+	// the drift policy tolerates it as a local override.
+	StateOverridden ResourceState = 5
+	// StateBlocked: a step is needed but a requirement holds it back.
+	StateBlocked ResourceState = 6
+	// StateFailed: the last step for the desired digest failed.
+	StateFailed ResourceState = 7
+
+	stateMax = StateFailed
+)
+
+var stateNames = [...]string{
+	StateUnknown: "unknown", StatePending: "pending", StateProgressing: "progressing",
+	StateConverged: "converged", StateDrifted: "drifted", StateOverridden: "overridden",
+	StateBlocked: "blocked", StateFailed: "failed",
+}
+
+// String returns the state's name: pending, progressing, converged,
+// drifted, overridden, blocked, failed, or unknown.
+func (s ResourceState) String() string {
+	if s <= stateMax {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("ResourceState(%d)", uint8(s))
+}
+
+// ParseResourceState returns the state named name; ok is false (and the
+// state StateUnknown) for any other string, "unknown" included.
+func ParseResourceState(name string) (s ResourceState, ok bool) {
+	for i := StatePending; i <= stateMax; i++ {
+		if stateNames[i] == name {
+			return i, true
+		}
+	}
+	return StateUnknown, false
+}
+
 // ResourceReport is the agent's view of one resource.
 type ResourceReport struct {
-	Key               string // "intent/resourceID"
-	AppliedDigest     Digest // digest of the body applied; zero if none
-	AppliedRevision   uint64 // desired revision the applied body came from
-	Effective         Effective
-	Detail            string // what the probe saw, for humans
+	Key             string // "intent/resourceID"
+	AppliedDigest   Digest // digest of the body applied; zero if none
+	AppliedRevision uint64 // desired revision the applied body came from
+	Effective       Effective
+	// State is the agent's state of the resource; encoded only in a
+	// Report with States set, where it must not be StateUnknown.
+	State             ResourceState
+	Detail            string // what the agent saw, for humans
 	LastError         string // last apply error; empty after a success
 	Attempts          uint32 // apply attempts for the current body
 	UpdatedAtUnixNano int64  // when the agent last changed this entry
@@ -63,10 +121,19 @@ type Report struct {
 	// BlockedReason says what blocks the agent (a workload lock holder and
 	// since when); empty if not blocked.
 	BlockedReason string
-	Resources     []ResourceReport
+	// States says every resource report carries its State (flag bit 1,
+	// protocol 1.1). An agent sets it only in a session that runs at minor
+	// 1 or above. Without it every State is StateUnknown: the report comes
+	// from an agent of 1.0 (or through a 1.0 session), whose Detail
+	// starts with the state's name and ": ".
+	States    bool
+	Resources []ResourceReport
 }
 
-const reportFull = 1 << 0
+const (
+	reportFull   = 1 << 0
+	reportStates = 1 << 1
+)
 
 // Type implements Message.
 func (*Report) Type() MessageType { return TypeReport }
@@ -75,11 +142,14 @@ func (*Report) Type() MessageType { return TypeReport }
 func (m *Report) Append(b []byte) []byte {
 	b = appendUvarint(b, m.Seq)
 	b = appendUvarint(b, m.DesiredRevision)
+	var flags byte
 	if m.Full {
-		b = append(b, reportFull)
-	} else {
-		b = append(b, 0)
+		flags |= reportFull
 	}
+	if m.States {
+		flags |= reportStates
+	}
+	b = append(b, flags)
 	b = appendString(b, m.Status)
 	b = appendString(b, m.BlockedReason)
 	b = appendUvarint(b, uint64(len(m.Resources)))
@@ -89,6 +159,9 @@ func (m *Report) Append(b []byte) []byte {
 		b = append(b, r.AppliedDigest[:]...)
 		b = appendUvarint(b, r.AppliedRevision)
 		b = append(b, byte(r.Effective))
+		if m.States {
+			b = append(b, byte(r.State))
+		}
 		b = appendString(b, r.Detail)
 		b = appendString(b, r.LastError)
 		b = appendUvarint(b, uint64(r.Attempts))
@@ -106,6 +179,9 @@ func (m *Report) Len() int {
 		n += stringLen(r.Key) + len(r.AppliedDigest) + uvarintLen(r.AppliedRevision) + 1 +
 			stringLen(r.Detail) + stringLen(r.LastError) + uvarintLen(uint64(r.Attempts)) + 8
 	}
+	if m.States {
+		n += len(m.Resources) // one state byte each
+	}
 	return n
 }
 
@@ -113,10 +189,15 @@ func (m *Report) Len() int {
 func (m *Report) Decode(payload []byte) error {
 	d := decoder{b: payload}
 	*m = Report{Seq: d.uvarint(), DesiredRevision: d.uvarint()}
-	m.Full = d.flags(reportFull)&reportFull != 0
+	flags := d.flags(reportFull | reportStates)
+	m.Full, m.States = flags&reportFull != 0, flags&reportStates != 0
 	m.Status = d.str(MaxNameLen, "status")
 	m.BlockedReason = d.str(MaxTextLen, "blocked reason")
-	if n := d.length(MaxResources, resourceReportMinLen, "resources"); n > 0 {
+	minLen := resourceReportMinLen
+	if m.States {
+		minLen++
+	}
+	if n := d.length(MaxResources, minLen, "resources"); n > 0 {
 		m.Resources = make([]ResourceReport, n)
 		for i := range m.Resources {
 			r := &m.Resources[i]
@@ -125,6 +206,11 @@ func (m *Report) Decode(payload []byte) error {
 			r.AppliedRevision = d.uvarint()
 			if r.Effective = Effective(d.u8()); r.Effective > EffectiveMismatch {
 				d.malformed("undefined effective state %d", r.Effective)
+			}
+			if m.States {
+				if r.State = ResourceState(d.u8()); r.State == StateUnknown || r.State > stateMax {
+					d.malformed("undefined resource state %d", r.State)
+				}
 			}
 			r.Detail = d.str(MaxTextLen, "detail")
 			r.LastError = d.str(MaxTextLen, "last error")

@@ -14,12 +14,21 @@ import (
 const ALPN = "meteor/1"
 
 // The protocol version this package implements. The major changes only
-// with an incompatible change (and a new ALPN); a minor adds message types
-// or extensions that a peer of a lower minor never receives.
+// with an incompatible change (and a new ALPN); a minor adds message types,
+// extensions, enum values or flag bits that a peer of a lower minor never
+// receives. Minors so far:
+//
+//   - 1.0: the first version.
+//   - 1.1: Report flag bit 1 (states): each resource report carries its
+//     ResourceState instead of a state name at the start of its Detail.
 const (
 	ProtocolMajor uint16 = 1
-	ProtocolMinor uint16 = 0
+	ProtocolMinor uint16 = 1
 )
+
+// MinorReportStates is the first minor whose Reports may carry typed
+// resource states (Report.States).
+const MinorReportStates uint16 = 1
 
 // QUIC application close codes. 0x1-0x5 equal the refusal Code of the
 // same name.

@@ -170,17 +170,22 @@ type DeviceList struct {
 // side by side. State is pending, progressing, failed, applied, converged,
 // drifted or removing.
 type ResourceState struct {
-	Key              string     `json:"key"`
-	State            string     `json:"state"`
-	IntendedDigest   string     `json:"intended_digest,omitempty"`
-	IntendedRevision uint64     `json:"intended_revision,omitempty"`
-	AppliedDigest    string     `json:"applied_digest,omitempty"`
-	AppliedRevision  uint64     `json:"applied_revision,omitempty"`
-	Effective        string     `json:"effective,omitempty"`
-	Detail           string     `json:"detail,omitempty"`
-	LastError        string     `json:"last_error,omitempty"`
-	Attempts         uint32     `json:"attempts,omitempty"`
-	UpdatedAt        *time.Time `json:"updated_at,omitempty"`
+	Key              string `json:"key"`
+	State            string `json:"state"`
+	IntendedDigest   string `json:"intended_digest,omitempty"`
+	IntendedRevision uint64 `json:"intended_revision,omitempty"`
+	AppliedDigest    string `json:"applied_digest,omitempty"`
+	AppliedRevision  uint64 `json:"applied_revision,omitempty"`
+	Effective        string `json:"effective,omitempty"`
+	// AgentState is the agent's own state of the resource: pending,
+	// progressing, converged, drifted, overridden, blocked or failed.
+	AgentState string `json:"agent_state,omitempty"`
+	// Detail is the agent's text on the resource. Agents of protocol 1.0
+	// start it with their state, which AgentState also gives.
+	Detail    string     `json:"detail,omitempty"`
+	LastError string     `json:"last_error,omitempty"`
+	Attempts  uint32     `json:"attempts,omitempty"`
+	UpdatedAt *time.Time `json:"updated_at,omitempty"`
 }
 
 // Device is the answer to GET /v1/devices/{id}.
