@@ -42,12 +42,15 @@ type agentSession struct {
 	notifying    bool             // a Notify is being written (notify)
 	notifyRev    uint64           // the revision the next Notify names
 	// recordedOnce is set once sessionSync committed this connection as
-	// connected, recorded is the highest acknowledged revision it
-	// committed, and recordedCh is closed (and replaced) whenever either
-	// moves on.
-	recordedOnce bool
-	recorded     uint64
-	recordedCh   chan struct{}
+	// connected, and recorded is the highest acknowledged revision it
+	// committed. attemptedOnce and attempted are the same for commits
+	// tried, whether they succeeded or not. recordedCh is closed (and
+	// replaced) whenever any of them moves on.
+	recordedOnce  bool
+	recorded      uint64
+	attemptedOnce bool
+	attempted     uint64
+	recordedCh    chan struct{}
 }
 
 // serveConn runs one agent connection to its end.
@@ -181,7 +184,11 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 		}
 		live = true
 		a.sync.started(sess)
-		if regErr = sess.waitRecorded(ctx, 0); regErr != nil {
+		// Wait for the first try to commit it, not for its success: while
+		// the cluster elects a leader the record cannot commit, but the
+		// device is heard all the same, and its owner must hear its
+		// reports, not a silence (sessionSync goes on trying).
+		if regErr = sess.waitAttempted(ctx, 0); regErr != nil {
 			return
 		}
 		if hook := a.beforeRegister.Load(); hook != nil {
@@ -302,27 +309,28 @@ func (sess *agentSession) handleAck(ctx context.Context, m *wire.Ack) error {
 	}
 	sess.a.sync.changed(sess)
 	// The owner judges the reports that follow by the acknowledged
-	// revision: let its record go first, as long as the cluster commits.
-	// If it cannot (an election), sessionSync keeps trying and the
-	// session goes on.
-	wctx, cancel := context.WithTimeout(ctx, sess.a.s.config.ApplyTimeout)
-	defer cancel()
-	if err := sess.waitRecorded(wctx, acked); err != nil && ctx.Err() == nil {
-		sess.logger.Warn("acknowledged revision not recorded yet; recording in the background", "acked", acked, "error", err)
+	// revision: let its record go first. If it cannot commit (an
+	// election), sessionSync keeps trying and the session goes on.
+	if err := sess.waitAttempted(ctx, acked); err != nil {
+		return err
+	}
+	if !sess.isRecorded(acked) {
+		sess.logger.Debug("acknowledged revision not recorded yet; recording in the background", "acked", acked)
 	}
 	return nil
 }
 
-// markRecorded notes that sessionSync committed this connection as
-// connected with acknowledged revision acked.
-func (sess *agentSession) markRecorded(acked uint64) {
+// markAttempted notes that sessionSync tried to commit this connection as
+// connected with acknowledged revision acked, and whether it succeeded.
+func (sess *agentSession) markAttempted(acked uint64, ok bool) {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
-	if sess.recordedOnce && acked <= sess.recorded {
-		return
+	moved := !sess.attemptedOnce || acked > sess.attempted
+	sess.attemptedOnce, sess.attempted = true, max(sess.attempted, acked)
+	if ok && (!sess.recordedOnce || acked > sess.recorded) {
+		sess.recordedOnce, sess.recorded, moved = true, max(sess.recorded, acked), true
 	}
-	sess.recordedOnce, sess.recorded = true, max(sess.recorded, acked)
-	if sess.recordedCh != nil {
+	if moved && sess.recordedCh != nil {
 		close(sess.recordedCh)
 		sess.recordedCh = nil
 	}
@@ -336,12 +344,21 @@ func (sess *agentSession) wasRecorded() bool {
 	return sess.recordedOnce
 }
 
-// waitRecorded waits until this connection is committed as connected with
-// an acknowledged revision of at least acked.
-func (sess *agentSession) waitRecorded(ctx context.Context, acked uint64) error {
+// isRecorded reports whether this connection is committed as connected
+// with an acknowledged revision of at least acked.
+func (sess *agentSession) isRecorded(acked uint64) bool {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	return sess.recordedOnce && sess.recorded >= acked
+}
+
+// waitAttempted waits until sessionSync has tried to commit this
+// connection as connected with an acknowledged revision of at least
+// acked (or found it committed).
+func (sess *agentSession) waitAttempted(ctx context.Context, acked uint64) error {
 	for {
 		sess.mu.Lock()
-		if sess.recordedOnce && sess.recorded >= acked {
+		if sess.attemptedOnce && sess.attempted >= acked {
 			sess.mu.Unlock()
 			return nil
 		}

@@ -51,7 +51,7 @@ const endedKeep = time.Minute
 // retry backoff after a failed commit.
 const (
 	syncRetryMin = 100 * time.Millisecond
-	syncRetryMax = 2 * time.Second
+	syncRetryMax = time.Second
 )
 
 func newSessionSync(a *agentServer) *sessionSync {
@@ -186,7 +186,7 @@ func (y *sessionSync) pass() error {
 			}
 			sess.mu.Unlock()
 			if sess.recordedHere(rec) && rec.AckedRevision >= acked {
-				sess.markRecorded(acked)
+				sess.markAttempted(acked, true)
 				continue
 			}
 			if rec != nil && sess.wasRecorded() {
@@ -223,20 +223,20 @@ func (y *sessionSync) pass() error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), srv.config.ApplyTimeout)
 	defer cancel()
+	var err error
 	if hook := y.a.beforeSessionCommit.Load(); hook != nil {
-		if err := (*hook)(reqs); err != nil {
-			y.remark(devices)
-			return err
-		}
+		err = (*hook)(reqs)
 	}
-	if err := srv.sessionRec.recordAll(ctx, reqs); err != nil {
-		y.remark(devices)
-		return err
+	if err == nil {
+		err = srv.sessionRec.recordAll(ctx, reqs)
 	}
 	for i, sess := range recording {
-		sess.markRecorded(acks[i])
+		sess.markAttempted(acks[i], err == nil)
 	}
-	return nil
+	if err != nil {
+		y.remark(devices)
+	}
+	return err
 }
 
 func (y *sessionSync) remark(devices []string) {
