@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/anishathalye/porcupine"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meteor-edge/meteor/chaos"
@@ -33,8 +32,10 @@ type DeploymentOptions struct {
 	Dir string
 	// Clients and Intents as in Options (0: 4 each).
 	Clients, Intents int
-	// CheckTimeout bounds the linearizability check (0: 30 s).
-	CheckTimeout time.Duration
+	// CheckTimeout and RecheckTimeout as in Options (0: 30 s, and 4
+	// times CheckTimeout for a second check when the first ran out of
+	// time).
+	CheckTimeout, RecheckTimeout time.Duration
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 
@@ -138,6 +139,9 @@ func RunDeployment(ctx context.Context, addrs []string, opts DeploymentOptions) 
 	}
 	if opts.CheckTimeout <= 0 {
 		opts.CheckTimeout = 30 * time.Second
+	}
+	if opts.RecheckTimeout == 0 {
+		opts.RecheckTimeout = 4 * opts.CheckTimeout
 	}
 	if opts.ConvergeTimeout <= 0 {
 		opts.ConvergeTimeout = 60 * time.Second
@@ -261,10 +265,14 @@ func RunDeployment(ctx context.Context, addrs []string, opts DeploymentOptions) 
 	}
 	devices.Wait()
 	res.Violations = append(res.Violations, deviceViolations...)
-	verdict, info := checkLinearizable(ops, opts.CheckTimeout)
-	res.Linearizability = verdict
-	if verdict == porcupine.Illegal {
-		res.Violations = append(res.Violations, "history is not linearizable (see linearizability.html)")
+	lin := checkLinearizable(porcupineCheck, ops, opts.CheckTimeout, opts.RecheckTimeout)
+	res.Linearizability, res.CheckTime, res.Rechecked = lin.verdict, lin.took, lin.rechecked()
+	if lin.rechecked() {
+		logger.Warn("linearizability check ran out of time; checked again with a longer budget",
+			"ops", len(ops), "budgets", lin.budgets, "verdict", lin.verdict, "took", lin.took)
+	}
+	if v := lin.violation(); v != "" {
+		res.Violations = append(res.Violations, v)
 	}
 	for _, name := range names {
 		for _, addr := range addrs {
@@ -281,7 +289,7 @@ func RunDeployment(ctx context.Context, addrs []string, opts DeploymentOptions) 
 		"devices", res.Devices, "violations", len(res.Violations))
 	if len(res.Violations) > 0 {
 		dir := filepath.Join(opts.Dir, fmt.Sprintf("report-%s-%d", opts.Name, opts.Seed))
-		if err := writeReport(dir, *res, faults, ops, verdict, info); err != nil {
+		if err := writeReport(dir, *res, faults, ops, lin.verdict, lin.info); err != nil {
 			return dres, fmt.Errorf("write report: %w", err)
 		}
 		if err := writeJSONFile(filepath.Join(dir, "plan.json"), dres.Plan); err != nil {
