@@ -309,7 +309,7 @@ func TestMultiHost(t *testing.T) {
 		changes <- err
 	}()
 	res, err := scenario.RunDeployment(ctx, c.addrs(), scenario.DeploymentOptions{
-		Seed: seed, Duration: *durationFlag, Dir: reportDir, Log: logWriter{t}, Name: "docker-multi-host",
+		Seed: seed, Duration: *durationFlag, MinOps: 100, Dir: reportDir, Log: logWriter{t}, Name: "docker-multi-host",
 		Driver: driver,
 		Plan: hosts.PlanConfig{
 			// Drawn in rounds, so 30 s inject each of them.
@@ -338,8 +338,9 @@ func TestMultiHost(t *testing.T) {
 		c.saveLogs(res.Report)
 		t.Errorf("report written to %s (seed %d)", res.Report, seed)
 	}
-	if res.Faults == 0 || res.Ops < 100 || res.Linearizability == porcupine.Unknown {
-		t.Errorf("%d faults injected, %d operations checked, linearizability %s: the run proves little", res.Faults, res.Ops, res.Linearizability)
+	if res.Faults == 0 || res.Completed < 100 || res.Linearizability == porcupine.Unknown {
+		t.Errorf("%d faults injected, %d operations completed in %s (%d checked), linearizability %s: the run proves little",
+			res.Faults, res.Completed, res.Ran.Round(time.Millisecond), res.Ops, res.Linearizability)
 	}
 	if res.Devices != *devicesFlag {
 		t.Errorf("%d devices checked, the simulator runs %d", res.Devices, *devicesFlag)

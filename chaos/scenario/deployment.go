@@ -28,6 +28,12 @@ type DeploymentOptions struct {
 	Seed uint64
 	// Duration is how long the workload runs (and the faults with it).
 	Duration time.Duration
+	// MinOps and MaxDuration as in Options: the workload goes on past
+	// Duration, without faults (the plan has ended), until it has
+	// completed MinOps operations (0: 50) or MaxDuration has passed (0:
+	// Duration plus 30 s).
+	MinOps      int
+	MaxDuration time.Duration
 	// Dir receives the report folder if a check fails.
 	Dir string
 	// Clients and Intents as in Options (0: 4 each).
@@ -137,6 +143,7 @@ func RunDeployment(ctx context.Context, addrs []string, opts DeploymentOptions) 
 	if opts.Intents <= 0 {
 		opts.Intents = 4
 	}
+	length := newRunLength(opts.Duration, opts.MaxDuration, opts.MinOps)
 	if opts.CheckTimeout <= 0 {
 		opts.CheckTimeout = 30 * time.Second
 	}
@@ -198,8 +205,8 @@ func RunDeployment(ctx context.Context, addrs []string, opts DeploymentOptions) 
 	}
 	defer func() { stopWatch(); watchWG.Wait() }()
 
-	logger.Info("running", "clients", opts.Clients, "intents", opts.Intents, "servers", len(addrs), "duration", opts.Duration)
-	runCtx, stopRun := context.WithTimeout(ctx, opts.Duration)
+	logger.Info("running", "clients", opts.Clients, "intents", opts.Intents, "servers", len(addrs), "duration", opts.Duration, "min_ops", length.minOps)
+	runCtx, stopRun := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	if runner != nil {
 		wg.Go(func() {
@@ -209,8 +216,10 @@ func RunDeployment(ctx context.Context, addrs []string, opts DeploymentOptions) 
 		})
 	}
 	wg.Go(func() { wl.run(runCtx) })
-	wg.Wait()
+	res.Ran = length.wait(runCtx, logger, wl.completedOps)
 	stopRun()
+	wg.Wait()
+	res.Completed = wl.completedOps()
 	if runner != nil {
 		res.Faults = runner.Injected()
 	}

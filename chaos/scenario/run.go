@@ -25,8 +25,18 @@ type Options struct {
 	// Seed drives the fault schedule, the clients' choices and the
 	// network's random drops.
 	Seed uint64
-	// Duration is how long the workload runs under faults.
+	// Duration is how long the workload runs under faults, at least: see
+	// MinOps.
 	Duration time.Duration
+	// MinOps is the number of operations with a definite outcome the
+	// workload must complete under faults: if it has fewer once Duration
+	// has passed (a busy host, a cluster mostly between leaders), faults
+	// and workload go on until it has them or MaxDuration has passed. 0
+	// means 50; negative, Duration is the whole run.
+	MinOps int
+	// MaxDuration caps a run that goes on for MinOps; 0 means Duration
+	// plus 30 s.
+	MaxDuration time.Duration
 	// Dir holds the servers' data dirs and, if a check fails, the report
 	// folder.
 	Dir string
@@ -66,6 +76,11 @@ type Result struct {
 	Ops     int
 	Unknown int
 	Dropped int
+	// Completed is the number of operations with a definite outcome while
+	// the faults ran, and Ran how long they ran (more than the duration
+	// asked for if the workload went on for its minimum of operations).
+	Completed int
+	Ran       time.Duration
 	// Linearizability is porcupine's verdict: Ok, Illegal or Unknown (the
 	// check ran out of time, twice if it was rechecked; a violation).
 	Linearizability porcupine.CheckResult
@@ -103,6 +118,7 @@ func Run(ctx context.Context, sc Scenario, opts Options) (Result, error) {
 	if opts.Intents <= 0 {
 		opts.Intents = 4
 	}
+	length := newRunLength(opts.Duration, opts.MaxDuration, opts.MinOps)
 	if opts.CheckTimeout <= 0 {
 		opts.CheckTimeout = 30 * time.Second
 	}
@@ -171,10 +187,11 @@ func Run(ctx context.Context, sc Scenario, opts Options) (Result, error) {
 		}()
 	}
 
-	// Faults and workload run together for the duration.
-	logger.Info("running", "servers", sc.Servers, "duration", opts.Duration)
+	// Faults and workload run together for the duration, and on until
+	// the workload has its minimum of operations.
+	logger.Info("running", "servers", sc.Servers, "duration", opts.Duration, "min_ops", length.minOps)
 	inj := &Injector{H: h, Rng: rand.New(rand.NewPCG(opts.Seed, 0x5eed))}
-	runCtx, stopRun := context.WithTimeout(ctx, opts.Duration)
+	runCtx, stopRun := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); sc.Inject(runCtx, inj) }()
@@ -183,9 +200,11 @@ func Run(ctx context.Context, sc Scenario, opts Options) (Result, error) {
 		wg.Add(1)
 		go func() { defer wg.Done(); fleet.run(runCtx) }()
 	}
-	wg.Wait()
+	res.Ran = length.wait(runCtx, logger, wl.completedOps)
 	stopRun()
+	wg.Wait()
 	res.Faults = inj.Count()
+	res.Completed = wl.completedOps()
 
 	// Heal, restart what is down, and let the cluster settle.
 	h.Network().Heal()

@@ -39,10 +39,15 @@ func TestScenarios(t *testing.T) {
 	}
 }
 
+// minOps is the number of operations with a definite outcome a scenario's
+// workload must complete under faults for its history to prove something.
+const minOps = 50
+
 func runScenario(t *testing.T, sc Scenario, seed uint64) {
 	res, err := Run(context.Background(), sc, Options{
 		Seed:         seed,
 		Duration:     *durationFlag,
+		MinOps:       minOps,
 		Dir:          t.TempDir(),
 		Log:          newTestWriter(t),
 		CheckTimeout: *checkFlag,
@@ -50,8 +55,9 @@ func runScenario(t *testing.T, sc Scenario, seed uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s seed %d: %d faults, %d ops (%d unknown, %d dropped), linearizability %s (checked in %v), reconverged in %v",
-		res.Scenario, res.Seed, res.Faults, res.Ops, res.Unknown, res.Dropped, res.Linearizability, res.CheckTime.Round(time.Millisecond), res.Reconverge.Round(time.Millisecond))
+	t.Logf("%s seed %d: %d faults in %v, %d ops (%d completed under faults, %d unknown, %d dropped), linearizability %s (checked in %v), reconverged in %v",
+		res.Scenario, res.Seed, res.Faults, res.Ran.Round(time.Millisecond), res.Ops, res.Completed, res.Unknown, res.Dropped,
+		res.Linearizability, res.CheckTime.Round(time.Millisecond), res.Reconverge.Round(time.Millisecond))
 	if res.Devices > 0 {
 		t.Logf("%s seed %d: %d devices converged on the last change in %v after healing; %d power losses, %d steps interrupted mid-apply",
 			res.Scenario, res.Seed, res.Devices, res.FleetConverge.Round(time.Millisecond), res.PowerLosses, res.Interrupted)
@@ -65,8 +71,9 @@ func runScenario(t *testing.T, sc Scenario, seed uint64) {
 	if res.Faults == 0 {
 		t.Error("no fault injected")
 	}
-	if res.Ops < 20 {
-		t.Errorf("only %d operations checked", res.Ops)
+	if res.Completed < minOps {
+		t.Errorf("only %d operations completed under faults in %v (want %d; %d in the history, %d unknown, %d dropped)",
+			res.Completed, res.Ran.Round(time.Millisecond), minOps, res.Ops, res.Unknown, res.Dropped)
 	}
 	if res.Linearizability == porcupine.Unknown {
 		t.Errorf("linearizability of %d operations not decided in %v of checking (rechecked: %v); rerun with a longer -chaos.check-timeout and -chaos.seed=%d",
@@ -140,8 +147,9 @@ func TestCheckDeployment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Ops < 50 || len(res.Violations) > 0 || res.Linearizability != porcupine.Ok {
-		t.Fatalf("deployment check: %d ops, %v, violations %v", res.Ops, res.Linearizability, res.Violations)
+	if res.Completed < 50 || len(res.Violations) > 0 || res.Linearizability != porcupine.Ok {
+		t.Fatalf("deployment check: %d ops (%d completed in %s), %v, violations %v",
+			res.Ops, res.Completed, res.Ran.Round(time.Millisecond), res.Linearizability, res.Violations)
 	}
 	t.Logf("deployment check: %d ops (%d unknown, %d dropped), reconverged in %s", res.Ops, res.Unknown, res.Dropped, res.Reconverge)
 }
