@@ -244,6 +244,10 @@ func (c *dockerCluster) putFleetIntent(ctx context.Context, v int) error {
 	if err != nil {
 		return err
 	}
+	// Under faults a write may fail on every server for a while: try
+	// again every 200 ms, for a minute at most.
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	var last error
 	for ctx.Err() == nil {
 		for i := range c.ips {
@@ -254,7 +258,10 @@ func (c *dockerCluster) putFleetIntent(ctx context.Context, v int) error {
 				return nil
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	return fmt.Errorf("write fleet intent v%d: %w", v, last)
 }
@@ -303,6 +310,8 @@ func TestMultiHost(t *testing.T) {
 	go func() {
 		var err error
 		for v := 2; v <= 3 && err == nil; v++ {
+			// Spaced over the run, so that each change lands amid the
+			// faults: the wait is the schedule, nothing is waited for.
 			time.Sleep(*durationFlag / 3)
 			err = c.putFleetIntent(ctx, v)
 		}

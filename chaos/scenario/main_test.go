@@ -1,10 +1,13 @@
 package scenario
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -40,4 +43,25 @@ func (w *testWriter) Write(p []byte) (int, error) {
 		w.t.Log(strings.TrimRight(string(p), "\n"))
 	}
 	return len(p), nil
+}
+
+// waitFor calls check every interval until it returns nil, and returns
+// nil; or, once limit has passed (or ctx ended), the last error check
+// returned. The conditions are about other goroutines, processes and
+// links, so it polls; the deadline is what bounds the test, and check's
+// context ends with it.
+func waitFor(ctx context.Context, limit, every time.Duration, check func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for {
+		err := check(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("after %v: %w", limit, err)
+		case <-time.After(every):
+		}
+	}
 }

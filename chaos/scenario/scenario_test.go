@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -135,21 +136,45 @@ func TestCheckDeployment(t *testing.T) {
 	}
 	defer h.Close()
 	addrs := []string{h.HTTPAddr(0), h.HTTPAddr(1), h.HTTPAddr(2)}
-	go func() {
-		time.Sleep(time.Second)
-		if i := h.CurrentLeader(); i >= 0 {
-			h.Kill(i)
-			time.Sleep(time.Second)
-			h.Restart(i)
-		}
-	}()
+	var crash sync.WaitGroup
+	var crashed string
+	var crashErr error
+	crash.Go(func() { crashed, crashErr = crashLeader(ctx, h) })
+	defer crash.Wait() // before h.Close
 	res, err := CheckDeployment(ctx, addrs, DeploymentOptions{Seed: 21, Duration: 4 * time.Second, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	crash.Wait()
+	if crashErr != nil {
+		t.Fatalf("crash of the leader: %v", crashErr)
+	}
+	t.Logf("crashed and restarted the leader %s", crashed)
 	if res.Completed < 50 || len(res.Violations) > 0 || res.Linearizability != porcupine.Ok {
 		t.Fatalf("deployment check: %d ops (%d completed in %s), %v, violations %v",
 			res.Ops, res.Completed, res.Ran.Round(time.Millisecond), res.Linearizability, res.Violations)
 	}
 	t.Logf("deployment check: %d ops (%d unknown, %d dropped), reconverged in %s", res.Ops, res.Unknown, res.Dropped, res.Reconverge)
+}
+
+// crashLeader crashes the leader a second into the workload, as an
+// operator would, and restarts it a second later. Both waits let the
+// workload run (the fault's timing, not a synchronisation); the leader is
+// waited for.
+func crashLeader(ctx context.Context, h *Harness) (string, error) {
+	sleep(ctx, time.Second)
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	i, err := h.Leader(lctx)
+	cancel()
+	if err != nil {
+		return "", err
+	}
+	if err := h.Kill(i); err != nil {
+		return h.ID(i), fmt.Errorf("crash %s: %w", h.ID(i), err)
+	}
+	sleep(ctx, time.Second)
+	if err := h.Restart(i); err != nil {
+		return h.ID(i), fmt.Errorf("restart %s: %w", h.ID(i), err)
+	}
+	return h.ID(i), nil
 }
