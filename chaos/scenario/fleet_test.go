@@ -57,10 +57,11 @@ func TestSimulatedFleetOf200(t *testing.T) {
 
 	// Under -race on two cores an election may interrupt the write: write
 	// again until one is acknowledged (the same document; the revision
-	// marked is the one acknowledged).
+	// marked is the one acknowledged). Each try itself retries no_leader
+	// answers for 10 s; the bound is that of 20 such tries.
 	cl := api.NewClient(h.HTTPAddr(0), nil)
 	var rev uint64
-	if err := waitFor(ctx, 30*time.Second, 500*time.Millisecond, func(ctx context.Context) error {
+	if err := waitFor(ctx, 3*time.Minute, 500*time.Millisecond, func(ctx context.Context) error {
 		res, err := cl.PutIntent(ctx, fleetIntent, fleetDocument(1, 50*time.Millisecond), nil)
 		if err == nil {
 			rev = res.Revision
