@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/anishathalye/porcupine"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meteor-edge/meteor/chaos"
@@ -29,12 +28,20 @@ type DeploymentOptions struct {
 	Seed uint64
 	// Duration is how long the workload runs (and the faults with it).
 	Duration time.Duration
+	// MinOps and MaxDuration as in Options: the workload goes on past
+	// Duration, without faults (the plan has ended), until it has
+	// completed MinOps operations (0: 50) or MaxDuration has passed (0:
+	// Duration plus 30 s).
+	MinOps      int
+	MaxDuration time.Duration
 	// Dir receives the report folder if a check fails.
 	Dir string
 	// Clients and Intents as in Options (0: 4 each).
 	Clients, Intents int
-	// CheckTimeout bounds the linearizability check (0: 30 s).
-	CheckTimeout time.Duration
+	// CheckTimeout and RecheckTimeout as in Options (0: 30 s, and 4
+	// times CheckTimeout for a second check when the first ran out of
+	// time).
+	CheckTimeout, RecheckTimeout time.Duration
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 
@@ -136,8 +143,12 @@ func RunDeployment(ctx context.Context, addrs []string, opts DeploymentOptions) 
 	if opts.Intents <= 0 {
 		opts.Intents = 4
 	}
+	length := newRunLength(opts.Duration, opts.MaxDuration, opts.MinOps)
 	if opts.CheckTimeout <= 0 {
 		opts.CheckTimeout = 30 * time.Second
+	}
+	if opts.RecheckTimeout == 0 {
+		opts.RecheckTimeout = 4 * opts.CheckTimeout
 	}
 	if opts.ConvergeTimeout <= 0 {
 		opts.ConvergeTimeout = 60 * time.Second
@@ -194,8 +205,8 @@ func RunDeployment(ctx context.Context, addrs []string, opts DeploymentOptions) 
 	}
 	defer func() { stopWatch(); watchWG.Wait() }()
 
-	logger.Info("running", "clients", opts.Clients, "intents", opts.Intents, "servers", len(addrs), "duration", opts.Duration)
-	runCtx, stopRun := context.WithTimeout(ctx, opts.Duration)
+	logger.Info("running", "clients", opts.Clients, "intents", opts.Intents, "servers", len(addrs), "duration", opts.Duration, "min_ops", length.minOps)
+	runCtx, stopRun := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	if runner != nil {
 		wg.Go(func() {
@@ -205,8 +216,10 @@ func RunDeployment(ctx context.Context, addrs []string, opts DeploymentOptions) 
 		})
 	}
 	wg.Go(func() { wl.run(runCtx) })
-	wg.Wait()
+	res.Ran = length.wait(runCtx, logger, wl.completedOps)
 	stopRun()
+	wg.Wait()
+	res.Completed = wl.completedOps()
 	if runner != nil {
 		res.Faults = runner.Injected()
 	}
@@ -261,10 +274,14 @@ func RunDeployment(ctx context.Context, addrs []string, opts DeploymentOptions) 
 	}
 	devices.Wait()
 	res.Violations = append(res.Violations, deviceViolations...)
-	verdict, info := checkLinearizable(ops, opts.CheckTimeout)
-	res.Linearizability = verdict
-	if verdict == porcupine.Illegal {
-		res.Violations = append(res.Violations, "history is not linearizable (see linearizability.html)")
+	lin := checkLinearizable(porcupineCheck, ops, opts.CheckTimeout, opts.RecheckTimeout)
+	res.Linearizability, res.CheckTime, res.Rechecked = lin.verdict, lin.took, lin.rechecked()
+	if lin.rechecked() {
+		logger.Warn("linearizability check ran out of time; checked again with a longer budget",
+			"ops", len(ops), "budgets", lin.budgets, "verdict", lin.verdict, "took", lin.took)
+	}
+	if v := lin.violation(); v != "" {
+		res.Violations = append(res.Violations, v)
 	}
 	for _, name := range names {
 		for _, addr := range addrs {
@@ -281,7 +298,7 @@ func RunDeployment(ctx context.Context, addrs []string, opts DeploymentOptions) 
 		"devices", res.Devices, "violations", len(res.Violations))
 	if len(res.Violations) > 0 {
 		dir := filepath.Join(opts.Dir, fmt.Sprintf("report-%s-%d", opts.Name, opts.Seed))
-		if err := writeReport(dir, *res, faults, ops, verdict, info); err != nil {
+		if err := writeReport(dir, *res, faults, ops, lin.verdict, lin.info); err != nil {
 			return dres, fmt.Errorf("write report: %w", err)
 		}
 		if err := writeJSONFile(filepath.Join(dir, "plan.json"), dres.Plan); err != nil {

@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -56,25 +57,24 @@ func TestSimulatedFleetOf200(t *testing.T) {
 
 	// Under -race on two cores an election may interrupt the write: write
 	// again until one is acknowledged (the same document; the revision
-	// marked is the one acknowledged).
+	// marked is the one acknowledged). Each try itself retries no_leader
+	// answers for 10 s; the bound is that of 20 such tries.
 	cl := api.NewClient(h.HTTPAddr(0), nil)
 	var rev uint64
-	for try := 0; ; try++ {
+	if err := waitFor(ctx, 3*time.Minute, 500*time.Millisecond, func(ctx context.Context) error {
 		res, err := cl.PutIntent(ctx, fleetIntent, fleetDocument(1, 50*time.Millisecond), nil)
 		if err == nil {
 			rev = res.Revision
-			break
 		}
-		if try == 20 {
-			t.Fatal(err)
-		}
-		time.Sleep(500 * time.Millisecond)
+		return err
+	}); err != nil {
+		t.Fatalf("fleet intent not acknowledged: %v", err)
 	}
 	fleet.Mark(rev)
 	start := time.Now()
-	deadline := start.Add(3 * time.Minute) // generous: 200 agents under -race on two cores
 	var rep *sim.Report
-	for {
+	// Generous: 200 agents under -race on two cores.
+	if err := waitFor(ctx, 3*time.Minute, 100*time.Millisecond, func(context.Context) error {
 		rep = fleet.Report()
 		converged := 0
 		for _, d := range rep.DeviceReports {
@@ -82,32 +82,34 @@ func TestSimulatedFleetOf200(t *testing.T) {
 				converged++
 			}
 		}
-		if converged == n {
-			break
+		if converged < n {
+			return fmt.Errorf("%d of %d devices converged", converged, n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d devices converged after %v", converged, n, time.Since(start))
-		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("200 devices converged in %v; %s", time.Since(start).Round(time.Millisecond), fleet.Summary())
 
 	// Every server counts what the simulator counts, once the owners'
-	// transitions are committed.
+	// transitions are committed: 30 s for all of them.
 	waitUntil := time.Now().Add(30 * time.Second)
 	for i := range h.Size() {
-		for {
-			st, err := api.NewClient(h.HTTPAddr(i), nil).Status(ctx, api.ReadOptions{Stale: true})
-			if err == nil && st.Devices == rep.Devices && st.ByStatus[scheduler.StatusConverged] == n {
-				break
+		status := api.NewClient(h.HTTPAddr(i), nil)
+		if err := waitFor(ctx, time.Until(waitUntil), 100*time.Millisecond, func(ctx context.Context) error {
+			st, err := status.Status(ctx, api.ReadOptions{Stale: true})
+			if err != nil {
+				return err
 			}
-			if time.Now().After(waitUntil) {
+			if st.Devices != rep.Devices || st.ByStatus[scheduler.StatusConverged] != n {
 				b, _ := json.Marshal(st)
-				t.Errorf("server %s: status %s (err %v), want %d devices converged as the simulator reports", h.ID(i), b, err, n)
-				logUnconverged(t, api.NewClient(h.HTTPAddr(i), nil))
-				t.FailNow()
+				return fmt.Errorf("status %s", b)
 			}
-			time.Sleep(100 * time.Millisecond)
+			return nil
+		}); err != nil {
+			t.Errorf("server %s: %v; want %d devices converged as the simulator reports", h.ID(i), err, n)
+			logUnconverged(t, status)
+			t.FailNow()
 		}
 	}
 	var conv int

@@ -81,8 +81,9 @@ func TestRunDeploymentInjects(t *testing.T) {
 	if res.Faults < 2 || res.Faults != len(res.Plan.Episodes) {
 		t.Errorf("%d faults injected, plan has %d", res.Faults, len(res.Plan.Episodes))
 	}
-	if res.Ops < 50 || res.Linearizability != porcupine.Ok || res.Index == 0 || res.Digest == "" || res.WatchSamples == 0 {
-		t.Errorf("ops %d, %s, index %d, digest %q, samples %d", res.Ops, res.Linearizability, res.Index, res.Digest, res.WatchSamples)
+	if res.Completed < 50 || res.Linearizability != porcupine.Ok || res.Index == 0 || res.Digest == "" || res.WatchSamples == 0 {
+		t.Errorf("ops %d (%d completed in %s), %s, index %d, digest %q, samples %d",
+			res.Ops, res.Completed, res.Ran.Round(time.Millisecond), res.Linearizability, res.Index, res.Digest, res.WatchSamples)
 	}
 	if len(res.Violations) != 1 || !strings.Contains(res.Violations[0], "none of the 0 devices") {
 		t.Fatalf("violations %q, want only the missing devices", res.Violations)

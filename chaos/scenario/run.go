@@ -25,8 +25,18 @@ type Options struct {
 	// Seed drives the fault schedule, the clients' choices and the
 	// network's random drops.
 	Seed uint64
-	// Duration is how long the workload runs under faults.
+	// Duration is how long the workload runs under faults, at least: see
+	// MinOps.
 	Duration time.Duration
+	// MinOps is the number of operations with a definite outcome the
+	// workload must complete under faults: if it has fewer once Duration
+	// has passed (a busy host, a cluster mostly between leaders), faults
+	// and workload go on until it has them or MaxDuration has passed. 0
+	// means 50; negative, Duration is the whole run.
+	MinOps int
+	// MaxDuration caps a run that goes on for MinOps; 0 means Duration
+	// plus 30 s.
+	MaxDuration time.Duration
 	// Dir holds the servers' data dirs and, if a check fails, the report
 	// folder.
 	Dir string
@@ -37,9 +47,13 @@ type Options struct {
 	Clients int
 	// Intents is the number of intents they use; 0 means 4.
 	Intents int
-	// CheckTimeout bounds the linearizability check; 0 means 30 s. A check
-	// that times out is inconclusive, not a violation.
+	// CheckTimeout bounds the linearizability check; 0 means 30 s.
 	CheckTimeout time.Duration
+	// RecheckTimeout bounds a second check of the same history when the
+	// first ran out of time (porcupine's Unknown); 0 means 4 times
+	// CheckTimeout, negative no second check. A history still not judged
+	// is a violation: an inconclusive run proves nothing.
+	RecheckTimeout time.Duration
 	// StaleReads makes the clients read with ?stale=true, which is not
 	// linearizable: under partitions the checker should flag it. It exists
 	// to show that the checkers can fail.
@@ -62,9 +76,18 @@ type Result struct {
 	Ops     int
 	Unknown int
 	Dropped int
+	// Completed is the number of operations with a definite outcome while
+	// the faults ran, and Ran how long they ran (more than the duration
+	// asked for if the workload went on for its minimum of operations).
+	Completed int
+	Ran       time.Duration
 	// Linearizability is porcupine's verdict: Ok, Illegal or Unknown (the
-	// check timed out).
+	// check ran out of time, twice if it was rechecked; a violation).
 	Linearizability porcupine.CheckResult
+	// CheckTime is how long the linearizability check took, both tries
+	// if the first ran out of time (Rechecked).
+	CheckTime time.Duration
+	Rechecked bool
 	// Violations lists every failed check; empty means the run passed.
 	Violations []string
 	// Reconverge is how long the cluster took, after the faults were
@@ -95,8 +118,12 @@ func Run(ctx context.Context, sc Scenario, opts Options) (Result, error) {
 	if opts.Intents <= 0 {
 		opts.Intents = 4
 	}
+	length := newRunLength(opts.Duration, opts.MaxDuration, opts.MinOps)
 	if opts.CheckTimeout <= 0 {
 		opts.CheckTimeout = 30 * time.Second
+	}
+	if opts.RecheckTimeout == 0 {
+		opts.RecheckTimeout = 4 * opts.CheckTimeout
 	}
 	if opts.Log == nil {
 		opts.Log = io.Discard
@@ -160,10 +187,11 @@ func Run(ctx context.Context, sc Scenario, opts Options) (Result, error) {
 		}()
 	}
 
-	// Faults and workload run together for the duration.
-	logger.Info("running", "servers", sc.Servers, "duration", opts.Duration)
+	// Faults and workload run together for the duration, and on until
+	// the workload has its minimum of operations.
+	logger.Info("running", "servers", sc.Servers, "duration", opts.Duration, "min_ops", length.minOps)
 	inj := &Injector{H: h, Rng: rand.New(rand.NewPCG(opts.Seed, 0x5eed))}
-	runCtx, stopRun := context.WithTimeout(ctx, opts.Duration)
+	runCtx, stopRun := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); sc.Inject(runCtx, inj) }()
@@ -172,9 +200,11 @@ func Run(ctx context.Context, sc Scenario, opts Options) (Result, error) {
 		wg.Add(1)
 		go func() { defer wg.Done(); fleet.run(runCtx) }()
 	}
-	wg.Wait()
+	res.Ran = length.wait(runCtx, logger, wl.completedOps)
 	stopRun()
+	wg.Wait()
 	res.Faults = inj.Count()
+	res.Completed = wl.completedOps()
 
 	// Heal, restart what is down, and let the cluster settle.
 	h.Network().Heal()
@@ -210,10 +240,14 @@ func Run(ctx context.Context, sc Scenario, opts Options) (Result, error) {
 	// Checks.
 	ops, unknown, dropped := wl.history()
 	res.Ops, res.Unknown, res.Dropped = len(ops), unknown, dropped
-	verdict, info := checkLinearizable(ops, opts.CheckTimeout)
-	res.Linearizability = verdict
-	if verdict == porcupine.Illegal {
-		res.Violations = append(res.Violations, "history is not linearizable (see linearizability.html)")
+	lin := checkLinearizable(porcupineCheck, ops, opts.CheckTimeout, opts.RecheckTimeout)
+	res.Linearizability, res.CheckTime, res.Rechecked = lin.verdict, lin.took, lin.rechecked()
+	if lin.rechecked() {
+		logger.Warn("linearizability check ran out of time; checked again with a longer budget",
+			"ops", len(ops), "budgets", lin.budgets, "verdict", lin.verdict, "took", lin.took)
+	}
+	if v := lin.violation(); v != "" {
+		res.Violations = append(res.Violations, v)
 	}
 	if err == nil {
 		res.Violations = append(res.Violations, checkAcknowledged(h, ops)...)
@@ -246,11 +280,11 @@ func Run(ctx context.Context, sc Scenario, opts Options) (Result, error) {
 		}
 	}
 	logger.Info("checked", "ops", res.Ops, "unknown", res.Unknown, "dropped", res.Dropped,
-		"linearizability", res.Linearizability, "violations", len(res.Violations))
+		"linearizability", res.Linearizability, "check_time", res.CheckTime, "violations", len(res.Violations))
 
 	if len(res.Violations) > 0 {
 		dir := filepath.Join(opts.Dir, fmt.Sprintf("report-%s-%d", sc.Name, opts.Seed))
-		if err := writeReport(dir, res, faults, ops, verdict, info); err != nil {
+		if err := writeReport(dir, res, faults, ops, lin.verdict, lin.info); err != nil {
 			return res, fmt.Errorf("scenario %s: write report: %w", sc.Name, err)
 		}
 		res.Report = dir

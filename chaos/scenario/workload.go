@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm/intent"
@@ -39,6 +40,9 @@ type workload struct {
 	// a definite outcome; their Return is set when the history is closed.
 	unknown []int // guarded by mu
 	dropped int   // guarded by mu; operations that certainly had no effect
+	// completed counts operations with a definite outcome: answered, or
+	// refused with a conflict.
+	completed int // guarded by mu
 }
 
 func newWorkload(h targets, seed uint64, clients int, names []string) *workload {
@@ -56,6 +60,14 @@ func newWorkload(h targets, seed uint64, clients int, names []string) *workload 
 }
 
 func (w *workload) now() int64 { return time.Since(w.start).Nanoseconds() }
+
+// completedOps returns the number of operations with a definite outcome
+// so far.
+func (w *workload) completedOps() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.completed
+}
 
 // run drives the clients until ctx ends and returns once they all have.
 func (w *workload) run(ctx context.Context) {
@@ -141,6 +153,7 @@ func (w *workload) do(cl *api.Client, client int, in Input) (Output, bool) {
 	defer w.mu.Unlock()
 	if err == nil {
 		w.ops = append(w.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+		w.completed++
 		return out, true
 	}
 	var apiErr *api.Error
@@ -152,6 +165,7 @@ func (w *workload) do(cl *api.Client, client int, in Input) (Output, bool) {
 	case errors.As(err, &apiErr) && apiErr.Code == api.CodeConflict:
 		out = Output{Conflict: true, Current: apiErr.CurrentRevision}
 		w.ops = append(w.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+		w.completed++
 		return out, true
 	case errors.As(err, &apiErr) && (apiErr.Code == api.CodeNoLeader || apiErr.StatusCode/100 == 4):
 		// Certainly not applied.
@@ -231,6 +245,51 @@ func content(in *intent.Intent) string {
 	}
 	s, _ := in.Resources[0].Spec["content"].(string)
 	return s
+}
+
+// runLength is how long a workload runs: at least d, and then on until
+// it has completed minOps operations with a definite outcome, but no
+// longer than limit. On a busy host a few seconds of faults can pass with
+// the cluster mostly between leaders and every operation waiting out its
+// timeout; a history of a handful of operations would prove nothing.
+type runLength struct {
+	d, limit time.Duration
+	minOps   int
+}
+
+// newRunLength applies the defaults of Options.MinOps and MaxDuration.
+func newRunLength(d, limit time.Duration, minOps int) runLength {
+	if minOps == 0 {
+		minOps = 50
+	}
+	if limit <= 0 {
+		limit = d + 30*time.Second
+	}
+	return runLength{d: d, limit: max(limit, d), minOps: minOps}
+}
+
+// wait blocks for the run's length, polling completed once d has passed,
+// or until ctx ends. It returns how long it blocked, and logs a run that
+// went on past d.
+func (l runLength) wait(ctx context.Context, logger hclog.Logger, completed func() int) time.Duration {
+	start := time.Now()
+	sleep(ctx, l.d) // the run's duration itself: time for the faults to act
+	n := completed()
+	if n >= l.minOps || ctx.Err() != nil {
+		return time.Since(start)
+	}
+	logger.Warn("too few operations completed in the run's duration: going on", "completed", n, "min_ops", l.minOps, "limit", l.limit)
+	for ctx.Err() == nil && n < l.minOps && time.Since(start) < l.limit {
+		sleep(ctx, 50*time.Millisecond)
+		n = completed()
+	}
+	ran := time.Since(start)
+	if n < l.minOps {
+		logger.Warn("too few operations completed under faults", "completed", n, "min_ops", l.minOps, "ran", ran)
+	} else {
+		logger.Info("minimum of operations completed", "completed", n, "ran", ran)
+	}
+	return ran
 }
 
 func sleep(ctx context.Context, d time.Duration) {
