@@ -16,6 +16,7 @@ import (
 
 	"github.com/meteor-edge/meteor/chaos"
 	"github.com/meteor-edge/meteor/cluster"
+	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/scheduler"
 	"github.com/meteor-edge/meteor/wire"
 )
@@ -217,6 +218,22 @@ func (h *Harness) ID(i int) string { return h.configs[i].NodeID }
 
 // HTTPAddr returns server i's HTTP address (the same across restarts).
 func (h *Harness) HTTPAddr(i int) string { return h.configs[i].HTTPAddr }
+
+// MaxTerm returns the highest Raft term any running server reports on
+// GET /v1/health: its growth over a period counts the elections held in
+// it, as meteor dev and the benchmarks count them.
+func (h *Harness) MaxTerm(ctx context.Context) uint64 {
+	var top uint64
+	for _, i := range h.Alive() {
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		hl, _ := api.NewClient(h.HTTPAddr(i), nil).Health(hctx)
+		cancel()
+		if hl != nil {
+			top = max(top, hl.Term)
+		}
+	}
+	return top
+}
 
 // Servers returns the servers by index, nil for those that are down.
 func (h *Harness) Servers() []*cluster.Server {
