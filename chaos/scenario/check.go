@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/meteor-edge/meteor/cluster"
 	"github.com/meteor-edge/meteor/fsm"
@@ -46,6 +47,19 @@ func checkLinearizable(check checkFunc, ops []porcupine.Operation, budget, reche
 	}
 	l.took = time.Since(start)
 	return l
+}
+
+// record puts the outcome in res: the verdict, and a violation unless the
+// history is linearizable; a recheck is logged.
+func (l linearizability) record(res *Result, logger hclog.Logger) {
+	res.Linearizability, res.CheckTime, res.Rechecked = l.verdict, l.took, l.rechecked()
+	if l.rechecked() {
+		logger.Warn("linearizability check ran out of time; checked again with a longer budget",
+			"ops", l.ops, "budgets", l.budgets, "verdict", l.verdict, "took", l.took)
+	}
+	if v := l.violation(); v != "" {
+		res.Violations = append(res.Violations, v)
+	}
 }
 
 // rechecked reports whether the first check ran out of time.

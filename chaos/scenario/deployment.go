@@ -275,14 +275,7 @@ func RunDeployment(ctx context.Context, addrs []string, opts DeploymentOptions) 
 	devices.Wait()
 	res.Violations = append(res.Violations, deviceViolations...)
 	lin := checkLinearizable(porcupineCheck, ops, opts.CheckTimeout, opts.RecheckTimeout)
-	res.Linearizability, res.CheckTime, res.Rechecked = lin.verdict, lin.took, lin.rechecked()
-	if lin.rechecked() {
-		logger.Warn("linearizability check ran out of time; checked again with a longer budget",
-			"ops", len(ops), "budgets", lin.budgets, "verdict", lin.verdict, "took", lin.took)
-	}
-	if v := lin.violation(); v != "" {
-		res.Violations = append(res.Violations, v)
-	}
+	lin.record(res, logger)
 	for _, name := range names {
 		for _, addr := range addrs {
 			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)

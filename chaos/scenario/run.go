@@ -241,14 +241,7 @@ func Run(ctx context.Context, sc Scenario, opts Options) (Result, error) {
 	ops, unknown, dropped := wl.history()
 	res.Ops, res.Unknown, res.Dropped = len(ops), unknown, dropped
 	lin := checkLinearizable(porcupineCheck, ops, opts.CheckTimeout, opts.RecheckTimeout)
-	res.Linearizability, res.CheckTime, res.Rechecked = lin.verdict, lin.took, lin.rechecked()
-	if lin.rechecked() {
-		logger.Warn("linearizability check ran out of time; checked again with a longer budget",
-			"ops", len(ops), "budgets", lin.budgets, "verdict", lin.verdict, "took", lin.took)
-	}
-	if v := lin.violation(); v != "" {
-		res.Violations = append(res.Violations, v)
-	}
+	lin.record(&res, logger)
 	if err == nil {
 		res.Violations = append(res.Violations, checkAcknowledged(h, ops)...)
 	}
