@@ -43,20 +43,7 @@ func newSessionRecorder(s *Server) *sessionRecorder {
 // record queues one event and waits for its commit. If ctx ends first the
 // event may still be committed.
 func (r *sessionRecorder) record(ctx context.Context, req *fsm.DeviceSessionRequest) error {
-	p := &pendingSession{req: *req, done: make(chan error, 1)}
-	r.mu.Lock()
-	r.queue = append(r.queue, p)
-	r.mu.Unlock()
-	select {
-	case r.kick <- struct{}{}:
-	default:
-	}
-	select {
-	case err := <-p.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return r.recordAll(ctx, []fsm.DeviceSessionRequest{*req})
 }
 
 // recordAll queues events and waits for all of their commits; it returns

@@ -219,20 +219,16 @@ func (h *Harness) ID(i int) string { return h.configs[i].NodeID }
 // HTTPAddr returns server i's HTTP address (the same across restarts).
 func (h *Harness) HTTPAddr(i int) string { return h.configs[i].HTTPAddr }
 
-// MaxTerm returns the highest Raft term any running server reports on
-// GET /v1/health: its growth over a period counts the elections held in
-// it, as meteor dev and the benchmarks count them.
+// MaxTerm returns the highest Raft term any running server reports
+// (api.HighestTerm); its growth over a period counts the elections held
+// in it. It is 0 if no server answers.
 func (h *Harness) MaxTerm(ctx context.Context) uint64 {
-	var top uint64
+	var addrs []string
 	for _, i := range h.Alive() {
-		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		hl, _ := api.NewClient(h.HTTPAddr(i), nil).Health(hctx)
-		cancel()
-		if hl != nil {
-			top = max(top, hl.Term)
-		}
+		addrs = append(addrs, h.HTTPAddr(i))
 	}
-	return top
+	term, _, _ := api.HighestTerm(ctx, addrs)
+	return term
 }
 
 // Servers returns the servers by index, nil for those that are down.

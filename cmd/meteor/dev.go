@@ -73,19 +73,13 @@ type devCluster struct {
 }
 
 // term returns the highest Raft term any server reports and the leader
-// the server with that term knows.
+// the server with that term knows (api.HighestTerm); 0 if none answers.
 func (c *devCluster) term(ctx context.Context) (uint64, string) {
-	var term uint64
-	var leader string
-	for _, s := range c.servers {
-		h, err := api.NewClient(s.HTTPAddr(), nil).Health(ctx)
-		if err != nil && h.Term == 0 {
-			continue
-		}
-		if h.Term > term || (h.Term == term && leader == "") {
-			term, leader = h.Term, h.Leader
-		}
+	addrs := make([]string, len(c.servers))
+	for i, s := range c.servers {
+		addrs[i] = s.HTTPAddr()
 	}
+	term, leader, _ := api.HighestTerm(ctx, addrs)
 	return term, leader
 }
 

@@ -1,0 +1,45 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// termTimeout bounds each server's answer to HighestTerm.
+const termTimeout = 5 * time.Second
+
+// HighestTerm returns the highest Raft term that the servers at addrs
+// (HTTP API addresses) report on GET /v1/health, and the leader the server
+// with that term knows ("" if none). Every election, won or not, starts a
+// new term, so the elections held during a period are the growth of this
+// value over it: the one way meteor dev, the chaos harness and every
+// benchmark count elections.
+//
+// A server without a leader still answers with its term. One that does
+// not answer at all (a server that was killed, say) is passed over; the
+// error is returned only when none answers.
+func HighestTerm(ctx context.Context, addrs []string) (uint64, string, error) {
+	var top uint64
+	var leader string
+	var errs []error
+	answered := false
+	for _, addr := range addrs {
+		cctx, cancel := context.WithTimeout(ctx, termTimeout)
+		h, err := NewClient(addr, nil).Health(cctx)
+		cancel()
+		if err != nil && h.Term == 0 {
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			continue
+		}
+		if !answered || h.Term > top || (h.Term == top && leader == "") {
+			top, leader = h.Term, h.Leader
+		}
+		answered = true
+	}
+	if !answered {
+		return 0, "", fmt.Errorf("read the Raft term: %w", errors.Join(errs...))
+	}
+	return top, leader, nil
+}
