@@ -242,7 +242,7 @@ func TestAgentSessionResumesOnAnotherServer(t *testing.T) {
 	c.waitConverged()
 	tlsConf := pki.deviceTLS(t, "dev-2")
 
-	a := dialAgent(t, c.servers[0].AgentAddr(), tlsConf)
+	a := dialAgent(t, c.Server(0).AgentAddr(), tlsConf)
 	a.send(hello(map[string]string{"region": "eu"}))
 	w := expect[*wire.Welcome](a)
 	a.send(&wire.Ack{Revision: 1})
@@ -253,7 +253,7 @@ func TestAgentSessionResumesOnAnotherServer(t *testing.T) {
 
 	// The token from one server resumes the session on another, without an
 	// inventory, and the accepted report seq carries over.
-	b := dialAgent(t, c.servers[1].AgentAddr(), tlsConf)
+	b := dialAgent(t, c.Server(1).AgentAddr(), tlsConf)
 	b.send(&wire.Hello{Major: wire.ProtocolMajor, SessionID: w.SessionID, ResumeToken: w.ResumeToken, AckedRevision: 1, Labels: map[string]string{"region": "eu"}})
 	w2 := expect[*wire.Welcome](b)
 	if w2.SessionID != w.SessionID || w2.AcceptedReportSeq != 7 {
@@ -261,7 +261,7 @@ func TestAgentSessionResumesOnAnotherServer(t *testing.T) {
 	}
 
 	// Another device cannot use that token: it gets a new session at most.
-	other := dialAgent(t, c.servers[1].AgentAddr(), pki.deviceTLS(t, "dev-3"))
+	other := dialAgent(t, c.Server(1).AgentAddr(), pki.deviceTLS(t, "dev-3"))
 	other.send(&wire.Hello{Major: wire.ProtocolMajor, SessionID: w.SessionID, ResumeToken: w.ResumeToken})
 	if rej := expect[*wire.Reject](other); rej.Code != wire.CodeSessionUnknown {
 		t.Fatalf("stolen token: %+v", rej)
@@ -277,7 +277,7 @@ func TestLaggingServerSendsAgentElsewhere(t *testing.T) {
 	lag := c.follower()
 	lag.raft.Shutdown()
 	// The test cluster's helpers look at the servers that take part in Raft.
-	c.servers[c.index(lag)] = nil
+	c.Detach(c.index(lag))
 	t.Cleanup(func() { lag.Shutdown() })
 	for i := range 3 {
 		c.propose(fileIntentN("store", 1, fmt.Sprint(i)))

@@ -191,8 +191,8 @@ func TestGrowAndShrink(t *testing.T) {
 	c := newTestCluster(t, 3, nil)
 	ctx := context.Background()
 	c.propose(simpleIntent("before", "x"))
-	c.add("s4")
-	c.add("s5")
+	c.add()
+	c.add()
 	waitFor(t, 20*time.Second, func() error {
 		if v := c.voters(); len(v) != 5 {
 			return fmt.Errorf("voters %v", v)
@@ -200,10 +200,10 @@ func TestGrowAndShrink(t *testing.T) {
 		return nil
 	})
 	hash := c.waitConverged()
-	if got, _ := c.servers[4].State().Hash(); got != hash {
+	if got, _ := c.Server(4).State().Hash(); got != hash {
 		t.Fatal("new server did not receive the state")
 	}
-	members, err := client(c.servers[4]).Members(ctx)
+	members, err := client(c.Server(4)).Members(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,16 +217,16 @@ func TestGrowAndShrink(t *testing.T) {
 	}
 
 	// Shrink back: two servers leave, one of them the leader.
-	leaving := []*Server{c.waitLeader(), c.servers[3]}
+	leaving := []*Server{c.waitLeader(), c.Server(3)}
 	if leaving[1] == leaving[0] {
-		leaving[1] = c.servers[4]
+		leaving[1] = c.Server(4)
 	}
 	// The leader leaves through the Go API, the other through the HTTP API
 	// (meteor members leave).
 	if err := leaving[0].Leave(15 * time.Second); err != nil {
 		t.Fatalf("leave %s: %v", leaving[0].ID(), err)
 	}
-	c.servers[c.index(leaving[0])] = nil
+	c.Detach(c.index(leaving[0]))
 	if err := client(leaving[1]).Leave(ctx); err != nil {
 		t.Fatalf("leave %s through the API: %v", leaving[1].ID(), err)
 	}
@@ -236,7 +236,7 @@ func TestGrowAndShrink(t *testing.T) {
 		t.Fatalf("%s did not shut down after leaving", leaving[1].ID())
 	}
 	leaving[1].Shutdown() // waits for the leave to finish
-	c.servers[c.index(leaving[1])] = nil
+	c.Detach(c.index(leaving[1]))
 	waitFor(t, 20*time.Second, func() error {
 		if v := c.voters(); len(v) != 3 {
 			return fmt.Errorf("voters %v", v)
@@ -250,7 +250,7 @@ func TestGrowAndShrink(t *testing.T) {
 func TestRemoveFailedServer(t *testing.T) {
 	c := newTestCluster(t, 3, nil)
 	fi := c.index(c.follower())
-	id := c.configs[fi].NodeID
+	id := c.ID(fi)
 	c.kill(fi)
 	cl := client(c.alive()[0])
 	if err := cl.RemoveMember(context.Background(), id); err != nil {

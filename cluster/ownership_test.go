@@ -80,7 +80,7 @@ func TestOwnershipFollowsMembership(t *testing.T) {
 			var before map[string]string
 			waitFor(t, 10*time.Second, func() (err error) { before, err = owners(); return err })
 			victim := c.index(c.follower())
-			vid := c.configs[victim].NodeID
+			vid := c.ID(victim)
 			c.kill(victim)
 			start := time.Now()
 			var after map[string]string

@@ -22,7 +22,7 @@ func TestNotifyReachesSessionRegisteredLate(t *testing.T) {
 		pki.withAgents(t)(cfg)
 		cfg.PullInterval = time.Hour
 	})
-	s := c.servers[0]
+	s := c.Server(0)
 	eu := map[string]string{"region": "eu"}
 	c.propose(filesIntent("store-config", 2, "v1"))
 

@@ -16,18 +16,15 @@ import (
 	"github.com/meteor-edge/meteor/fsm/intent"
 )
 
-// testCluster is an in-process cluster of real servers: Raft on
+// testCluster is a Local cluster with helpers that fail the test: Raft on
 // raft-boltdb files in t.TempDir(), TCP and gossip on loopback.
 type testCluster struct {
-	t       testing.TB
-	servers []*Server // nil while a server is stopped
-	configs []Config
-	tune    func(*Config)
+	*Local
+	t testing.TB
 }
 
-// testConfig returns a server config with loopback ports and timings
-// tightened so elections and failure detection take well under a second,
-// with headroom for -race on a busy machine.
+// testConfig returns the config of a server on its own, with loopback
+// ports and LoopbackTimings, logging to t.
 func testConfig(t testing.TB, id string) Config {
 	cfg := DefaultConfig()
 	cfg.NodeID = id
@@ -35,9 +32,13 @@ func testConfig(t testing.TB, id string) Config {
 	cfg.DataDir = filepath.Join(t.TempDir(), id)
 	cfg.HTTPAddr, cfg.RaftAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.ApplyTimeout = 5 * time.Second
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: id, Level: hclog.Warn, Output: testWriter{t}})
+	cfg.Logger = testLogger(t, id)
 	LoopbackTimings(&cfg)
 	return cfg
+}
+
+func testLogger(t testing.TB, id string) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: id, Level: hclog.Warn, Output: testWriter{t}})
 }
 
 // testWriter routes logs to t.Log, and drops them once the test is over.
@@ -53,83 +54,68 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// newTestCluster starts n servers s1...sn; tune, if set, adjusts each
+// server's config.
 func newTestCluster(t testing.TB, n int, tune func(*Config)) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, tune: tune}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := StartLocal(ctx, LocalOptions{
+		Servers: n,
+		Dir:     t.TempDir(),
+		Logger:  func(id string) hclog.Logger { return testLogger(t, id) },
+		Configure: func(_ int, cfg *Config) {
+			cfg.ApplyTimeout = 5 * time.Second
+			if tune != nil {
+				tune(cfg)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &testCluster{Local: l, t: t}
 	t.Cleanup(func() {
-		c.shutdownAll()
+		if err := l.Close(); err != nil {
+			t.Logf("close: %v", err)
+		}
 		testDone.Store(t, true)
 	})
-	for i := range n {
-		cfg := testConfig(t, fmt.Sprintf("s%d", i+1))
-		cfg.BootstrapExpect = n
-		if i > 0 {
-			cfg.Join = []string{c.servers[0].GossipAddr()}
-		}
-		if tune != nil {
-			tune(&cfg)
-		}
-		c.start(cfg)
-	}
-	c.waitLeader()
 	return c
 }
 
-// start starts a server and records its bound addresses so a restart
-// reuses them.
-func (c *testCluster) start(cfg Config) *Server {
-	c.t.Helper()
-	s, err := New(cfg)
-	if err != nil {
-		c.t.Fatalf("start %s: %v", cfg.NodeID, err)
-	}
-	cfg.HTTPAddr, cfg.RaftAddr, cfg.GossipAddr = s.HTTPAddr(), s.RaftAddr(), s.GossipAddr()
-	for i, have := range c.configs {
-		if have.NodeID == cfg.NodeID {
-			c.configs[i], c.servers[i] = cfg, s
-			return s
-		}
-	}
-	c.configs = append(c.configs, cfg)
-	c.servers = append(c.servers, s)
-	return s
-}
-
 // add starts a new server that joins the running cluster.
-func (c *testCluster) add(id string) *Server {
+func (c *testCluster) add() *Server {
 	c.t.Helper()
-	cfg := testConfig(c.t, id)
-	cfg.Join = []string{c.alive()[0].GossipAddr()}
-	if c.tune != nil {
-		c.tune(&cfg)
+	i, err := c.Add()
+	if err != nil {
+		c.t.Fatal(err)
 	}
-	return c.start(cfg)
+	return c.Server(i)
 }
 
 // kill stops server i abruptly (no leave), like a crash or kill -9: the
 // data dir keeps whatever was fsynced.
 func (c *testCluster) kill(i int) {
 	c.t.Helper()
-	if err := c.servers[i].Shutdown(); err != nil {
-		c.t.Logf("shutdown %s: %v", c.configs[i].NodeID, err)
+	if err := c.Stop(i); err != nil {
+		c.t.Logf("kill: %v", err)
 	}
-	c.servers[i] = nil
 }
 
 // restart starts server i again from its data dir and addresses.
 func (c *testCluster) restart(i int) *Server {
 	c.t.Helper()
-	cfg := c.configs[i]
-	cfg.BootstrapExpect = 0
-	if a := c.alive(); len(a) > 0 {
-		cfg.Join = []string{a[0].GossipAddr()}
+	s, err := c.Restart(i)
+	if err != nil {
+		c.t.Fatal(err)
 	}
-	return c.start(cfg)
+	return s
 }
 
 func (c *testCluster) alive() []*Server {
 	var out []*Server
-	for _, s := range c.servers {
+	for _, s := range c.Servers() {
 		if s != nil {
 			out = append(out, s)
 		}
@@ -137,51 +123,17 @@ func (c *testCluster) alive() []*Server {
 	return out
 }
 
-func (c *testCluster) shutdownAll() {
-	var wg sync.WaitGroup
-	for i, s := range c.servers {
-		if s == nil {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.Shutdown()
-		}()
-		c.servers[i] = nil
-	}
-	wg.Wait()
-}
-
-// waitLeader waits until exactly one alive server leads and every alive
-// server agrees on it, and returns it.
+// waitLeader waits until exactly one alive server leads, every alive
+// server agrees on it and it serves linearizable reads, and returns it.
 func (c *testCluster) waitLeader() *Server {
 	c.t.Helper()
-	var leader *Server
-	waitFor(c.t, 20*time.Second, func() error {
-		leader = nil
-		for _, s := range c.alive() {
-			if s.IsLeader() {
-				if leader != nil {
-					return fmt.Errorf("two leaders: %s and %s", leader.ID(), s.ID())
-				}
-				leader = s
-			}
-		}
-		if leader == nil {
-			return fmt.Errorf("no leader")
-		}
-		for _, s := range c.alive() {
-			if _, id := s.raft.LeaderWithID(); string(id) != leader.ID() {
-				return fmt.Errorf("%s thinks the leader is %q, not %s", s.ID(), id, leader.ID())
-			}
-		}
-		if !leader.readyForReads.Load() {
-			return fmt.Errorf("leader %s not ready for reads", leader.ID())
-		}
-		return nil
-	})
-	return leader
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	i, err := c.Leader(ctx)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return c.Server(i)
 }
 
 func (c *testCluster) follower() *Server {
@@ -197,7 +149,7 @@ func (c *testCluster) follower() *Server {
 }
 
 func (c *testCluster) index(s *Server) int {
-	for i, have := range c.servers {
+	for i, have := range c.Servers() {
 		if have == s {
 			return i
 		}

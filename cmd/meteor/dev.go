@@ -62,7 +62,7 @@ type devOptions struct {
 
 // devCluster is the running dev cluster, as the fleet view needs it.
 type devCluster struct {
-	servers    []*cluster.Server
+	*cluster.Local
 	client     *api.Client // to the first server
 	agentAddrs []string
 	pkiDir     string
@@ -70,17 +70,6 @@ type devCluster struct {
 	// startTerm is the highest Raft term once the cluster first had a
 	// leader; elections since are counted from it.
 	startTerm uint64
-}
-
-// term returns the highest Raft term any server reports and the leader
-// the server with that term knows (api.HighestTerm); 0 if none answers.
-func (c *devCluster) term(ctx context.Context) (uint64, string) {
-	addrs := make([]string, len(c.servers))
-	for i, s := range c.servers {
-		addrs[i] = s.HTTPAddr()
-	}
-	term, leader, _ := api.HighestTerm(ctx, addrs)
-	return term, leader
 }
 
 // checkPorts tells, before anything starts, whether the ports of n
@@ -166,65 +155,45 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) (err error) {
 	}
 
 	fmt.Fprintf(out, "Starting a %d-server Meteor cluster on loopback (data and logs in %s)\n", n, dataDir)
-	var srvs []*cluster.Server
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	l, err := cluster.StartLocal(startCtx, cluster.LocalOptions{
+		Servers:  n,
+		Dir:      dataDir,
+		IDPrefix: "server-",
+		Regions:  []string{"eu-west", "us-east", "ap-south"},
+		BasePort: basePort,
+		// The production timings: a development cluster shares its host
+		// with the simulated fleet and whatever else runs there.
+		ProductionTimings: true,
+		Agents:            true,
+		CA:                ca,
+		ClusterSecret:     secret,
+		Logger:            func(string) hclog.Logger { return logger },
+		Configure: func(_ int, cfg *cluster.Config) {
+			// A development cluster shows transitions within seconds:
+			// devices that go silent are unreachable after 15 s, not
+			// minutes.
+			cfg.Classes = devClasses()
+			cfg.StatusEvalInterval = time.Second
+			cfg.AgentIdleTimeout = 10 * time.Second
+			cfg.Dev = n == 1
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("%w (logs: %s; is another 'meteor dev' running? choose other ports with --base-port, or 'make demo DEMO_FLAGS=\"--base-port %d\"')", err, logPath, basePort+1000)
+	}
 	defer func() {
 		fmt.Fprintln(out, "\nStopping the cluster...")
-		for _, s := range srvs {
-			if serr := s.Shutdown(); serr != nil {
-				err = errors.Join(err, serr)
-			}
-		}
+		err = errors.Join(err, l.Close())
 		fmt.Fprintln(out, "All servers stopped.")
 	}()
-	var firstGossip string
-	for i := range n {
-		port := basePort + 10*i
-		cfg := cluster.DefaultConfig()
-		cfg.NodeID = fmt.Sprintf("server-%d", i+1)
-		cfg.Region = []string{"eu-west", "us-east", "ap-south"}[i%3]
-		cfg.DataDir = filepath.Join(dataDir, cfg.NodeID)
-		cfg.HTTPAddr = hostPort(port)
-		cfg.RaftAddr = hostPort(port + 1)
-		cfg.GossipAddr = hostPort(port + 2)
-		cfg.AgentAddr = hostPort(port + 3)
-		cert, err := ca.IssueServer(cfg.NodeID, []string{"127.0.0.1"})
-		if err != nil {
-			return err
-		}
-		cfg.AgentTLS = &cluster.AgentTLS{ClientCAs: ca.Pool(), Certificate: cert}
-		cfg.ClusterSecret = secret
-		// A development cluster shows transitions within seconds: devices
-		// that go silent are unreachable after 15 s, not minutes.
-		cfg.Classes = devClasses()
-		cfg.StatusEvalInterval = time.Second
-		cfg.AgentIdleTimeout = 10 * time.Second
-		cfg.Logger = logger
-		if n == 1 {
-			cfg.Dev = true
-		} else {
-			cfg.BootstrapExpect = n
-		}
-		if firstGossip != "" {
-			cfg.Join = []string{firstGossip}
-		}
-		s, err := cluster.New(cfg)
-		if err != nil {
-			return fmt.Errorf("start %s: %w (is another 'meteor dev' running? choose other ports with --base-port, or 'make demo DEMO_FLAGS=\"--base-port %d\"')", cfg.NodeID, err, basePort+1000)
-		}
-		srvs = append(srvs, s)
-		if firstGossip == "" {
-			firstGossip = s.GossipAddr()
-		}
-		fmt.Fprintf(out, "  %s  region %-8s  HTTP http://%s  raft %s  gossip %s  agents udp %s\n", cfg.NodeID, cfg.Region, s.HTTPAddr(), s.RaftAddr(), s.GossipAddr(), s.AgentAddr())
+	srvs := l.Servers()
+	for i, s := range srvs {
+		fmt.Fprintf(out, "  %s  region %-8s  HTTP http://%s  raft %s  gossip %s  agents udp %s\n", s.ID(), l.Config(i).Region, s.HTTPAddr(), s.RaftAddr(), s.GossipAddr(), s.AgentAddr())
 	}
-
 	c := api.NewClient(srvs[0].HTTPAddr(), nil)
 	c.RetryNoLeader = 30 * time.Second
-	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if _, err := c.ListIntents(waitCtx, api.ReadOptions{}); err != nil {
-		return fmt.Errorf("cluster did not elect a leader: %w (logs: %s)", err, logPath)
-	}
 	fmt.Fprintln(out, "\nCluster is up; a leader is elected.")
 
 	if examples != "" {
@@ -250,14 +219,11 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) (err error) {
 	if err := showCluster(ctx, out, c); err != nil {
 		return err
 	}
-	var agentAddrs []string
-	for _, s := range srvs {
-		agentAddrs = append(agentAddrs, s.AgentAddr())
-	}
+	agentAddrs := l.AgentAddrs()
 	if o.fleet != "" {
 		o.dataDir = dataDir // the temporary dir, when none was given
-		dc := &devCluster{servers: srvs, client: c, agentAddrs: agentAddrs, pkiDir: pkiDir, logPath: logPath}
-		dc.startTerm, _ = dc.term(ctx)
+		dc := &devCluster{Local: l, client: c, agentAddrs: agentAddrs, pkiDir: pkiDir, logPath: logPath}
+		dc.startTerm, _ = dc.Term(ctx)
 		return runDevFleet(ctx, out, dc, o, logger)
 	}
 	devCert, err := ca.IssueDevice("pos-1")

@@ -325,7 +325,7 @@ func (v *fleetView) refresh(ctx context.Context) {
 	} else {
 		v.readErr = err
 	}
-	if term, leader := v.cl.term(rctx); term > 0 {
+	if term, leader := v.cl.Term(rctx); term > 0 {
 		v.term, v.leader = max(v.term, term), leader
 	}
 }
@@ -341,7 +341,7 @@ func (v *fleetView) elections() uint64 {
 func (v *fleetView) render() []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "\033[H\033[2JMeteor dev: %d-device %s fleet on a %d-server cluster, %s  (Ctrl-C stops everything)\n",
-		v.devices, v.o.fleet, len(v.cl.servers), time.Since(v.start).Round(time.Second))
+		v.devices, v.o.fleet, v.cl.Size(), time.Since(v.start).Round(time.Second))
 	fmt.Fprintf(&b, "HTTP API: %s   data: %s\nlogs: %s (servers), %s (simulator)\n", v.cl.client.Addr(), v.o.dataDir, v.cl.logPath, v.fleetLog)
 	leader := v.leader
 	if leader == "" {
