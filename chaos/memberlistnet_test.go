@@ -8,6 +8,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/memberlist"
+
+	"github.com/meteor-edge/meteor/chaos/chaostest"
 )
 
 // startMemberlist starts a gossip node named id on loopback, talking through
@@ -15,7 +17,7 @@ import (
 // second.
 func startMemberlist(t *testing.T, network *Network, id string) *memberlist.Memberlist {
 	t.Helper()
-	out := newTestWriter(t)
+	out := chaostest.NewWriter(t)
 	logger := log.New(out, id+" ", 0)
 	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
 		BindAddrs: []string{"127.0.0.1"},

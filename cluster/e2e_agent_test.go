@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/meteor-edge/meteor/agent"
 	"github.com/meteor-edge/meteor/chaos"
 	"github.com/meteor-edge/meteor/cluster/api"
@@ -42,7 +40,7 @@ func startAgent(t *testing.T, pki *testPKI, id string, servers []string, labels 
 	cfg.Labels = labels
 	cfg.RootCAs = pki.ca.Pool()
 	cfg.Certificate = cert
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: id, Level: hclog.Warn, Output: testWriter{t}})
+	cfg.Logger = testLogger(t, id)
 	cfg.PullInterval = 2 * time.Second
 	cfg.ReportInterval = time.Second
 	cfg.ProbeInterval = time.Second

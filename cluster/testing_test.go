@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +13,8 @@ import (
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/fsm/intent"
+
+	"github.com/meteor-edge/meteor/chaos/chaostest"
 )
 
 // testCluster is a Local cluster with helpers that fail the test: Raft on
@@ -38,20 +39,7 @@ func testConfig(t testing.TB, id string) Config {
 }
 
 func testLogger(t testing.TB, id string) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Name: id, Level: hclog.Warn, Output: testWriter{t}})
-}
-
-// testWriter routes logs to t.Log, and drops them once the test is over.
-type testWriter struct{ t testing.TB }
-
-var testDone sync.Map
-
-func (w testWriter) Write(p []byte) (int, error) {
-	if _, done := testDone.Load(w.t); !done {
-		w.t.Helper()
-		w.t.Log(string(p))
-	}
-	return len(p), nil
+	return chaostest.Logger(t, id, hclog.Warn)
 }
 
 // newTestCluster starts n servers s1...sn; tune, if set, adjusts each
@@ -79,7 +67,6 @@ func newTestCluster(t testing.TB, n int, tune func(*Config)) *testCluster {
 		if err := l.Close(); err != nil {
 			t.Logf("close: %v", err)
 		}
-		testDone.Store(t, true)
 	})
 	return c
 }

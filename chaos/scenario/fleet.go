@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -13,7 +14,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meteor-edge/meteor/agent"
-	"github.com/meteor-edge/meteor/agent/sim"
 	"github.com/meteor-edge/meteor/cluster"
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm/intent"
@@ -80,13 +80,14 @@ func fastAgent(c *agent.Config) {
 }
 
 // fleetRun is a fleet running under a scenario, with its workload and
-// its watch over device revisions.
+// its watch over device revisions. The devices run in a child process
+// (fleetProcess), as they would on machines of their own: in the servers'
+// process, hundreds of agents took the CPU the servers' Raft heartbeats
+// needed (fleetNice).
 type fleetRun struct {
 	spec   FleetSpec
 	h      *Harness
-	fleet  *sim.Fleet
-	stop   context.CancelFunc
-	done   chan error
+	fleet  *fleetProcess
 	logger hclog.Logger
 
 	mu         sync.Mutex
@@ -97,7 +98,8 @@ type fleetRun struct {
 
 // startFleet starts the devices and waits until every one has converged
 // on the fleet intent's first version, so that faults hit a fleet at rest.
-func startFleet(ctx context.Context, h *Harness, spec FleetSpec, seed uint64, dir string, logger hclog.Logger) (*fleetRun, error) {
+// The fleet process's errors go to stderr.
+func startFleet(ctx context.Context, h *Harness, spec FleetSpec, seed uint64, dir string, logger hclog.Logger, stderr io.Writer) (*fleetRun, error) {
 	if spec.ChangeEvery <= 0 {
 		spec.ChangeEvery = 2 * time.Second
 	}
@@ -107,33 +109,31 @@ func startFleet(ctx context.Context, h *Harness, spec FleetSpec, seed uint64, di
 	if spec.ApplyTime <= 0 {
 		spec.ApplyTime = 50 * time.Millisecond
 	}
-	opts := sim.DefaultOptions()
-	opts.Servers, opts.CA, opts.BaseDir = h.AgentAddrs(), h.CA(), filepath.Join(dir, "devices")
-	opts.Devices, opts.Profile, opts.Seed, opts.Loss = spec.Devices, spec.Link, seed, spec.Loss
-	if spec.TimeScale > 0 {
-		opts.TimeScale = spec.TimeScale
+	ps := fleetProcessSpec{
+		Servers: h.AgentAddrs(), BaseDir: filepath.Join(dir, "devices"),
+		Devices: spec.Devices, Profile: spec.Link, Seed: seed, Loss: spec.Loss, TimeScale: spec.TimeScale,
+		IDPrefix:  "chaos",
+		RampBatch: 25, RampEvery: 100 * time.Millisecond, SampleEvery: 100 * time.Millisecond,
+		FastAgent: true,
 	}
-	opts.IDPrefix = "chaos"
-	opts.RampBatch, opts.RampEvery = 25, 100*time.Millisecond
-	opts.SampleEvery = 100 * time.Millisecond
-	opts.Agent = fastAgent
-	fleet, err := sim.New(opts)
+	proc, err := startFleetProcess(h.CA(), ps, dir, stderr)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	f := &fleetRun{spec: spec, h: h, fleet: fleet, done: make(chan error, 1), logger: logger.Named("fleet"),
+	f := &fleetRun{spec: spec, h: h, fleet: proc, logger: logger.Named("fleet"),
 		acked: map[*cluster.Server]map[string]uint64{}}
 	rev, err := f.change(ctx, 20*time.Second)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = proc.Mark(rev)
 	}
-	fleet.Mark(rev)
-	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	f.stop = stop
-	go func() { f.done <- fleet.Run(runCtx) }()
-	if err := f.waitConverged(ctx, 60*time.Second); err != nil {
-		f.close()
-		return nil, fmt.Errorf("fleet did not converge before the faults: %w", err)
+	if err == nil {
+		err = f.waitConverged(ctx, 60*time.Second)
+		if err != nil {
+			err = fmt.Errorf("fleet did not converge before the faults: %w", err)
+		}
+	}
+	if err != nil {
+		return nil, errors.Join(err, f.close())
 	}
 	return f, nil
 }
@@ -217,7 +217,10 @@ func (f *fleetRun) sample() {
 func (f *fleetRun) waitConverged(ctx context.Context, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
-		rep := f.fleet.Report()
+		rep, err := f.fleet.Report()
+		if err != nil {
+			return fmt.Errorf("the fleet: %w", err)
+		}
 		var done, connected, restarts int
 		for _, d := range rep.DeviceReports {
 			if d.ConvergedAfter != nil {
@@ -235,12 +238,7 @@ func (f *fleetRun) waitConverged(ctx context.Context, limit time.Duration) error
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("%d of %d devices converged (%d connected now, %d power losses so far) after %v", done, rep.Devices, connected, restarts, limit)
 		}
-		select {
-		case err := <-f.done:
-			f.done <- err
-			return fmt.Errorf("the fleet stopped: %v", err)
-		case <-time.After(50 * time.Millisecond):
-		}
+		sleep(ctx, 100*time.Millisecond)
 	}
 }
 
@@ -254,7 +252,9 @@ func (f *fleetRun) finish(ctx context.Context) (time.Duration, []string) {
 	if err != nil {
 		return 0, append(f.result(), fmt.Sprintf("fleet: %v", err))
 	}
-	f.fleet.Mark(rev)
+	if err := f.fleet.Mark(rev); err != nil {
+		return 0, append(f.result(), fmt.Sprintf("fleet: %v", err))
+	}
 	start := time.Now()
 	if err := f.waitConverged(ctx, f.spec.Converge); err != nil {
 		detail := ""
@@ -361,7 +361,12 @@ func (f *fleetRun) result() []string {
 // powerLosses returns the power losses so far and the steps they left in
 // flight (interrupted mid-apply), summed over the fleet.
 func (f *fleetRun) powerLosses() (losses, interrupted int) {
-	for _, d := range f.fleet.Report().DeviceReports {
+	rep, err := f.fleet.Report()
+	if err != nil {
+		f.logger.Warn("count power losses", "error", err)
+		return 0, 0
+	}
+	for _, d := range rep.DeviceReports {
 		losses += d.Restarts
 		interrupted += d.Interrupted
 	}
@@ -369,11 +374,4 @@ func (f *fleetRun) powerLosses() (losses, interrupted int) {
 }
 
 // close stops every device and waits for them.
-func (f *fleetRun) close() error {
-	f.stop()
-	err := <-f.done
-	if errors.Is(err, context.Canceled) {
-		err = nil
-	}
-	return err
-}
+func (f *fleetRun) close() error { return f.fleet.stop() }

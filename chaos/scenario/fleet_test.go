@@ -35,11 +35,20 @@ func TestSimulatedFleetOf200(t *testing.T) {
 	// The devices run in a child process at a lower priority, as they
 	// would on machines of their own: in the servers' process they took
 	// the CPU the servers' Raft heartbeats needed (fleetNice).
-	fleet := startFleetProcess(t, h.CA(), fleetProcessSpec{
-		Servers: h.AgentAddrs(), BaseDir: filepath.Join(t.TempDir(), "devices"),
+	dir := t.TempDir()
+	fleet, err := startFleetProcess(h.CA(), fleetProcessSpec{
+		Servers: h.AgentAddrs(), BaseDir: filepath.Join(dir, "devices"),
 		Devices: n, Profile: sim.LinkCellular, Seed: 200, Loss: 0.05, TimeScale: 0.01,
 		RampBatch: 50, RampEvery: 100 * time.Millisecond, SampleEvery: 100 * time.Millisecond,
 		FastAgent: true,
+	}, dir, newTestWriter(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := fleet.stop(); err != nil {
+			t.Errorf("fleet process: %v", err)
+		}
 	})
 	term0 := h.MaxTerm(ctx)
 

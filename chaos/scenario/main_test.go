@@ -7,72 +7,23 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/meteor-edge/meteor/chaos/chaostest"
 )
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(fleetProcessEnv); spec != "" {
-		os.Exit(runFleetProcess(spec))
-	}
+	RunFleetProcessIfAsked()
 	code := m.Run()
 	if code == 0 {
-		code = verifyNoLeaks(10 * time.Second)
+		code = chaostest.VerifyNoLeaks(10 * time.Second)
 	}
 	os.Exit(code)
 }
 
-// verifyNoLeaks looks for goroutines left by the tests until there are
-// none or limit has passed: memberlist's probe of a peer ends by its own
-// timer, up to a probe interval after Shutdown, later on a busy host.
-func verifyNoLeaks(limit time.Duration) int {
-	// See findLeaks: raft leaves the goroutine of a proposal queued on its
-	// apply channel when a server crashes.
-	opt := goleak.IgnoreTopFunction("github.com/hashicorp/raft.(*deferError).Error")
-	deadline := time.Now().Add(limit)
-	for {
-		err := goleak.Find(opt)
-		if err == nil {
-			return 0
-		}
-		if time.Now().After(deadline) {
-			fmt.Fprintf(os.Stderr, "goroutines left after the tests: %v\n", err)
-			return 1
-		}
-		time.Sleep(100 * time.Millisecond) // goleak.Find itself retries for a while
-	}
-}
-
-// testWriter logs each write with t.Log until the test ends; goroutines
-// still logging after that are silenced instead of panicking.
-type testWriter struct {
-	mu   sync.Mutex
-	t    testing.TB
-	done bool
-}
-
-func newTestWriter(t testing.TB) io.Writer {
-	w := &testWriter{t: t}
-	t.Cleanup(func() {
-		w.mu.Lock()
-		w.done = true
-		w.mu.Unlock()
-	})
-	return w
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
-}
+func newTestWriter(t testing.TB) io.Writer { return chaostest.NewWriter(t) }
 
 // waitFor calls check every interval until it returns nil, and returns
 // nil; or, once limit has passed (or ctx ended), the last error check

@@ -176,7 +176,7 @@ func Run(ctx context.Context, sc Scenario, opts Options) (Result, error) {
 	var fleet *fleetRun
 	if sc.Fleet != nil {
 		res.Devices = sc.Fleet.Devices
-		fleet, err = startFleet(ctx, h, *sc.Fleet, opts.Seed, opts.Dir, logger)
+		fleet, err = startFleet(ctx, h, *sc.Fleet, opts.Seed, opts.Dir, logger, opts.Log)
 		if err != nil {
 			return res, fmt.Errorf("scenario %s: %w", sc.Name, err)
 		}

@@ -12,10 +12,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/meteor-edge/meteor/chaos/scenario"
 	"github.com/meteor-edge/meteor/cluster/api"
 )
 
 func main() {
+	// The chaos scenarios with fleets run their devices in a child
+	// process: this program, started again.
+	scenario.RunFleetProcessIfAsked()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRootCmd().ExecuteContext(ctx); err != nil {

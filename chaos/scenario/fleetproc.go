@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
-	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -23,9 +21,20 @@ import (
 	"github.com/meteor-edge/meteor/wire"
 )
 
-// fleetProcessEnv, set in the environment of this test binary, makes it
-// run a simulated fleet (runFleetProcess) instead of the tests.
-const fleetProcessEnv = "METEOR_TEST_FLEET_PROCESS"
+// fleetProcessEnv, set in the environment of a program that runs
+// scenarios, makes it run a simulated fleet instead (RunFleetProcessIfAsked).
+const fleetProcessEnv = "METEOR_SCENARIO_FLEET_PROCESS"
+
+// RunFleetProcessIfAsked runs the simulated fleet of a scenario and exits,
+// if this process was started as one; otherwise it returns at once. A
+// program that runs scenarios with fleets (Run, or startFleetProcess in
+// tests) calls it first thing in main, or in TestMain: the fleet runs in
+// a child process that is the same executable, started again.
+func RunFleetProcessIfAsked() {
+	if spec := os.Getenv(fleetProcessEnv); spec != "" {
+		os.Exit(runFleetProcess(spec))
+	}
+}
 
 // fleetNice is the scheduling priority of a fleet process. Simulated
 // devices stand in for machines with CPUs of their own; in the servers'
@@ -46,6 +55,7 @@ type fleetProcessSpec struct {
 	Seed        uint64
 	Loss        float64
 	TimeScale   float64
+	IDPrefix    string
 	RampBatch   int
 	RampEvery   time.Duration
 	SampleEvery time.Duration
@@ -53,70 +63,73 @@ type fleetProcessSpec struct {
 	FastAgent bool
 }
 
-// fleetProcess is a simulated fleet running in a child process: this test
-// binary, started again with fleetProcessEnv set, at a lower priority. It
-// is driven over its standard input and output, one command and one
-// answer a line.
+// fleetProcess is a simulated fleet running in a child process: this
+// executable, started again with fleetProcessEnv set, at a lower priority
+// (fleetNice). It is driven over its standard input and output, one
+// command and one answer a line.
 type fleetProcess struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex // one command at a time
-	in   io.WriteCloser
-	out  *bufio.Reader
-	done chan struct{} // closed once the process has exited
-	err  error         // its exit status, set before done closes
+	cmd     *exec.Cmd
+	devices int
+	mu      sync.Mutex // one command at a time
+	in      io.WriteCloser
+	out     *bufio.Reader
+	done    chan struct{} // closed once the process has exited
+	err     error         // its exit status, set before done closes
 }
 
-// startFleetProcess writes ca's certificate and key for the child to
-// load, starts the fleet and stops it when the test ends.
-func startFleetProcess(t *testing.T, ca *wire.CA, spec fleetProcessSpec) *fleetProcess {
-	t.Helper()
+// startFleetProcess writes ca's certificate and key under dir for the
+// child to load and starts the fleet; its standard error goes to stderr.
+// Stop it with stop.
+func startFleetProcess(ca *wire.CA, spec fleetProcessSpec, dir string, stderr io.Writer) (*fleetProcess, error) {
 	certPEM, keyPEM, err := ca.PEM()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	spec.PKIDir = filepath.Join(t.TempDir(), "pki")
+	spec.PKIDir = filepath.Join(dir, "pki")
 	if err := os.MkdirAll(spec.PKIDir, 0o700); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(spec.PKIDir, sim.CACertFile), certPEM, 0o600); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(spec.PKIDir, sim.CAKeyFile), keyPEM, 0o600); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	b, err := json.Marshal(spec)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	p := &fleetProcess{cmd: exec.Command(os.Args[0], "-test.run=^$"), done: make(chan struct{})}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("fleet process: %w", err)
+	}
+	p := &fleetProcess{cmd: exec.Command(exe), devices: spec.Devices, done: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), fleetProcessEnv+"="+string(b))
-	p.cmd.Stderr = newTestWriter(t)
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p.cmd.Stderr = stderr
+	p.cmd.SysProcAttr = childProcAttr()
 	if p.in, err = p.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	p.out = bufio.NewReaderSize(out, 1<<20)
 	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("fleet process: %w", err)
 	}
 	go func() {
 		p.err = p.cmd.Wait()
 		close(p.done)
 	}()
-	t.Cleanup(func() {
-		if err := p.stop(); err != nil {
-			t.Errorf("fleet process: %v", err)
-		}
-	})
 	if _, err := p.call("ready"); err != nil {
-		t.Fatalf("fleet process: %v", err)
+		return nil, errors.Join(fmt.Errorf("fleet process (does this program call scenario.RunFleetProcessIfAsked first?): %w", err), p.stop())
 	}
-	return p
+	return p, nil
 }
+
+// Len returns the number of devices.
+func (p *fleetProcess) Len() int { return p.devices }
 
 // call sends one command and returns the answer's line.
 func (p *fleetProcess) call(cmd string) (string, error) {
@@ -190,13 +203,19 @@ func runFleetProcess(spec string) int {
 	if err := json.Unmarshal([]byte(spec), &s); err != nil {
 		return fail(err)
 	}
-	if err := syscall.Setpriority(syscall.PRIO_PROCESS, 0, fleetNice); err != nil {
+	if err := lowerPriority(fleetNice); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet process: could not lower its priority:", err)
 	}
 	opts := sim.DefaultOptions()
 	opts.Servers, opts.PKIDir, opts.BaseDir = s.Servers, s.PKIDir, s.BaseDir
-	opts.Devices, opts.Profile, opts.Seed, opts.Loss, opts.TimeScale = s.Devices, s.Profile, s.Seed, s.Loss, s.TimeScale
+	opts.Devices, opts.Profile, opts.Seed, opts.Loss = s.Devices, s.Profile, s.Seed, s.Loss
+	if s.TimeScale > 0 {
+		opts.TimeScale = s.TimeScale
+	}
 	opts.RampBatch, opts.RampEvery, opts.SampleEvery = s.RampBatch, s.RampEvery, s.SampleEvery
+	if s.IDPrefix != "" {
+		opts.IDPrefix = s.IDPrefix
+	}
 	opts.Logger = hclog.NewNullLogger()
 	if s.FastAgent {
 		opts.Agent = fastAgent
