@@ -20,7 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meteor-edge/meteor/agent/sim"
-	"github.com/meteor-edge/meteor/wire"
+	"github.com/meteor-edge/meteor/cluster/pki"
 )
 
 // fleetProcessEnv, set in the environment of this test binary, makes it
@@ -68,7 +68,7 @@ type fleetProcess struct {
 
 // startFleetProcess writes ca's certificate and key for the child to
 // load, starts the fleet and stops it when the test ends.
-func startFleetProcess(t *testing.T, ca *wire.CA, spec fleetProcessSpec) *fleetProcess {
+func startFleetProcess(t *testing.T, ca *pki.CA, spec fleetProcessSpec) *fleetProcess {
 	t.Helper()
 	certPEM, keyPEM, err := ca.PEM()
 	if err != nil {

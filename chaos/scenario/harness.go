@@ -17,8 +17,8 @@ import (
 	"github.com/meteor-edge/meteor/chaos"
 	"github.com/meteor-edge/meteor/cluster"
 	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/cluster/pki"
 	"github.com/meteor-edge/meteor/scheduler"
-	"github.com/meteor-edge/meteor/wire"
 )
 
 // HarnessConfig configures a Harness.
@@ -50,7 +50,7 @@ type Harness struct {
 	logger  hclog.Logger
 	configs []cluster.Config // addresses resolved after the first start
 	clocks  []*chaos.SkewedClock
-	ca      *wire.CA // with Agents
+	ca      *pki.CA // with Agents
 
 	mu      sync.Mutex
 	servers []*cluster.Server // guarded by mu; nil while a server is down
@@ -82,7 +82,7 @@ func NewHarness(ctx context.Context, cfg HarnessConfig) (*Harness, error) {
 	}
 	var secret []byte
 	if cfg.Agents {
-		ca, err := wire.NewCA("meteor chaos harness", 24*time.Hour)
+		ca, err := pki.NewCA("meteor chaos harness", 24*time.Hour)
 		if err != nil {
 			return nil, fmt.Errorf("harness: %w", err)
 		}
@@ -176,7 +176,7 @@ func agentClasses() map[string]scheduler.Class {
 
 // CA returns the CA that issued the servers' certificates and issues the
 // devices' (nil without Agents).
-func (h *Harness) CA() *wire.CA { return h.ca }
+func (h *Harness) CA() *pki.CA { return h.ca }
 
 // AgentAddrs returns every server's agent address (the same across
 // restarts), or nil without Agents.
