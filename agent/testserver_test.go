@@ -14,6 +14,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/meteor-edge/meteor/cluster/pki"
 	"github.com/meteor-edge/meteor/wire"
 )
 
@@ -30,7 +31,7 @@ var testSecret = []byte("agent-test-cluster-secret-0123456789")
 // testCluster is the shared state of the test servers.
 type testCluster struct {
 	t    *testing.T
-	ca   *wire.CA
+	ca   *pki.CA
 	keys [][32]byte
 
 	mu       sync.Mutex
@@ -65,7 +66,7 @@ type helloSeen struct {
 }
 
 func newTestCluster(t *testing.T) *testCluster {
-	ca, err := wire.NewCA("agent test CA", time.Hour)
+	ca, err := pki.NewCA("agent test CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/cluster/pki"
 	"github.com/meteor-edge/meteor/fsm/intent"
 	"github.com/meteor-edge/meteor/wire"
 )
@@ -20,13 +21,13 @@ import (
 // testPKI is a cluster CA, a cluster secret and the means to issue
 // certificates, for tests that serve agents.
 type testPKI struct {
-	ca     *wire.CA
+	ca     *pki.CA
 	secret []byte
 }
 
 func newTestPKI(t *testing.T) *testPKI {
 	t.Helper()
-	ca, err := wire.NewCA("test CA", time.Hour)
+	ca, err := pki.NewCA("test CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

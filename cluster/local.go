@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meteor-edge/meteor/cluster/api"
-	"github.com/meteor-edge/meteor/wire"
+	"github.com/meteor-edge/meteor/cluster/pki"
 )
 
 // LocalOptions configures a Local cluster.
@@ -42,7 +42,7 @@ type LocalOptions struct {
 	// CA issues the servers' certificates with Agents; nil means a new CA
 	// (see Local.CA). ClusterSecret is the shared secret; nil means a
 	// random one.
-	CA            *wire.CA
+	CA            *pki.CA
 	ClusterSecret []byte
 	// Logger returns the logger of the server with the given node ID; nil
 	// discards the logs.
@@ -59,7 +59,7 @@ type LocalOptions struct {
 // concurrent use.
 type Local struct {
 	opts    LocalOptions
-	ca      *wire.CA
+	ca      *pki.CA
 	secret  []byte
 	configs []Config // addresses resolved after each server's first start
 
@@ -83,7 +83,7 @@ func StartLocal(ctx context.Context, opts LocalOptions) (*Local, error) {
 	l := &Local{opts: opts, ca: opts.CA, secret: opts.ClusterSecret}
 	if opts.Agents {
 		if l.ca == nil {
-			ca, err := wire.NewCA("meteor local cluster", 24*time.Hour)
+			ca, err := pki.NewCA("meteor local cluster", 24*time.Hour)
 			if err != nil {
 				return nil, fmt.Errorf("local cluster: %w", err)
 			}
@@ -319,7 +319,7 @@ func (l *Local) Alive() []int {
 
 // CA returns the CA that issued the servers' agent certificates, and
 // issues devices' (nil without Agents).
-func (l *Local) CA() *wire.CA { return l.ca }
+func (l *Local) CA() *pki.CA { return l.ca }
 
 // ClusterSecret returns the servers' shared secret (nil without Agents).
 func (l *Local) ClusterSecret() []byte { return l.secret }

@@ -14,10 +14,14 @@
 //     major/minor, negotiation, and the QUIC application close codes.
 //   - Resume tokens (token.go): HMAC-signed session claims that any server
 //     holding the cluster secret can verify, with key rotation.
-//   - TLS (tls.go) and QUIC (quic.go): the cluster CA, device and server
-//     certificates (the device ID lives in the client certificate, never in
-//     a message), shared session-ticket keys so every server can resume
-//     every agent's TLS session, and 0-RTT settings.
+//   - TLS (tls.go) and QUIC (quic.go): the identities in device and server
+//     certificates (URI SANs meteor://device/<id> and meteor://server/<id>,
+//     built by DeviceURI and ServerURI and read by DeviceIDFromCert and
+//     ServerIDFromCert; the device ID lives in the client certificate, never
+//     in a message), the TLS configurations that verify peers, shared
+//     session-ticket keys so every server can resume every agent's TLS
+//     session, and 0-RTT settings. Issuing certificates is not wire's: the
+//     cluster's CA is package cluster/pki.
 //
 // What wire must not touch: it imports nothing of Meteor's own packages
 // (only the standard library and quic-go). It holds no session state, runs

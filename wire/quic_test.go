@@ -32,12 +32,8 @@ type testServer struct {
 // answers with a Welcome. Everything stops at test cleanup.
 func startServer(t *testing.T, id string, ticketKeys [][32]byte) *testServer {
 	t.Helper()
-	ca := testCA(t)
-	cert, err := ca.IssueServer(id, []string{"127.0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := quic.ListenAddrEarly("127.0.0.1:0", ServerTLSConfig(ca.Pool(), cert, ticketKeys), ServerQUICConfig())
+	ca := sharedTestCA()
+	ln, err := quic.ListenAddrEarly("127.0.0.1:0", ServerTLSConfig(ca.pool(), ca.server(t, id), ticketKeys), ServerQUICConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,12 +200,9 @@ func TestQUICResume0RTT(t *testing.T) {
 	s1 := startServer(t, "s1", keys)
 	s2 := startServer(t, "s2", keys) // another server sharing the ticket keys
 
-	ca := testCA(t)
-	dev, err := ca.IssueDevice("dev-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conf := ClientTLSConfig(ca.Pool(), dev, "")
+	ca := sharedTestCA()
+	dev := ca.device(t, "dev-1")
+	conf := ClientTLSConfig(ca.pool(), dev, "")
 	cache := &notifyingCache{ClientSessionCache: conf.ClientSessionCache, put: make(chan struct{}, 1)}
 	conf.ClientSessionCache = cache
 	hello := func() *Hello {
@@ -275,12 +268,9 @@ func TestQUICVersionRejected(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	s := startServer(t, "s1", nil)
-	ca := testCA(t)
-	dev, err := ca.IssueDevice("dev-2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _, err = dialHello(ctx, t, s.addr, ClientTLSConfig(ca.Pool(), dev, ""), &Hello{Major: 2, Minor: 7})
+	ca := sharedTestCA()
+	dev := ca.device(t, "dev-2")
+	_, _, err := dialHello(ctx, t, s.addr, ClientTLSConfig(ca.pool(), dev, ""), &Hello{Major: 2, Minor: 7})
 	var ce *CloseError
 	if !errors.As(err, &ce) {
 		t.Fatalf("err = %v, want a *CloseError", err)

@@ -19,8 +19,8 @@ import (
 	"github.com/meteor-edge/meteor/agent"
 	"github.com/meteor-edge/meteor/agent/driver"
 	"github.com/meteor-edge/meteor/chaos"
+	"github.com/meteor-edge/meteor/cluster/pki"
 	"github.com/meteor-edge/meteor/fsm/intent"
-	"github.com/meteor-edge/meteor/wire"
 )
 
 // File names in a PKI directory, as `meteor ca init` and `meteor dev`
@@ -40,7 +40,7 @@ type Options struct {
 	PKIDir string
 	// CA, when set, issues the device certificates instead of the CA in
 	// PKIDir.
-	CA *wire.CA
+	CA *pki.CA
 	// BaseDir holds one directory per device: its journal and the Root of
 	// its drivers. Required.
 	BaseDir string
@@ -175,7 +175,7 @@ type server struct {
 type Fleet struct {
 	opts     Options
 	log      hclog.Logger
-	ca       *wire.CA
+	ca       *pki.CA
 	servers  []server
 	loopback bool
 	devices  []*device
@@ -264,7 +264,7 @@ func New(opts Options) (*Fleet, error) {
 	return f, nil
 }
 
-func loadCA(dir string) (*wire.CA, error) {
+func loadCA(dir string) (*pki.CA, error) {
 	certPEM, err := os.ReadFile(filepath.Join(dir, CACertFile))
 	if err != nil {
 		return nil, fmt.Errorf("sim: load CA: %w", err)
@@ -273,7 +273,7 @@ func loadCA(dir string) (*wire.CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sim: load CA: %w", err)
 	}
-	ca, err := wire.LoadCA(certPEM, keyPEM)
+	ca, err := pki.LoadCA(certPEM, keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("sim: load CA from %s: %w", dir, err)
 	}

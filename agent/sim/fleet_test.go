@@ -16,8 +16,8 @@ import (
 	"github.com/meteor-edge/meteor/agent"
 	"github.com/meteor-edge/meteor/cluster"
 	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/cluster/pki"
 	"github.com/meteor-edge/meteor/scheduler"
-	"github.com/meteor-edge/meteor/wire"
 )
 
 type testWriter struct{ t *testing.T }
@@ -36,7 +36,7 @@ func testLogger(t *testing.T, name string) hclog.Logger {
 // a CA written to the returned PKI directory, as `meteor dev` lays it out.
 func testServer(t *testing.T) (*cluster.Server, string) {
 	t.Helper()
-	ca, err := wire.NewCA("sim test CA", time.Hour)
+	ca, err := pki.NewCA("sim test CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

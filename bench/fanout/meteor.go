@@ -20,7 +20,7 @@ import (
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 	"github.com/meteor-edge/meteor/cluster/api"
-	"github.com/meteor-edge/meteor/wire"
+	clusterpki "github.com/meteor-edge/meteor/cluster/pki"
 )
 
 // meteorServers is the size of the cluster.
@@ -33,7 +33,7 @@ type meteorCluster struct {
 	agents  []string // agent UDP addresses, in server order
 	ports   []int    // their ports
 	version string
-	ca      *wire.CA
+	ca      *clusterpki.CA
 }
 
 // startMeteor creates the PKI with the meteor CLI (`meteor ca init`, one
@@ -59,7 +59,7 @@ func startMeteor(ctx context.Context, g *benchkit.Group, bin, dir string) (*mete
 	}
 	mc := &meteorCluster{}
 	var err error
-	if mc.ca, err = wire.LoadCA(caPEM, caKey); err != nil {
+	if mc.ca, err = clusterpki.LoadCA(caPEM, caKey); err != nil {
 		return nil, err
 	}
 	// One call, so the ports are distinct; UDP is needed by gossip and
@@ -390,7 +390,7 @@ func deviceID(i, n int) string { return fmt.Sprintf("dev-%0*d", len(strconv.Itoa
 
 // issueDevices issues one certificate per device (ECDSA P-256), on every
 // CPU.
-func issueDevices(ca *wire.CA, n int) ([]tls.Certificate, error) {
+func issueDevices(ca *clusterpki.CA, n int) ([]tls.Certificate, error) {
 	certs := make([]tls.Certificate, n)
 	errs := make([]error, runtime.NumCPU())
 	var wg sync.WaitGroup

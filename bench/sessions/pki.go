@@ -14,7 +14,7 @@ import (
 	"sync"
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
-	"github.com/meteor-edge/meteor/wire"
+	clusterpki "github.com/meteor-edge/meteor/cluster/pki"
 )
 
 // serverID names the server of every part (and its certificate).
@@ -24,7 +24,7 @@ const serverID = "bench"
 // created with `meteor ca init` and `meteor ca issue-server`.
 type pki struct {
 	dir        string
-	ca         *wire.CA
+	ca         *clusterpki.CA
 	pool       *x509.CertPool
 	serverCert tls.Certificate
 	secret     []byte
@@ -67,11 +67,11 @@ func makePKI(ctx context.Context, bin, dir string) (*pki, error) {
 		return nil, fmt.Errorf("read the PKI: %w", err)
 	}
 	var err error
-	if p.ca, err = wire.LoadCA(caPEM, caKey); err != nil {
+	if p.ca, err = clusterpki.LoadCA(caPEM, caKey); err != nil {
 		return nil, err
 	}
 	p.pool = p.ca.Pool()
-	if p.serverCert, err = wire.LoadCertificate(certPEM, keyPEM); err != nil {
+	if p.serverCert, err = clusterpki.LoadCertificate(certPEM, keyPEM); err != nil {
 		return nil, err
 	}
 	if p.secret, err = base64.StdEncoding.DecodeString(strings.TrimSpace(string(secretB64))); err != nil {

@@ -73,7 +73,7 @@ func leaderIndex(ctx context.Context, addrs []string, wl *workload) int {
 // intents, history, devices, timelines and meta) and the Raft index it
 // reflects. Servers at the same index must answer the same hash.
 func stateDigest(ctx context.Context, addr string, hc *http.Client) (uint64, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/internal/state-hash", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, api.BaseURL(addr)+"/v1/internal/state-hash", nil)
 	if err != nil {
 		return 0, "", err
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meteor-edge/meteor/agent/sim"
-	"github.com/meteor-edge/meteor/wire"
+	"github.com/meteor-edge/meteor/cluster/pki"
 )
 
 // fleetProcessEnv, set in the environment of a program that runs
@@ -80,7 +80,7 @@ type fleetProcess struct {
 // startFleetProcess writes ca's certificate and key under dir for the
 // child to load and starts the fleet; its standard error goes to stderr.
 // Stop it with stop.
-func startFleetProcess(ca *wire.CA, spec fleetProcessSpec, dir string, stderr io.Writer) (*fleetProcess, error) {
+func startFleetProcess(ca *pki.CA, spec fleetProcessSpec, dir string, stderr io.Writer) (*fleetProcess, error) {
 	certPEM, keyPEM, err := ca.PEM()
 	if err != nil {
 		return nil, err

@@ -29,10 +29,17 @@ func NewClient(addr string, hc *http.Client) *Client {
 	if hc == nil {
 		hc = &http.Client{Timeout: 30 * time.Second}
 	}
+	return &Client{base: BaseURL(addr), hc: hc, RetryNoLeader: 10 * time.Second}
+}
+
+// BaseURL returns the base URL of the server's HTTP API at addr
+// ("host:port" or a URL): http:// unless addr names a scheme, no trailing
+// slash. Append a path such as "/v1/intents" to it.
+func BaseURL(addr string) string {
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr
 	}
-	return &Client{base: strings.TrimRight(addr, "/"), hc: hc, RetryNoLeader: 10 * time.Second}
+	return strings.TrimRight(addr, "/")
 }
 
 // Addr returns the server's base URL.

@@ -15,7 +15,7 @@ import (
 	"github.com/meteor-edge/meteor/agent"
 	"github.com/meteor-edge/meteor/agent/driver"
 	"github.com/meteor-edge/meteor/cluster"
-	"github.com/meteor-edge/meteor/wire"
+	"github.com/meteor-edge/meteor/cluster/pki"
 )
 
 func newAgentCmd() *cobra.Command {
@@ -115,7 +115,7 @@ func loadDeviceTLS(caFile, certFile, keyFile string) (*x509.CertPool, tls.Certif
 	if err != nil {
 		return nil, tls.Certificate{}, fmt.Errorf("--ca-file: %w", err)
 	}
-	roots, err := wire.PoolFromPEM(caPEM)
+	roots, err := pki.PoolFromPEM(caPEM)
 	if err != nil {
 		return nil, tls.Certificate{}, fmt.Errorf("--ca-file %s: %w", caFile, err)
 	}
@@ -127,7 +127,7 @@ func loadDeviceTLS(caFile, certFile, keyFile string) (*x509.CertPool, tls.Certif
 	if err != nil {
 		return nil, tls.Certificate{}, fmt.Errorf("--key-file: %w", err)
 	}
-	cert, err := wire.LoadCertificate(certPEM, keyPEM)
+	cert, err := pki.LoadCertificate(certPEM, keyPEM)
 	if err != nil {
 		return nil, tls.Certificate{}, fmt.Errorf("device certificate %s and key %s: %w", certFile, keyFile, err)
 	}

@@ -9,12 +9,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/meteor-edge/meteor/wire"
+	"github.com/meteor-edge/meteor/cluster/pki"
 )
 
 func TestAgentCmdRefusesForeignCertificate(t *testing.T) {
 	dir := t.TempDir()
-	ca, err := wire.NewCA("test CA", time.Hour)
+	ca, err := pki.NewCA("test CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func TestAgentCmdRefusesForeignCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	certPEM, keyPEM, err := wire.CertificatePEM(cert)
+	certPEM, keyPEM, err := pki.CertificatePEM(cert)
 	if err != nil {
 		t.Fatal(err)
 	}

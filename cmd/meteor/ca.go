@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meteor-edge/meteor/cluster"
+	"github.com/meteor-edge/meteor/cluster/pki"
 	"github.com/meteor-edge/meteor/wire"
 )
 
@@ -99,7 +100,7 @@ func initCA(out io.Writer, dir string, validFor time.Duration) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	ca, err := wire.NewCA("Meteor cluster CA", validFor)
+	ca, err := pki.NewCA("Meteor cluster CA", validFor)
 	if err != nil {
 		return err
 	}
@@ -123,7 +124,7 @@ func initCA(out io.Writer, dir string, validFor time.Duration) error {
 	return nil
 }
 
-func loadCA(dir string) (*wire.CA, error) {
+func loadCA(dir string) (*pki.CA, error) {
 	certPEM, err := os.ReadFile(filepath.Join(dir, caCertFile))
 	if err != nil {
 		return nil, fmt.Errorf("%w (run 'meteor ca init --dir %s' first)", err, dir)
@@ -132,11 +133,11 @@ func loadCA(dir string) (*wire.CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	return wire.LoadCA(certPEM, keyPEM)
+	return pki.LoadCA(certPEM, keyPEM)
 }
 
 func writeCert(out io.Writer, dir, name string, cert tls.Certificate) error {
-	certPEM, keyPEM, err := wire.CertificatePEM(cert)
+	certPEM, keyPEM, err := pki.CertificatePEM(cert)
 	if err != nil {
 		return err
 	}
@@ -157,7 +158,7 @@ func loadAgentTLS(caFile, certFile, keyFile, secretFile string) (*cluster.AgentT
 	if err != nil {
 		return nil, nil, fmt.Errorf("CA file: %w", err)
 	}
-	pool, err := wire.PoolFromPEM(caPEM)
+	pool, err := pki.PoolFromPEM(caPEM)
 	if err != nil {
 		return nil, nil, fmt.Errorf("CA file %s: %w", caFile, err)
 	}
@@ -169,7 +170,7 @@ func loadAgentTLS(caFile, certFile, keyFile, secretFile string) (*cluster.AgentT
 	if err != nil {
 		return nil, nil, fmt.Errorf("key file: %w", err)
 	}
-	cert, err := wire.LoadCertificate(certPEM, keyPEM)
+	cert, err := pki.LoadCertificate(certPEM, keyPEM)
 	if err != nil {
 		return nil, nil, fmt.Errorf("server certificate %s: %w", certFile, err)
 	}
