@@ -96,21 +96,15 @@ func main() { benchkit.Main("bench-fanout", parseFlags, run) }
 // the loss table deleted, before it returns, whatever happens.
 func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	started := time.Now()
-	root, err := cfg.Locate()
+	sc, err := cfg.Start(ctx, "meteor-bench-fanout-", "PKI, data, logs and broker config", log)
 	if err != nil {
 		return err
 	}
+	defer sc.Finish(&err, 3*time.Second)
+	root, tmp, procs := sc.Root, sc.Dir, sc.Procs
 	// Both sides raise their UDP buffers as far as the host allows; the
 	// warning that it is not 7 MB says nothing about this benchmark.
 	os.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true")
-
-	tmp, finish, err := benchkit.TempDir(ctx, "meteor-bench-fanout-", "PKI, data, logs and broker config", cfg.Keep, log)
-	if err != nil {
-		return err
-	}
-	defer finish(&err)
-	procs := &benchkit.Group{}
-	defer procs.StopAll(3 * time.Second)
 
 	rep := &report{
 		Date:     time.Now().UTC().Format(time.RFC3339),

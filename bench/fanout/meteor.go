@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -250,20 +249,10 @@ func deviceID(i, n int) string { return fmt.Sprintf("dev-%0*d", len(strconv.Itoa
 // CPU.
 func issueDevices(ca *wire.CA, n int) ([]tls.Certificate, error) {
 	certs := make([]tls.Certificate, n)
-	errs := make([]error, runtime.NumCPU())
-	var wg sync.WaitGroup
-	for w := range len(errs) {
-		wg.Go(func() {
-			for i := w; i < n; i += len(errs) {
-				c, err := ca.IssueDevice(deviceID(i, n))
-				if err != nil {
-					errs[w] = err
-					return
-				}
-				certs[i] = c
-			}
-		})
-	}
-	wg.Wait()
-	return certs, errors.Join(errs...)
+	err := benchkit.Parallel(n, func(i int) error {
+		c, err := ca.IssueDevice(deviceID(i, n))
+		certs[i] = c
+		return err
+	})
+	return certs, err
 }

@@ -136,10 +136,19 @@ func raiseNoFile() (uint64, error) {
 // run does the whole benchmark. Every process it starts is stopped before
 // it returns, whatever happens.
 func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
-	root, err := cfg.Locate()
+	// Created first, so that it is removed only once the workers using it
+	// have been stopped.
+	simTmp, err := os.MkdirTemp(cfg.simDir, "meteor-bench-fleet-devices-")
 	if err != nil {
 		return err
 	}
+	defer os.RemoveAll(simTmp)
+	sc, err := cfg.Start(ctx, "meteor-bench-fleet-", "PKI, data and logs", log)
+	if err != nil {
+		return err
+	}
+	defer sc.Finish(&err, 5*time.Second)
+	root, tmp, procs := sc.Root, sc.Dir, sc.Procs
 	if cfg.changesDir == "" && cfg.has(partRetail) {
 		if root == "" {
 			return errors.New("-changes is required outside the module")
@@ -155,19 +164,6 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	if err != nil {
 		return fmt.Errorf("raise RLIMIT_NOFILE: %w", err)
 	}
-
-	tmp, finish, err := benchkit.TempDir(ctx, "meteor-bench-fleet-", "PKI, data and logs", cfg.Keep, log)
-	if err != nil {
-		return err
-	}
-	defer finish(&err)
-	simTmp, err := os.MkdirTemp(cfg.simDir, "meteor-bench-fleet-devices-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(simTmp)
-	procs := &benchkit.Group{}
-	defer procs.StopAll(5 * time.Second)
 
 	rep := &report{
 		Date:    time.Now().UTC().Format(time.RFC3339),

@@ -78,10 +78,15 @@ func main() { benchkit.Main("bench-intents", parseFlags, run) }
 // run does the whole benchmark. Every process it starts is stopped before
 // it returns, whatever happens.
 func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
-	root, err := cfg.Locate()
+	sc, err := cfg.Start(ctx, "meteor-bench-intents-", "data, logs and profiles", log)
 	if err != nil {
 		return err
 	}
+	// The data is thrown away, so a member still shutting down gracefully
+	// (etcd tries to hand its leadership over) after a few seconds is
+	// killed.
+	defer sc.Finish(&err, 3*time.Second)
+	root, tmp, procs := sc.Root, sc.Dir, sc.Procs
 	if cfg.cpuProfile != "" {
 		f, err := os.Create(cfg.cpuProfile)
 		if err != nil {
@@ -93,20 +98,6 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		}
 		defer pprof.StopCPUProfile()
 	}
-
-	tmp, finish, err := benchkit.TempDir(ctx, "meteor-bench-intents-", "data, logs and profiles", cfg.Keep, log)
-	if err != nil {
-		return err
-	}
-	defer finish(&err)
-	procs := &benchkit.Group{}
-	defer func() {
-		fmt.Fprintln(log, "stopping servers")
-		// The data is thrown away, so a member still shutting down
-		// gracefully (etcd tries to hand its leadership over) after a
-		// few seconds is killed.
-		procs.StopAll(3 * time.Second)
-	}()
 
 	maxClients := slices.Max(cfg.clients)
 	hc := &http.Client{

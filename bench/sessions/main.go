@@ -115,21 +115,15 @@ func main() { benchkit.Main("bench-sessions", parseFlags, run) }
 // run does the whole benchmark. Every process and server it starts is
 // stopped before it returns, whatever happens.
 func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
-	root, err := cfg.Locate()
+	sc, err := cfg.Start(ctx, "meteor-bench-sessions-", "PKI, data and logs", log)
 	if err != nil {
 		return err
 	}
+	defer sc.Finish(&err, 3*time.Second)
+	root, tmp, procs := sc.Root, sc.Dir, sc.Procs
 	// Both sides raise their UDP buffers as far as the host allows; the
 	// warning that it is not 7 MB says nothing about this benchmark.
 	os.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true")
-
-	tmp, finish, err := benchkit.TempDir(ctx, "meteor-bench-sessions-", "PKI, data and logs", cfg.Keep, log)
-	if err != nil {
-		return err
-	}
-	defer finish(&err)
-	procs := &benchkit.Group{}
-	defer procs.StopAll(3 * time.Second)
 
 	rep := &report{
 		Summary: []benchkit.Row{},

@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 	"github.com/meteor-edge/meteor/wire"
@@ -67,20 +65,10 @@ func makePKI(ctx context.Context, bin, dir string) (*pki, error) {
 // issueDevices issues one certificate per ID (ECDSA P-256), on every CPU.
 func (p *pki) issueDevices(ids []string) ([]tls.Certificate, error) {
 	certs := make([]tls.Certificate, len(ids))
-	errs := make([]error, runtime.NumCPU())
-	var wg sync.WaitGroup
-	for w := range len(errs) {
-		wg.Go(func() {
-			for i := w; i < len(ids); i += len(errs) {
-				c, err := p.ca.IssueDevice(ids[i])
-				if err != nil {
-					errs[w] = err
-					return
-				}
-				certs[i] = c
-			}
-		})
-	}
-	wg.Wait()
-	return certs, errors.Join(errs...)
+	err := benchkit.Parallel(len(ids), func(i int) error {
+		c, err := p.ca.IssueDevice(ids[i])
+		certs[i] = c
+		return err
+	})
+	return certs, err
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Flags are the flags every driver has: the meteor binary, the results
@@ -81,4 +82,36 @@ func ParseChoices(s, flagName string, choices ...string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// Scratch is what a driver's run sets up first: the module, the run's
+// scratch directory and the group of its child processes.
+type Scratch struct {
+	Root   string // the module root; "" outside the module (see Locate)
+	Dir    string // the run's scratch directory (TempDir)
+	Procs  *Group // the run's child processes
+	finish func(err *error)
+}
+
+// Start locates the module and the results directory (Flags.Locate),
+// creates the run's scratch directory, named after prefix and holding
+// what (TempDir, kept with -keep), and an empty Group. Defer Finish with a
+// pointer to the run's error.
+func (f *Flags) Start(ctx context.Context, prefix, what string, log io.Writer) (*Scratch, error) {
+	root, err := f.Locate()
+	if err != nil {
+		return nil, err
+	}
+	dir, finish, err := TempDir(ctx, prefix, what, f.Keep, log)
+	if err != nil {
+		return nil, err
+	}
+	return &Scratch{Root: root, Dir: dir, Procs: &Group{}, finish: finish}, nil
+}
+
+// Finish stops the run's processes (SIGKILL after grace), then keeps or
+// removes the scratch directory as TempDir's finish does with *err.
+func (s *Scratch) Finish(err *error, grace time.Duration) {
+	s.Procs.StopAll(grace)
+	s.finish(err)
 }
