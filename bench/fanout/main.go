@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -35,23 +34,19 @@ type config struct {
 	concurrency  int
 	timeout      time.Duration
 	settle       time.Duration
-	meteorBin    string
 	mosquittoBin string
 	install      bool
-	outDir       string
-	keep         bool
+	benchkit.Flags
 }
 
 func (c *config) has(system string) bool { return slices.Contains(c.systems, system) }
 
 func parseFlags(args []string, errOut io.Writer) (*config, error) {
 	c := &config{}
-	fs := flag.NewFlagSet("fanout", flag.ContinueOnError)
-	fs.SetOutput(errOut)
-	fs.Usage = func() {
-		fmt.Fprintf(errOut, "Usage: go run ./bench/fanout [flags]\n\nTimes one desired-state change reaching a fleet of simulated devices\n(applied and reported back) on a 3-server Meteor cluster and on Mosquitto,\non loopback, clean and with packet loss, and writes\nbench/results/fanout.{json,md}.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	fs := benchkit.NewFlagSet("fanout", `Times one desired-state change reaching a fleet of simulated devices
+(applied and reported back) on a 3-server Meteor cluster and on Mosquitto,
+on loopback, clean and with packet loss, and writes
+bench/results/fanout.{json,md}.`, errOut)
 	fs.IntVar(&c.devices, "devices", 10000, "simulated devices on each system")
 	fs.IntVar(&c.groups, "groups", 10, "device groups (Mosquitto: one retained desired-state topic per group; Meteor: a group label)")
 	loss := fs.String("loss", "0,5", "comma-separated packet loss levels in percent, each applied to both directions (levels above 0 need root and nft)")
@@ -61,16 +56,11 @@ func parseFlags(args []string, errOut io.Writer) (*config, error) {
 	fs.IntVar(&c.concurrency, "dial-concurrency", 64, "devices connecting at once")
 	fs.DurationVar(&c.timeout, "timeout", 3*time.Minute, "bound on each measured change, and on connecting the fleet")
 	fs.DurationVar(&c.settle, "settle", 3*time.Second, "quiet time before each measured change")
-	fs.StringVar(&c.meteorBin, "meteor-bin", "", "meteor binary (default: build ./cmd/meteor into the run's temporary dir)")
 	fs.StringVar(&c.mosquittoBin, "mosquitto-bin", "", "mosquitto binary (default: mosquitto on PATH or /usr/sbin/mosquitto)")
 	fs.BoolVar(&c.install, "install-mosquitto", true, "install Debian's mosquitto with bench/install-mosquitto.sh if it is missing (root only)")
-	fs.StringVar(&c.outDir, "out", "", "results directory (default: bench/results in the module)")
-	fs.BoolVar(&c.keep, "keep", false, "keep the temporary dir (PKI, data, server logs, broker config) after a successful run")
-	if err := fs.Parse(args); err != nil {
+	c.Register(fs, "PKI, data, server logs, broker config")
+	if err := c.Parse(fs, args, &c.mosquittoBin); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	for f := range strings.SplitSeq(*loss, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -81,14 +71,9 @@ func parseFlags(args []string, errOut io.Writer) (*config, error) {
 	}
 	slices.Sort(c.loss)
 	c.loss = slices.Compact(c.loss)
-	for s := range strings.SplitSeq(*systems, ",") {
-		s = strings.TrimSpace(s)
-		if s != sysMeteor && s != sysMosquitto {
-			return nil, fmt.Errorf("-systems %q: %q is not meteor or mosquitto", *systems, s)
-		}
-		if !slices.Contains(c.systems, s) {
-			c.systems = append(c.systems, s)
-		}
+	var err error
+	if c.systems, err = benchkit.ParseChoices(*systems, "systems", sysMeteor, sysMosquitto); err != nil {
+		return nil, err
 	}
 	switch {
 	case c.devices < 1 || c.devices > 100000:
@@ -102,9 +87,6 @@ func parseFlags(args []string, errOut io.Writer) (*config, error) {
 	case c.timeout <= 0 || c.settle < 0:
 		return nil, errors.New("-timeout must be positive, -settle not negative")
 	}
-	if err := benchkit.AbsPaths(&c.meteorBin, &c.mosquittoBin, &c.outDir); err != nil {
-		return nil, err
-	}
 	return c, nil
 }
 
@@ -114,22 +96,15 @@ func main() { benchkit.Main("bench-fanout", parseFlags, run) }
 // the loss table deleted, before it returns, whatever happens.
 func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	started := time.Now()
-	root, outDir, err := benchkit.Locate(cfg.outDir, cfg.meteorBin)
+	sc, err := cfg.Start(ctx, "meteor-bench-fanout-", "PKI, data, logs and broker config", log)
 	if err != nil {
 		return err
 	}
-	cfg.outDir = outDir
+	defer sc.Finish(&err, 3*time.Second)
+	root, tmp, procs := sc.Root, sc.Dir, sc.Procs
 	// Both sides raise their UDP buffers as far as the host allows; the
 	// warning that it is not 7 MB says nothing about this benchmark.
 	os.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true")
-
-	tmp, finish, err := benchkit.TempDir(ctx, "meteor-bench-fanout-", "PKI, data, logs and broker config", cfg.keep, log)
-	if err != nil {
-		return err
-	}
-	defer finish(&err)
-	procs := &benchkit.Group{}
-	defer procs.StopAll(3 * time.Second)
 
 	rep := &report{
 		Date:     time.Now().UTC().Format(time.RFC3339),
@@ -169,12 +144,9 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 
 	resultHeader(out)
 	if cfg.has(sysMeteor) {
-		bin := cfg.meteorBin
-		if bin == "" {
-			fmt.Fprintln(log, "building ./cmd/meteor")
-			if bin, err = benchkit.BuildMeteor(ctx, root, tmp); err != nil {
-				return err
-			}
+		bin, err := cfg.Meteor(ctx, root, tmp, log)
+		if err != nil {
+			return err
 		}
 		res, version, err := runMeteor(ctx, cfg, procs, bin, filepath.Join(tmp, "meteor"), lossy, levels, out, log)
 		procs.StopAll(3 * time.Second)
@@ -211,10 +183,10 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	rep.Notes = notes(rep)
 	rep.Summary = summaryRows(rep)
 	printSummary(out, rep)
-	if err := writeResults(cfg.outDir, rep); err != nil {
+	if err := writeResults(cfg.OutDir, rep); err != nil {
 		return err
 	}
-	benchkit.ResultsLine(out, cfg.outDir, "fanout")
+	benchkit.ResultsLine(out, cfg.OutDir, "fanout")
 	return nil
 }
 

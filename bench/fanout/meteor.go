@@ -7,12 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,34 +20,21 @@ import (
 	clusterpki "github.com/meteor-edge/meteor/cluster/pki"
 )
 
-// meteorServers is the size of the cluster.
-const meteorServers = 3
-
-// meteorCluster is three `meteor server` processes serving agents.
+// meteorCluster is three `meteor server` processes serving agents, and
+// the CA that issued their certificates.
 type meteorCluster struct {
-	procs   []*benchkit.Proc
-	apis    []*api.Client
-	agents  []string // agent UDP addresses, in server order
-	ports   []int    // their ports
-	version string
-	ca      *clusterpki.CA
+	*benchkit.MeteorCluster
+	ca *clusterpki.CA
 }
 
-// startMeteor creates the PKI with the meteor CLI (`meteor ca init`, one
-// `meteor ca issue-server` per server) and starts three servers that form
-// a cluster through --bootstrap-expect 3, each serving agents on its own
-// UDP port, then waits until every one reports a leader.
+// startMeteor creates the PKI with the meteor CLI (`meteor ca init`; the
+// servers' certificates are issued as they start) and starts three
+// servers that form a cluster, each serving agents on its own UDP port
+// (benchkit.StartMeteor), then waits until every one reports a leader.
 func startMeteor(ctx context.Context, g *benchkit.Group, bin, dir string) (*meteorCluster, error) {
-	const n = meteorServers
 	pki := filepath.Join(dir, "pki")
-	cmds := [][]string{{"ca", "init", "--dir", pki}}
-	for i := range n {
-		cmds = append(cmds, []string{"ca", "issue-server", "--dir", pki, "--id", serverID(i), "--hosts", "127.0.0.1"})
-	}
-	for _, args := range cmds {
-		if out, err := benchkit.RunCmd(ctx, bin, args...); err != nil {
-			return nil, fmt.Errorf("meteor %s: %w\n%s", strings.Join(args, " "), err, out)
-		}
+	if err := benchkit.InitMeteorCA(ctx, bin, pki); err != nil {
+		return nil, err
 	}
 	caPEM, err1 := os.ReadFile(filepath.Join(pki, "ca.pem"))
 	caKey, err2 := os.ReadFile(filepath.Join(pki, "ca-key.pem"))
@@ -62,121 +46,10 @@ func startMeteor(ctx context.Context, g *benchkit.Group, bin, dir string) (*mete
 	if mc.ca, err = clusterpki.LoadCA(caPEM, caKey); err != nil {
 		return nil, err
 	}
-	// One call, so the ports are distinct; UDP is needed by gossip and
-	// the agent ports.
-	ports, err := benchkit.FreePorts(4*n, true)
-	if err != nil {
+	if mc.MeteorCluster, err = benchkit.StartMeteor(ctx, g, benchkit.MeteorOptions{Bin: bin, Dir: dir, Agents: true, PKI: pki}); err != nil {
 		return nil, err
 	}
-	gossip := make([]string, n)
-	for i := range n {
-		gossip[i] = benchkit.Loopback(ports[4*i+2])
-	}
-	hc := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-	for i := range n {
-		id := serverID(i)
-		var join []string
-		for j := range n {
-			if j != i {
-				join = append(join, gossip[j])
-			}
-		}
-		httpAddr, agentAddr := benchkit.Loopback(ports[4*i]), benchkit.Loopback(ports[4*i+3])
-		args := []string{
-			"server",
-			"--node-id", id,
-			"--region", "eu",
-			"--data-dir", filepath.Join(dir, id),
-			"--http-addr", httpAddr,
-			"--raft-addr", benchkit.Loopback(ports[4*i+1]),
-			"--gossip-addr", gossip[i],
-			"--join", strings.Join(join, ","),
-			"--bootstrap-expect", strconv.Itoa(n),
-			"--agent-addr", agentAddr,
-			"--ca-file", filepath.Join(pki, "ca.pem"),
-			"--cert-file", filepath.Join(pki, "server-"+id+".pem"),
-			"--key-file", filepath.Join(pki, "server-"+id+"-key.pem"),
-			"--cluster-secret-file", filepath.Join(pki, "cluster.secret"),
-		}
-		p, err := g.Start(id, bin, args, nil, dir, filepath.Join(dir, id+".log"))
-		if err != nil {
-			return nil, err
-		}
-		mc.procs = append(mc.procs, p)
-		mc.apis = append(mc.apis, api.NewClient(httpAddr, hc))
-		mc.agents = append(mc.agents, agentAddr)
-		mc.ports = append(mc.ports, ports[4*i+3])
-	}
-	for i, cl := range mc.apis {
-		err := benchkit.WaitFor(ctx, 60*time.Second, 200*time.Millisecond, mc.procs[i], func(ctx context.Context) error {
-			h, err := cl.Health(ctx)
-			if err != nil {
-				return err
-			}
-			if !h.Healthy || h.Leader == "" {
-				return fmt.Errorf("not healthy: %s", h.Message)
-			}
-			mc.version = h.Version
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("meteor server %s: %w", serverID(i), err)
-		}
-	}
 	return mc, nil
-}
-
-func serverID(i int) string { return fmt.Sprintf("meteor-%d", i+1) }
-
-// settle waits until the cluster's Raft log has stopped growing for a
-// second (session records, acks and status transitions are committed
-// after the devices see their answers), at most a minute, then for extra.
-func (mc *meteorCluster) settle(ctx context.Context, extra time.Duration) error {
-	start := time.Now()
-	var last uint64
-	stable := 0
-	for stable < 4 && time.Since(start) < time.Minute {
-		h, err := mc.apis[0].Health(ctx)
-		if err != nil {
-			return err
-		}
-		if h.LastIndex == last && h.AppliedIndex == h.LastIndex {
-			stable++
-		} else {
-			stable, last = 0, h.LastIndex
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(extra):
-	}
-	return nil
-}
-
-// waitRevision waits until every server's replica has reached rev.
-func (mc *meteorCluster) waitRevision(ctx context.Context, rev uint64) error {
-	for i, cl := range mc.apis {
-		err := benchkit.WaitFor(ctx, 30*time.Second, 20*time.Millisecond, mc.procs[i], func(ctx context.Context) error {
-			h, err := cl.Health(ctx)
-			if err != nil {
-				return err
-			}
-			if h.Revision < rev {
-				return fmt.Errorf("at revision %d, want %d", h.Revision, rev)
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("meteor server %s: %w", serverID(i), err)
-		}
-	}
-	return nil
 }
 
 // meteorSide is the cluster with its fleet connected.
@@ -192,7 +65,7 @@ func (s *meteorSide) apply(ctx context.Context, version int) (uint64, error) {
 		return 0, err
 	}
 	// Round-robin over the servers, as an operator's writes would land.
-	res, err := s.mc.apis[version%len(s.mc.apis)].PutIntent(ctx, intentName, doc, nil)
+	res, err := s.mc.Servers[version%len(s.mc.Servers)].API.PutIntent(ctx, intentName, doc, nil)
 	if err != nil {
 		return 0, fmt.Errorf("put intent %q: %w", intentName, err)
 	}
@@ -215,36 +88,20 @@ func (s *meteorSide) appliedLogs() []*confirmLog {
 	return out
 }
 
-func (s *meteorSide) serverCPU() (time.Duration, error) {
-	var sum time.Duration
-	for _, p := range s.mc.procs {
-		c, err := p.CPUTime()
-		if err != nil {
-			return 0, err
-		}
-		sum += c
-	}
-	return sum, nil
-}
+func (s *meteorSide) serverCPU() (time.Duration, error) { return s.mc.CPUTime() }
 
-func (s *meteorSide) raftTerm(ctx context.Context) (uint64, error) {
-	addrs := make([]string, len(s.mc.apis))
-	for i, cl := range s.mc.apis {
-		addrs[i] = cl.Addr()
-	}
-	return benchkit.RaftTerm(ctx, addrs)
-}
+func (s *meteorSide) raftTerm(ctx context.Context) (uint64, error) { return s.mc.RaftTerm(ctx) }
 
 func (s *meteorSide) reconnects() int64 { return s.fl.reconnects.Load() }
 
-func (s *meteorSide) ports() (string, []int) { return "udp", s.mc.ports }
+func (s *meteorSide) ports() (string, []int) { return "udp", s.mc.AgentPorts() }
 
 // serverCounts reads the intent's progress from the cluster (a
 // linearizable read): how many devices it targets, and how many the
 // cluster's committed records show acknowledged and converged at the
 // intent's current revision.
 func (s *meteorSide) serverCounts(ctx context.Context) (*api.IntentProgress, error) {
-	p, err := s.mc.apis[0].IntentProgress(ctx, intentName, api.ReadOptions{})
+	p, err := s.mc.Servers[0].API.IntentProgress(ctx, intentName, api.ReadOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("intent progress: %w", err)
 	}
@@ -276,7 +133,7 @@ func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir str
 	// Connect only once every replica has it: a session that registers
 	// while its server applies the intent can miss the Notify, and would
 	// then wait for its 30 s pull.
-	if err := mc.waitRevision(ctx, rev1); err != nil {
+	if err := mc.WaitRevision(ctx, rev1); err != nil {
 		return nil, "", err
 	}
 
@@ -288,7 +145,7 @@ func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir str
 	fl := &meteorFleet{timeout: 30 * time.Second}
 	s.fl = fl
 	defer fl.close()
-	for _, a := range mc.agents {
+	for _, a := range mc.AgentAddrs() {
 		ua, err := net.ResolveUDPAddr("udp", a)
 		if err != nil {
 			return nil, "", err
@@ -305,7 +162,7 @@ func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir str
 	}
 	roots := mc.ca.Pool()
 	for i := range cfg.devices {
-		fl.devs = append(fl.devs, newDevice(deviceID(i, cfg.devices), certs[i], roots, deviceLabels(i, cfg.groups), i%len(mc.agents)))
+		fl.devs = append(fl.devs, newDevice(deviceID(i, cfg.devices), certs[i], roots, deviceLabels(i, cfg.groups), i%len(mc.Servers)))
 	}
 
 	fleetCtx, stopFleet := context.WithCancel(ctx)
@@ -327,7 +184,7 @@ func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir str
 
 	var results []*levelResult
 	for i, loss := range levels {
-		if err := mc.settle(ctx, cfg.settle); err != nil {
+		if _, err := mc.Rest(ctx, cfg.settle); err != nil {
 			return nil, "", err
 		}
 		version := i + 2
@@ -337,7 +194,7 @@ func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir str
 		}
 		// Cross-check with the cluster's own records once the last
 		// commits are in.
-		if err := mc.settle(ctx, 0); err != nil {
+		if _, err := mc.Rest(ctx, 0); err != nil {
 			return nil, "", err
 		}
 		p, err := s.serverCounts(ctx)
@@ -348,7 +205,7 @@ func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir str
 		resultRow(out, res)
 		results = append(results, res)
 	}
-	return results, mc.version, nil
+	return results, mc.Version, nil
 }
 
 // connect dials every device, concurrency at a time, and starts each
@@ -392,20 +249,10 @@ func deviceID(i, n int) string { return fmt.Sprintf("dev-%0*d", len(strconv.Itoa
 // CPU.
 func issueDevices(ca *clusterpki.CA, n int) ([]tls.Certificate, error) {
 	certs := make([]tls.Certificate, n)
-	errs := make([]error, runtime.NumCPU())
-	var wg sync.WaitGroup
-	for w := range len(errs) {
-		wg.Go(func() {
-			for i := w; i < n; i += len(errs) {
-				c, err := ca.IssueDevice(deviceID(i, n))
-				if err != nil {
-					errs[w] = err
-					return
-				}
-				certs[i] = c
-			}
-		})
-	}
-	wg.Wait()
-	return certs, errors.Join(errs...)
+	err := benchkit.Parallel(n, func(i int) error {
+		c, err := ca.IssueDevice(deviceID(i, n))
+		certs[i] = c
+		return err
+	})
+	return certs, err
 }

@@ -175,7 +175,7 @@ func summaryRows(rep *report) []benchkit.Row {
 		}
 		row := benchkit.Row{
 			Bench: 2, Name: "fanout",
-			Figure: fmt.Sprintf("time to 99%% applied and reported, %s devices, %s", thousands(rep.Params.Devices), linkName(loss)),
+			Figure: fmt.Sprintf("time to 99%% applied and reported, %s devices, %s", benchkit.Thousands(rep.Params.Devices), linkName(loss)),
 		}
 		var note []string
 		if m != nil {
@@ -215,19 +215,6 @@ func summaryRows(rep *report) []benchkit.Row {
 			Meteor: "skipped", Note: rep.LossSkipped})
 	}
 	return rows
-}
-
-// thousands writes n with thousands separators.
-func thousands(n int) string {
-	s := fmt.Sprint(n)
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
 }
 
 // notes say how to read the figures.
@@ -294,7 +281,7 @@ func markdown(rep *report) string {
 		mosq = "skipped: " + rep.Versions.MosquittoSkipped
 	}
 	fmt.Fprintf(&b, "Meteor %s (3 servers) and Mosquitto %s on 127.0.0.1; %s devices in %d groups, one change to every device's desired state (%d-byte document), time until each share of the devices had applied it and reported back. Whole run: %.0f s.\n\n",
-		orNA(rep.Versions.Meteor), mosq, thousands(p.Devices), p.Groups, p.BodyBytes, rep.WallSec)
+		orNA(rep.Versions.Meteor), mosq, benchkit.Thousands(p.Devices), p.Groups, p.BodyBytes, rep.WallSec)
 	fmt.Fprintf(&b, "| system | link | devices | reached | submit ms | applied p50 | applied p99 | reported p50 | reported p99 | reported p100 | server CPU s | driver CPU s | reconnects | leader elections | packets seen / dropped | load1 |\n")
 	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rep.Results {

@@ -3,13 +3,11 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -49,22 +47,18 @@ type config struct {
 
 	simDir string
 
-	meteorBin string
-	outDir    string
-	name      string
-	keep      bool
+	name string
+	benchkit.Flags
 }
 
 func (c *config) has(part string) bool { return slices.Contains(c.parts, part) }
 
 func parseFlags(args []string, errOut io.Writer) (*config, error) {
 	c := &config{}
-	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
-	fs.SetOutput(errOut)
-	fs.Usage = func() {
-		fmt.Fprintf(errOut, "Usage: go run ./bench/fleet [flags]\n\nRuns simulated fleets of real agents against a 3-server Meteor cluster on\nloopback: the largest fleet that converges on one change (scale), and the\n1,200-device retail fleet taking its three changes (retail). Writes\nbench/results/fleet.{json,md}.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	fs := benchkit.NewFlagSet("fleet", `Runs simulated fleets of real agents against a 3-server Meteor cluster on
+loopback: the largest fleet that converges on one change (scale), and the
+1,200-device retail fleet taking its three changes (retail). Writes
+bench/results/fleet.{json,md}.`, errOut)
 	parts := fs.String("parts", "scale,retail", "comma-separated parts to run: scale, retail")
 	sizes := fs.String("sizes", "10000,25000,50000,100000", "scale: fleet sizes, run in order until one does not hold")
 	fs.IntVar(&c.rampRate, "ramp-rate", 400, "scale: devices started per second, over all workers")
@@ -82,26 +76,15 @@ func parseFlags(args []string, errOut io.Writer) (*config, error) {
 	fs.DurationVar(&c.retailWarmup, "retail-warmup", 0, "retail: wait after the fleet connected before the first change (0: until every reachable device has a session, at most 2 min)")
 	fs.StringVar(&c.changesDir, "changes", "", "retail: directory of the changes (default: docs/examples/retail in the module)")
 	fs.StringVar(&c.simDir, "sim-dir", defaultSimDir(), "where the simulated devices' journals go (a tmpfs keeps one disk's fsyncs out of the figures)")
-	fs.StringVar(&c.meteorBin, "meteor-bin", "", "meteor binary (default: build ./cmd/meteor into the run's temporary dir)")
-	fs.StringVar(&c.outDir, "out", "", "results directory (default: bench/results in the module)")
 	fs.StringVar(&c.name, "name", "fleet", "stem of the results files")
-	fs.BoolVar(&c.keep, "keep", false, "keep the temporary dir (PKI, data, logs) after a successful run")
-	if err := fs.Parse(args); err != nil {
+	c.Register(fs, "PKI, data, logs")
+	if err := c.Parse(fs, args, &c.changesDir, &c.simDir); err != nil {
 		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	for p := range strings.SplitSeq(*parts, ",") {
-		p = strings.TrimSpace(p)
-		if p != partScale && p != partRetail {
-			return nil, fmt.Errorf("-parts %q: %q is not scale or retail", *parts, p)
-		}
-		if !slices.Contains(c.parts, p) {
-			c.parts = append(c.parts, p)
-		}
-	}
 	var err error
+	if c.parts, err = benchkit.ParseChoices(*parts, "parts", partScale, partRetail); err != nil {
+		return nil, err
+	}
 	if c.sizes, err = benchkit.ParseLevels(*sizes, "sizes", 1_000_000); err != nil {
 		return nil, err
 	}
@@ -116,9 +99,6 @@ func parseFlags(args []string, errOut io.Writer) (*config, error) {
 		return nil, errors.New("-raft-multiplier: between 1 and 10")
 	case c.retailDevices < 0 || c.retailTimeScale <= 0:
 		return nil, errors.New("-retail-devices must not be negative, -retail-time-scale must be positive")
-	}
-	if err := benchkit.AbsPaths(&c.meteorBin, &c.outDir, &c.changesDir, &c.simDir); err != nil {
-		return nil, err
 	}
 	return c, nil
 }
@@ -156,11 +136,19 @@ func raiseNoFile() (uint64, error) {
 // run does the whole benchmark. Every process it starts is stopped before
 // it returns, whatever happens.
 func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
-	root, outDir, err := benchkit.Locate(cfg.outDir, cfg.meteorBin)
+	// Created first, so that it is removed only once the workers using it
+	// have been stopped.
+	simTmp, err := os.MkdirTemp(cfg.simDir, "meteor-bench-fleet-devices-")
 	if err != nil {
 		return err
 	}
-	cfg.outDir = outDir
+	defer os.RemoveAll(simTmp)
+	sc, err := cfg.Start(ctx, "meteor-bench-fleet-", "PKI, data and logs", log)
+	if err != nil {
+		return err
+	}
+	defer sc.Finish(&err, 5*time.Second)
+	root, tmp, procs := sc.Root, sc.Dir, sc.Procs
 	if cfg.changesDir == "" && cfg.has(partRetail) {
 		if root == "" {
 			return errors.New("-changes is required outside the module")
@@ -177,19 +165,6 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		return fmt.Errorf("raise RLIMIT_NOFILE: %w", err)
 	}
 
-	tmp, finish, err := benchkit.TempDir(ctx, "meteor-bench-fleet-", "PKI, data and logs", cfg.keep, log)
-	if err != nil {
-		return err
-	}
-	defer finish(&err)
-	simTmp, err := os.MkdirTemp(cfg.simDir, "meteor-bench-fleet-devices-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(simTmp)
-	procs := &benchkit.Group{}
-	defer procs.StopAll(5 * time.Second)
-
 	rep := &report{
 		Date:    time.Now().UTC().Format(time.RFC3339),
 		Machine: benchkit.ReadMachine(),
@@ -203,15 +178,13 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	}
 	fmt.Fprintf(out, "Simulated fleets on a %d-server Meteor cluster, %d CPUs, load average %s\n", serverCount, rep.Machine.NProc, rep.Machine.LoadAvgStart)
 
-	bin := cfg.meteorBin
-	if bin == "" {
-		fmt.Fprintln(log, "building ./cmd/meteor")
-		if bin, err = benchkit.BuildMeteor(ctx, root, tmp); err != nil {
-			return err
-		}
+	bin, err := cfg.Meteor(ctx, root, tmp, log)
+	if err != nil {
+		return err
 	}
 	pkiDir := filepath.Join(tmp, "pki")
-	if err := makePKI(ctx, bin, pkiDir); err != nil {
+	// Each cluster issues its servers' certificates here as it starts.
+	if err := benchkit.InitMeteorCA(ctx, bin, pkiDir); err != nil {
 		return err
 	}
 
@@ -235,10 +208,10 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	rep.Machine.LoadAvgEnd = benchkit.LoadAvg()
 	rep.finish()
 	benchkit.PrintSummary(out, rep.Notes, rep.Verdicts)
-	if err := benchkit.WriteResults(cfg.outDir, cfg.name, rep, rep.markdown()); err != nil {
+	if err := benchkit.WriteResults(cfg.OutDir, cfg.name, rep, rep.markdown()); err != nil {
 		return err
 	}
-	benchkit.ResultsLine(out, cfg.outDir, cfg.name)
+	benchkit.ResultsLine(out, cfg.OutDir, cfg.name)
 	return nil
 }
 

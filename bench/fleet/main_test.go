@@ -91,9 +91,6 @@ func TestFillChangeCountsTargetedAndReachable(t *testing.T) {
 	if got := changeTitle(in.Name); got != "logging" {
 		t.Errorf("changeTitle = %q", got)
 	}
-	if got := thousands(100000); got != "100,000" {
-		t.Errorf("thousands = %q", got)
-	}
 }
 
 // TestRunTinyFleets runs both parts end to end at a tiny scale: a real

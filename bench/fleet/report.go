@@ -90,7 +90,7 @@ func (r *report) finishScale() {
 	row := benchkit.Row{Bench: 4, Name: "fleet", Figure: "largest fleet converged on one change (99 %)", Goal: "100,000 devices within 60 s"}
 	met := false
 	if best != nil {
-		row.Meteor = fmt.Sprintf("%s devices in %s s", thousands(best.Devices), secs(best.Change.P99))
+		row.Meteor = fmt.Sprintf("%s devices in %s s", benchkit.Thousands(best.Devices), secs(best.Change.P99))
 		row.Elections = new(best.Elections)
 		met = best.Devices >= scaleGoalDevices && best.Change.P99 != nil && *best.Change.P99 <= scaleGoalSec
 	} else {
@@ -98,7 +98,7 @@ func (r *report) finishScale() {
 	}
 	row.Met = benchkit.MetGoal(met)
 	if failed != nil {
-		row.Note = fmt.Sprintf("%s devices did not hold: %s", thousands(failed.Devices), failed.Failure)
+		row.Note = fmt.Sprintf("%s devices did not hold: %s", benchkit.Thousands(failed.Devices), failed.Failure)
 	}
 	r.Summary = append(r.Summary, row)
 	if mem := best; mem != nil || failed != nil {
@@ -111,7 +111,7 @@ func (r *report) finishScale() {
 				per = append(per, fmt.Sprintf("%s %.0f KiB/session (%d)", s.ID, s.KiBPerSession, s.Sessions))
 			}
 			r.Summary = append(r.Summary, benchkit.Row{
-				Bench: 4, Name: "fleet", Figure: fmt.Sprintf("server memory per device, %s devices on 3 servers", thousands(mem.Devices)),
+				Bench: 4, Name: "fleet", Figure: fmt.Sprintf("server memory per device, %s devices on 3 servers", benchkit.Thousands(mem.Devices)),
 				Meteor: fmt.Sprintf("%.0f KiB", mem.TotalKiBPerDevice),
 				Note:   "added RSS of the three servers over the fleet; per server over the sessions it serves: " + strings.Join(per, ", "),
 			})
@@ -119,12 +119,12 @@ func (r *report) finishScale() {
 	}
 	v := fmt.Sprintf("scale goal %s: ", verdictState(met))
 	if best != nil {
-		v += fmt.Sprintf("largest fleet that held: %s devices, 99 %% converged %s s and 100 %% %s s after the commit (%d leader elections)", thousands(best.Devices), secs(best.Change.P99), secs(best.Change.P100), best.Elections)
+		v += fmt.Sprintf("largest fleet that held: %s devices, 99 %% converged %s s and 100 %% %s s after the commit (%d leader elections)", benchkit.Thousands(best.Devices), secs(best.Change.P99), secs(best.Change.P100), best.Elections)
 	} else {
 		v += "no fleet size held"
 	}
 	if failed != nil {
-		v += fmt.Sprintf("; %s devices did not: %s", thousands(failed.Devices), failed.Failure)
+		v += fmt.Sprintf("; %s devices did not: %s", benchkit.Thousands(failed.Devices), failed.Failure)
 	}
 	r.Verdicts = append(r.Verdicts, v)
 	r.Notes = append(r.Notes,
@@ -166,14 +166,6 @@ func changeTitle(name string) string {
 		return strings.ReplaceAll(f[2], "-", " ")
 	}
 	return name
-}
-
-func thousands(n int) string {
-	s := fmt.Sprint(n)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
 }
 
 func scaleHeader(out io.Writer) {

@@ -118,7 +118,7 @@ func runRetail(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, p
 		rttProbe: agent.DefaultRTTProbeInterval, perWorker: n,
 	}
 	fmt.Fprintf(log, "retail: starting %d devices\n", n)
-	sh, err := startShards(ctx, g, self, simDir, filepath.Join(dir, "fleet"), cl.agentAddrs(), pkiDir, spec)
+	sh, err := startShards(ctx, g, self, simDir, filepath.Join(dir, "fleet"), cl.AgentAddrs(), pkiDir, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func runRetail(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, p
 		return s.Started == s.Devices && f.Connected == f.Devices && c.Connected*100 >= c.Devices*95
 	})
 	var lerr *errLevel
-	if err != nil && !(asLevel(err, &lerr) && cfg.retailWarmup > 0 && cl.exited() == nil) {
+	if err != nil && !(asLevel(err, &lerr) && cfg.retailWarmup > 0 && cl.Exited() == nil) {
 		return nil, fmt.Errorf("warm-up: %w", err)
 	}
 	res.WarmupSec = time.Since(start).Seconds()
@@ -151,7 +151,7 @@ func runRetail(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, p
 		if err != nil {
 			return nil, err
 		}
-		term, err := cl.raftTerm(ctx)
+		term, err := cl.RaftTerm(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -172,7 +172,7 @@ func runRetail(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, p
 				return nil, ctx.Err()
 			case <-time.After(time.Second):
 			}
-			if err := cl.exited(); err != nil {
+			if err := cl.Exited(); err != nil {
 				return nil, err
 			}
 			reps, err := sh.Reports(ctx)
@@ -197,10 +197,10 @@ func runRetail(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, p
 				break
 			}
 		}
-		if ch.Elections, err = cl.electionsSince(ctx, term); err != nil {
+		if ch.Elections, err = cl.ElectionsSince(ctx, term); err != nil {
 			return nil, err
 		}
-		if p, err := cl.servers[0].api.IntentProgress(ctx, in.Name, apiStale); err == nil {
+		if p, err := cl.Servers[0].API.IntentProgress(ctx, in.Name, apiStale); err == nil {
 			ch.Server = p.IntentCounts
 		} else {
 			fmt.Fprintf(log, "retail: progress of %s: %v\n", in.Name, err)

@@ -150,12 +150,12 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 		return nil, err
 	}
 	time.Sleep(cfg.settle) // let the servers' heaps settle before the baseline
-	for _, s := range cl.servers {
-		st, err := readProc(s.proc)
+	for _, s := range cl.Servers {
+		st, err := readProc(s.Proc)
 		if err != nil {
 			return nil, err
 		}
-		lvl.Servers = append(lvl.Servers, serverScale{ID: s.id, Before: st})
+		lvl.Servers = append(lvl.Servers, serverScale{ID: s.ID, Before: st})
 	}
 
 	spec := fleetSpec{
@@ -165,12 +165,12 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 	lvl.Workers = spec.workerCount()
 	spec.rampBatch = max(cfg.rampRate/10/lvl.Workers, 1)
 	fmt.Fprintf(log, "scale %d: starting %d sim workers (%d devices/s)\n", n, lvl.Workers, spec.rampBatch*10*lvl.Workers)
-	connectTerm, err := cl.raftTerm(ctx)
+	connectTerm, err := cl.RaftTerm(ctx)
 	if err != nil {
 		return nil, err
 	}
 	fleetStart := time.Now()
-	sh, err := startShards(ctx, g, self, simDir, filepath.Join(dir, "fleet"), cl.agentAddrs(), pkiDir, spec)
+	sh, err := startShards(ctx, g, self, simDir, filepath.Join(dir, "fleet"), cl.AgentAddrs(), pkiDir, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +205,7 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 		}
 		return lvl.ConnectSec != nil && lvl.ConvergeFirstSec != nil
 	})
-	elections, terr := cl.electionsSince(ctx, connectTerm)
+	elections, terr := cl.ElectionsSince(ctx, connectTerm)
 	lvl.ConnectElections = elections
 	if err == nil {
 		err = terr
@@ -225,13 +225,13 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 		}
 	}
 	var added int64
-	for i, s := range cl.servers {
-		st, err := readProc(s.proc)
+	for i, s := range cl.Servers {
+		st, err := readProc(s.Proc)
 		if err != nil {
 			return nil, err
 		}
 		ss := &lvl.Servers[i]
-		ss.Connected, ss.Sessions = st, sessions[s.agentAddr]
+		ss.Connected, ss.Sessions = st, sessions[s.AgentAddr]
 		ss.ConnectCPUSec = st.CPUSec - ss.Before.CPUSec
 		if ss.Sessions > 0 {
 			ss.KiBPerSession = float64(st.RSSKiB-ss.Before.RSSKiB) / float64(ss.Sessions)
@@ -252,7 +252,7 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 
 	// The change.
 	fmt.Fprintf(log, "scale %d: writing the change\n", n)
-	changeTerm, err := cl.raftTerm(ctx)
+	changeTerm, err := cl.RaftTerm(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -273,11 +273,11 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 	if err != nil && !errors.As(err, &lerr) {
 		return nil, err
 	}
-	if lvl.Elections, err = cl.electionsSince(ctx, changeTerm); err != nil {
+	if lvl.Elections, err = cl.ElectionsSince(ctx, changeTerm); err != nil {
 		return nil, err
 	}
-	for i, s := range cl.servers {
-		if st, err := readProc(s.proc); err == nil {
+	for i, s := range cl.Servers {
+		if st, err := readProc(s.Proc); err == nil {
 			lvl.Servers[i].AfterChange = st
 			lvl.Servers[i].ChangeCPUSec = st.CPUSec - lvl.Servers[i].Connected.CPUSec
 		}
@@ -293,7 +293,7 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 	}
 	lvl.ChangeConverged = len(times)
 	lvl.Change = percentilesOf(times, n)
-	if p, err := cl.servers[0].api.IntentProgress(ctx, scaleIntent, apiStale); err == nil {
+	if p, err := cl.Servers[0].API.IntentProgress(ctx, scaleIntent, apiStale); err == nil {
 		lvl.ServerTargeted, lvl.ServerConverged = p.Targeted, p.Converged
 	}
 	switch {
@@ -328,7 +328,7 @@ func watch(ctx context.Context, cl *cluster, sh *shards, lvl *scaleLevel, bound 
 	deadline := time.Now().Add(bound)
 	start := time.Now()
 	for {
-		if err := cl.exited(); err != nil {
+		if err := cl.Exited(); err != nil {
 			return levelFailed("%s: %v", what, err)
 		}
 		avail := memAvailableKiB()

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -24,45 +23,35 @@ type config struct {
 	keys       int
 	docSize    int
 	timeout    time.Duration
-	meteorBin  string
 	etcdBin    string
 	skipEtcd   bool
 	install    bool
-	outDir     string
-	keep       bool
 	cpuProfile string
 	perfLeader bool
 	leaderOnly bool
+	benchkit.Flags
 }
 
 func parseFlags(args []string, errOut io.Writer) (*config, error) {
 	c := &config{}
-	fs := flag.NewFlagSet("intents", flag.ContinueOnError)
-	fs.SetOutput(errOut)
-	fs.Usage = func() {
-		fmt.Fprintf(errOut, "Usage: go run ./bench/intents [flags]\n\nStarts a 3-server Meteor cluster and a 3-member etcd cluster on loopback,\ndrives both with the same closed-loop HTTP write load, and writes\nbench/results/intents.{json,md}.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	fs := benchkit.NewFlagSet("intents", `Starts a 3-server Meteor cluster and a 3-member etcd cluster on loopback,
+drives both with the same closed-loop HTTP write load, and writes
+bench/results/intents.{json,md}.`, errOut)
 	clients := fs.String("clients", "1,16,64", "comma-separated concurrency levels (closed-loop clients)")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "warm-up before each measured window")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured window per system and level")
 	fs.IntVar(&c.keys, "keys", 10000, "distinct intent names (etcd keys) written, cyclically")
 	fs.IntVar(&c.docSize, "doc-size", 512, "bytes of each intent document (etcd value)")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "per-request timeout")
-	fs.StringVar(&c.meteorBin, "meteor-bin", "", "meteor binary to run (default: build ./cmd/meteor into the run's temporary dir)")
 	fs.StringVar(&c.etcdBin, "etcd-bin", "", "etcd binary (default: etcd on PATH or /usr/bin/etcd)")
 	fs.BoolVar(&c.skipEtcd, "skip-etcd", false, "measure Meteor only")
 	fs.BoolVar(&c.install, "install-etcd", true, "install Debian's etcd-server with bench/install-etcd.sh if etcd is missing (root only)")
-	fs.StringVar(&c.outDir, "out", "", "results directory (default: bench/results in the module)")
-	fs.BoolVar(&c.keep, "keep", false, "keep the temporary dir (data, server logs, profiles) after a successful run")
+	c.Register(fs, "data, server logs, profiles")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of this driver (the load generator) to `file`")
 	fs.BoolVar(&c.leaderOnly, "leader-only", false, "send every write to the leader found at start instead of round-robin over all servers (isolates forwarding)")
 	fs.BoolVar(&c.perfLeader, "perf-leader", false, "record each system's leader with perf during the highest level (implies -keep; perturbs that level)")
-	if err := fs.Parse(args); err != nil {
+	if err := c.Parse(fs, args, &c.etcdBin, &c.cpuProfile); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var err error
 	if c.clients, err = benchkit.ParseLevels(*clients, "clients", 4096); err != nil {
@@ -79,10 +68,7 @@ func parseFlags(args []string, errOut io.Writer) (*config, error) {
 		return nil, errors.New("-doc-size: at most 512 KiB (Meteor's document limit is 1 MiB)")
 	}
 	if c.perfLeader {
-		c.keep = true
-	}
-	if err := benchkit.AbsPaths(&c.meteorBin, &c.etcdBin, &c.outDir, &c.cpuProfile); err != nil {
-		return nil, err
+		c.Keep = true
 	}
 	return c, nil
 }
@@ -92,11 +78,15 @@ func main() { benchkit.Main("bench-intents", parseFlags, run) }
 // run does the whole benchmark. Every process it starts is stopped before
 // it returns, whatever happens.
 func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
-	root, outDir, err := benchkit.Locate(cfg.outDir, cfg.meteorBin)
+	sc, err := cfg.Start(ctx, "meteor-bench-intents-", "data, logs and profiles", log)
 	if err != nil {
 		return err
 	}
-	cfg.outDir = outDir
+	// The data is thrown away, so a member still shutting down gracefully
+	// (etcd tries to hand its leadership over) after a few seconds is
+	// killed.
+	defer sc.Finish(&err, 3*time.Second)
+	root, tmp, procs := sc.Root, sc.Dir, sc.Procs
 	if cfg.cpuProfile != "" {
 		f, err := os.Create(cfg.cpuProfile)
 		if err != nil {
@@ -108,20 +98,6 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		}
 		defer pprof.StopCPUProfile()
 	}
-
-	tmp, finish, err := benchkit.TempDir(ctx, "meteor-bench-intents-", "data, logs and profiles", cfg.keep, log)
-	if err != nil {
-		return err
-	}
-	defer finish(&err)
-	procs := &benchkit.Group{}
-	defer func() {
-		fmt.Fprintln(log, "stopping servers")
-		// The data is thrown away, so a member still shutting down
-		// gracefully (etcd tries to hand its leadership over) after a
-		// few seconds is killed.
-		procs.StopAll(3 * time.Second)
-	}()
 
 	maxClients := slices.Max(cfg.clients)
 	hc := &http.Client{
@@ -146,12 +122,9 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		},
 	}
 
-	meteorBin := cfg.meteorBin
-	if meteorBin == "" {
-		fmt.Fprintln(log, "building ./cmd/meteor")
-		if meteorBin, err = benchkit.BuildMeteor(ctx, root, tmp); err != nil {
-			return err
-		}
+	meteorBin, err := cfg.Meteor(ctx, root, tmp, log)
+	if err != nil {
+		return err
 	}
 	var etcdBin string
 	if cfg.skipEtcd {
@@ -171,7 +144,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	}
 
 	fmt.Fprintln(log, "starting 3 Meteor servers")
-	met, err := startMeteor(ctx, procs, hc, meteorBin, filepath.Join(tmp, "meteor"))
+	met, err := startMeteor(ctx, procs, meteorBin, filepath.Join(tmp, "meteor"))
 	if err != nil {
 		return err
 	}
@@ -264,10 +237,10 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	rep.Notes = notes(rep)
 	rep.Summary = summaryRows(rep)
 	printSummary(out, rep)
-	if err := writeResults(cfg.outDir, rep); err != nil {
+	if err := writeResults(cfg.OutDir, rep); err != nil {
 		return err
 	}
-	benchkit.ResultsLine(out, cfg.outDir, "intents")
+	benchkit.ResultsLine(out, cfg.OutDir, "intents")
 	return nil
 }
 

@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +17,6 @@ import (
 	"time"
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
-	"github.com/meteor-edge/meteor/cluster/api"
 )
 
 // system is a running three-server cluster under test.
@@ -47,105 +44,24 @@ func (s *system) procOf(id string) *benchkit.Proc {
 }
 
 // startMeteor starts three `meteor server` processes that form a cluster
-// through --bootstrap-expect 3 and waits until each reports a leader.
-func startMeteor(ctx context.Context, g *benchkit.Group, hc *http.Client, bin, dir string) (*system, error) {
-	const n = 3
-	// One call, so the ports are distinct; gossip (the last n) needs UDP
-	// too, and asking it of all of them costs nothing.
-	ports, err := benchkit.FreePorts(3*n, true)
+// (benchkit.StartMeteor) and waits until each reports a leader.
+func startMeteor(ctx context.Context, g *benchkit.Group, bin, dir string) (*system, error) {
+	mc, err := benchkit.StartMeteor(ctx, g, benchkit.MeteorOptions{Bin: bin, Dir: dir})
 	if err != nil {
 		return nil, err
 	}
-	gossipPorts := ports[2*n:]
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	sys := &system{name: "meteor"}
-	sys.term = func(ctx context.Context) (uint64, error) { return benchkit.RaftTerm(ctx, sys.bases) }
-	extra, err := meteorSecretArgs(ctx, bin, dir)
-	if err != nil {
-		return nil, err
-	}
-	gossip := make([]string, n)
-	for i := range n {
-		gossip[i] = benchkit.Loopback(gossipPorts[i])
-	}
-	for i := range n {
-		id := fmt.Sprintf("meteor-%d", i+1)
-		var join []string
-		for j := range n {
-			if j != i {
-				join = append(join, gossip[j])
-			}
-		}
-		httpAddr := benchkit.Loopback(ports[2*i])
-		args := []string{
-			"server",
-			"--node-id", id,
-			"--region", "eu",
-			"--data-dir", filepath.Join(dir, id),
-			"--http-addr", httpAddr,
-			"--raft-addr", benchkit.Loopback(ports[2*i+1]),
-			"--gossip-addr", gossip[i],
-			"--join", strings.Join(join, ","),
-			"--bootstrap-expect", strconv.Itoa(n),
-		}
-		args = append(args, extra...)
-		p, err := g.Start(id, bin, args, nil, dir, filepath.Join(dir, id+".log"))
-		if err != nil {
-			return nil, err
-		}
-		sys.procs = append(sys.procs, p)
-		sys.ids = append(sys.ids, id)
-		sys.bases = append(sys.bases, "http://"+httpAddr)
-	}
-	health := func(ctx context.Context, base string) (*api.Health, int, error) {
-		var h api.Health
-		code, err := getJSON(ctx, hc, base+"/v1/health", &h)
-		return &h, code, err
-	}
-	for i, base := range sys.bases {
-		err := benchkit.WaitFor(ctx, 60*time.Second, 200*time.Millisecond, sys.procs[i], func(ctx context.Context) error {
-			h, code, err := health(ctx, base)
-			if err != nil {
-				return err
-			}
-			if code != http.StatusOK {
-				return fmt.Errorf("health: HTTP %d: %s", code, h.Message)
-			}
-			sys.version = h.Version
-			return nil
-		})
-		if err != nil {
-			return sys, fmt.Errorf("meteor server %s: %w", sys.ids[i], err)
-		}
+	sys := &system{name: "meteor", version: mc.Version, ids: mc.IDs(), bases: mc.URLs(), term: mc.RaftTerm}
+	for _, s := range mc.Servers {
+		sys.procs = append(sys.procs, s.Proc)
 	}
 	sys.leader = func(ctx context.Context) (string, error) {
-		h, _, err := health(ctx, sys.bases[0])
+		i, err := mc.Leader(ctx)
 		if err != nil {
 			return "", err
 		}
-		if h.Leader == "" {
-			return "", errors.New("no leader known")
-		}
-		return h.Leader, nil
+		return mc.Servers[i].ID, nil
 	}
 	return sys, nil
-}
-
-// meteorSecretArgs returns the flags that give the servers a shared
-// cluster secret, written to dir (it signs the commands followers forward
-// to the leader).
-func meteorSecretArgs(ctx context.Context, bin, dir string) ([]string, error) {
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
-		return nil, err
-	}
-	path := filepath.Join(dir, "cluster.secret")
-	if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(secret)+"\n"), 0o600); err != nil {
-		return nil, err
-	}
-	return []string{"--cluster-secret-file", path}, nil
 }
 
 // findEtcd returns the etcd binary: the flag's path, etcd on PATH, or

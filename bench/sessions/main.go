@@ -3,13 +3,11 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
@@ -44,21 +42,17 @@ type config struct {
 	stormModes   []string
 	stormDetect  string
 	stormTimeout time.Duration
-	meteorBin    string
-	outDir       string
-	keep         bool
+	benchkit.Flags
 }
 
 func (c *config) has(part string) bool { return slices.Contains(c.parts, part) }
 
 func parseFlags(args []string, errOut io.Writer) (*config, error) {
 	c := &config{}
-	fs := flag.NewFlagSet("sessions", flag.ContinueOnError)
-	fs.SetOutput(errOut)
-	fs.Usage = func() {
-		fmt.Fprintf(errOut, "Usage: go run ./bench/sessions [flags]\n\nMeasures resync bytes, reconnect time and server memory per idle agent\nagainst a single dev server on loopback, and a reconnect storm on a\nthree-server cluster, and writes\nbench/results/sessions.{json,md}.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	fs := benchkit.NewFlagSet("sessions", `Measures resync bytes, reconnect time and server memory per idle agent
+against a single dev server on loopback, and a reconnect storm on a
+three-server cluster, and writes
+bench/results/sessions.{json,md}.`, errOut)
 	parts := fs.String("parts", "resync,reconnect,memory,storm", "comma-separated parts to run")
 	fs.IntVar(&c.resources, "resources", 50, "file resources of the intent every device holds")
 	fs.IntVar(&c.bodySize, "body-size", 300, "bytes of each resource body as sent to agents")
@@ -77,34 +71,17 @@ func parseFlags(args []string, errOut io.Writer) (*config, error) {
 	modes := fs.String("storm-modes", "0rtt,full", `comma-separated ways the storm's devices reconnect: "0rtt" (session tickets kept) and "full" (no ticket cache)`)
 	fs.StringVar(&c.stormDetect, "storm-detect", detectKill, `when the storm's devices give up their connection: "kill" (all at the SIGKILL) or "idle" (at their QUIC idle timeout, as the agent notices)`)
 	fs.DurationVar(&c.stormTimeout, "storm-timeout", 5*time.Minute, "bound on the storm after the kill, in each mode")
-	fs.StringVar(&c.meteorBin, "meteor-bin", "", "meteor binary (default: build ./cmd/meteor into the run's temporary dir)")
-	fs.StringVar(&c.outDir, "out", "", "results directory (default: bench/results in the module)")
-	fs.BoolVar(&c.keep, "keep", false, "keep the temporary dir (PKI, data, server logs) after a successful run")
-	if err := fs.Parse(args); err != nil {
+	c.Register(fs, "PKI, data, server logs")
+	if err := c.Parse(fs, args); err != nil {
 		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	for p := range strings.SplitSeq(*parts, ",") {
-		p = strings.TrimSpace(p)
-		if p != partResync && p != partReconnect && p != partMemory && p != partStorm {
-			return nil, fmt.Errorf("-parts %q: %q is not resync, reconnect, memory or storm", *parts, p)
-		}
-		if !slices.Contains(c.parts, p) {
-			c.parts = append(c.parts, p)
-		}
-	}
-	for m := range strings.SplitSeq(*modes, ",") {
-		m = strings.TrimSpace(m)
-		if m != storm0RTT && m != stormFull {
-			return nil, fmt.Errorf("-storm-modes %q: %q is not 0rtt or full", *modes, m)
-		}
-		if !slices.Contains(c.stormModes, m) {
-			c.stormModes = append(c.stormModes, m)
-		}
-	}
 	var err error
+	if c.parts, err = benchkit.ParseChoices(*parts, "parts", partResync, partReconnect, partMemory, partStorm); err != nil {
+		return nil, err
+	}
+	if c.stormModes, err = benchkit.ParseChoices(*modes, "storm-modes", storm0RTT, stormFull); err != nil {
+		return nil, err
+	}
 	if c.agents, err = benchkit.ParseLevels(*agents, "agents", 100000); err != nil {
 		return nil, err
 	}
@@ -130,9 +107,6 @@ func parseFlags(args []string, errOut io.Writer) (*config, error) {
 	case c.stormTimeout <= 0:
 		return nil, errors.New("-storm-timeout must be positive")
 	}
-	if err := benchkit.AbsPaths(&c.meteorBin, &c.outDir); err != nil {
-		return nil, err
-	}
 	return c, nil
 }
 
@@ -141,22 +115,15 @@ func main() { benchkit.Main("bench-sessions", parseFlags, run) }
 // run does the whole benchmark. Every process and server it starts is
 // stopped before it returns, whatever happens.
 func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
-	root, outDir, err := benchkit.Locate(cfg.outDir, cfg.meteorBin)
+	sc, err := cfg.Start(ctx, "meteor-bench-sessions-", "PKI, data and logs", log)
 	if err != nil {
 		return err
 	}
-	cfg.outDir = outDir
+	defer sc.Finish(&err, 3*time.Second)
+	root, tmp, procs := sc.Root, sc.Dir, sc.Procs
 	// Both sides raise their UDP buffers as far as the host allows; the
 	// warning that it is not 7 MB says nothing about this benchmark.
 	os.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true")
-
-	tmp, finish, err := benchkit.TempDir(ctx, "meteor-bench-sessions-", "PKI, data and logs", cfg.keep, log)
-	if err != nil {
-		return err
-	}
-	defer finish(&err)
-	procs := &benchkit.Group{}
-	defer procs.StopAll(3 * time.Second)
 
 	rep := &report{
 		Summary: []benchkit.Row{},
@@ -173,12 +140,9 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	}
 	fmt.Fprintf(out, "Agent sessions on Meteor servers, %d CPUs, load average %s\n", rep.Machine.NProc, rep.Machine.LoadAvgStart)
 
-	bin := cfg.meteorBin
-	if bin == "" {
-		fmt.Fprintln(log, "building ./cmd/meteor")
-		if bin, err = benchkit.BuildMeteor(ctx, root, tmp); err != nil {
-			return err
-		}
+	bin, err := cfg.Meteor(ctx, root, tmp, log)
+	if err != nil {
+		return err
 	}
 	p, err := makePKI(ctx, bin, filepath.Join(tmp, "pki"))
 	if err != nil {
@@ -242,10 +206,10 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	}
 	rep.Notes = append(notes(rep), stormNotes(rep.Storm)...)
 	benchkit.PrintSummary(out, rep.Notes, rep.Verdicts)
-	if err := writeResults(cfg.outDir, rep); err != nil {
+	if err := writeResults(cfg.OutDir, rep); err != nil {
 		return err
 	}
-	benchkit.ResultsLine(out, cfg.outDir, "sessions")
+	benchkit.ResultsLine(out, cfg.OutDir, "sessions")
 	return nil
 }
 

@@ -127,11 +127,16 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 	res.CertSec = time.Since(t0).Seconds()
 
 	fmt.Fprintln(log, "memory: starting meteor server --dev")
-	sp, err := startServerProcess(ctx, g, bin, p, dir)
+	// GODEBUG=gctrace=1 has the server's log show its live heap.
+	mc, err := benchkit.StartMeteor(ctx, g, benchkit.MeteorOptions{
+		Bin: bin, Dir: dir, IDs: []string{serverID}, Dev: true, Regions: []string{"bench"},
+		Agents: true, PKI: p.dir, Env: []string{"GODEBUG=gctrace=1"},
+	})
 	if err != nil {
 		return nil, err
 	}
-	addr, err := net.ResolveUDPAddr("udp", sp.agentAddr)
+	sp := mc.Servers[0]
+	addr, err := net.ResolveUDPAddr("udp", sp.AgentAddr)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +144,7 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := putIntent(ctx, sp.api, f); err != nil {
+	if _, err := putIntent(ctx, sp.API, f); err != nil {
 		return nil, err
 	}
 	fl, err := newFleet("memory", cfg.sockets, maxAgents)
@@ -151,10 +156,10 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 		fl.devs = append(fl.devs, newDevice(id, certs[i]))
 	}
 
-	if _, err := settle(ctx, sp, cfg.settle); err != nil {
+	if _, err := mc.Rest(ctx, cfg.settle); err != nil {
 		return nil, err
 	}
-	if res.Baseline, err = readMemory(sp.p); err != nil {
+	if res.Baseline, err = readMemory(sp.Proc); err != nil {
 		return nil, err
 	}
 	memoryHeader(out, res)
@@ -164,11 +169,11 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 	var prev *memoryLevel
 	for _, n := range cfg.agents {
 		lvl := &memoryLevel{Agents: n, Added: n - connected}
-		h0, err := sp.api.Health(ctx)
+		h0, err := sp.API.Health(ctx)
 		if err != nil {
 			return nil, err
 		}
-		cpu0, err := sp.p.CPUTime()
+		cpu0, err := sp.Proc.CPUTime()
 		if err != nil {
 			return nil, err
 		}
@@ -182,7 +187,7 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 			times = append(times, more...)
 		}
 		lvl.ConnectSec = time.Since(start).Seconds()
-		cpu1, err := sp.p.CPUTime()
+		cpu1, err := sp.Proc.CPUTime()
 		if err != nil {
 			return nil, err
 		}
@@ -195,17 +200,19 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 			lvl.ServerCPUms = benchkit.MS(cpu1-cpu0) / float64(ok)
 		}
 		connected = n
-		if lvl.SettleSec, err = settle(ctx, sp, cfg.settle); err != nil {
+		took, err := mc.Rest(ctx, cfg.settle)
+		if err != nil {
 			return nil, err
 		}
-		h1, err := sp.api.Health(ctx)
+		lvl.SettleSec = took.Seconds()
+		h1, err := sp.API.Health(ctx)
 		if err != nil {
 			return nil, err
 		}
 		if ok > 0 {
 			lvl.RaftEntries = float64(h1.LastIndex-h0.LastIndex) / float64(ok)
 		}
-		if lvl.Memory, err = readMemory(sp.p); err != nil {
+		if lvl.Memory, err = readMemory(sp.Proc); err != nil {
 			return nil, err
 		}
 		live := n - countFailed(fl, n)
@@ -223,7 +230,7 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 
 	t0 = time.Now()
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	list, err := sp.api.ListDevices(lctx, api.ReadOptions{Stale: true})
+	list, err := sp.API.ListDevices(lctx, api.ReadOptions{Stale: true})
 	cancel()
 	if err != nil {
 		fmt.Fprintf(log, "memory: list devices: %v\n", err)
@@ -327,35 +334,4 @@ func (fl *fleet) open(ctx context.Context, cfg *config, addr net.Addr, pool *x50
 	}
 	fl.conns[i] = o.s.conn
 	return o.deltaAt, nil
-}
-
-// settle waits until the server's Raft log has stopped growing for a
-// second (acks and session records are committed after the Delta), at
-// most a minute, then for extra. It returns the time it took.
-func settle(ctx context.Context, sp *serverProcess, extra time.Duration) (float64, error) {
-	start := time.Now()
-	var last uint64
-	stable := 0
-	for stable < 4 && time.Since(start) < time.Minute {
-		h, err := sp.api.Health(ctx)
-		if err != nil {
-			return 0, err
-		}
-		if h.LastIndex == last && h.AppliedIndex == h.LastIndex {
-			stable++
-		} else {
-			stable, last = 0, h.LastIndex
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-	select {
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-time.After(extra):
-	}
-	return time.Since(start).Seconds(), nil
 }

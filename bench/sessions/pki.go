@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 	clusterpki "github.com/meteor-edge/meteor/cluster/pki"
@@ -21,7 +19,9 @@ import (
 const serverID = "bench"
 
 // pki is the cluster CA, this run's server certificate and cluster secret,
-// created with `meteor ca init` and `meteor ca issue-server`.
+// created with `meteor ca init` and `meteor ca issue-server`; the storm's
+// servers get their certificates in dir as they start
+// (benchkit.StartMeteor).
 type pki struct {
 	dir        string
 	ca         *clusterpki.CA
@@ -30,39 +30,21 @@ type pki struct {
 	secret     []byte
 }
 
-func (p *pki) caFile() string     { return filepath.Join(p.dir, "ca.pem") }
-func (p *pki) certFile() string   { return p.serverCertFile(serverID) }
-func (p *pki) keyFile() string    { return p.serverKeyFile(serverID) }
-func (p *pki) secretFile() string { return filepath.Join(p.dir, "cluster.secret") }
-
-func (p *pki) serverCertFile(id string) string { return filepath.Join(p.dir, "server-"+id+".pem") }
-func (p *pki) serverKeyFile(id string) string  { return filepath.Join(p.dir, "server-"+id+"-key.pem") }
-
-// issueServer runs `meteor ca issue-server` for server id, whose files
-// are then serverCertFile(id) and serverKeyFile(id).
-func (p *pki) issueServer(ctx context.Context, bin, id string) error {
-	args := []string{"ca", "issue-server", "--dir", p.dir, "--id", id, "--hosts", "127.0.0.1"}
-	if out, err := benchkit.RunCmd(ctx, bin, args...); err != nil {
-		return fmt.Errorf("meteor %s: %w\n%s", strings.Join(args, " "), err, out)
-	}
-	return nil
-}
-
 // makePKI runs the meteor CLI to create the CA and the server certificate
 // in dir, and loads them.
 func makePKI(ctx context.Context, bin, dir string) (*pki, error) {
 	p := &pki{dir: dir}
-	if out, err := benchkit.RunCmd(ctx, bin, "ca", "init", "--dir", dir); err != nil {
-		return nil, fmt.Errorf("meteor ca init --dir %s: %w\n%s", dir, err, out)
-	}
-	if err := p.issueServer(ctx, bin, serverID); err != nil {
+	if err := benchkit.InitMeteorCA(ctx, bin, dir); err != nil {
 		return nil, err
 	}
-	caPEM, err1 := os.ReadFile(p.caFile())
+	if err := benchkit.IssueMeteorServer(ctx, bin, dir, serverID); err != nil {
+		return nil, err
+	}
+	caPEM, err1 := os.ReadFile(benchkit.MeteorCAFile(dir))
 	caKey, err2 := os.ReadFile(filepath.Join(dir, "ca-key.pem"))
-	certPEM, err3 := os.ReadFile(p.certFile())
-	keyPEM, err4 := os.ReadFile(p.keyFile())
-	secretB64, err5 := os.ReadFile(p.secretFile())
+	certPEM, err3 := os.ReadFile(benchkit.MeteorCertFile(dir, serverID))
+	keyPEM, err4 := os.ReadFile(benchkit.MeteorKeyFile(dir, serverID))
+	secretB64, err5 := os.ReadFile(filepath.Join(dir, "cluster.secret"))
 	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 		return nil, fmt.Errorf("read the PKI: %w", err)
 	}
@@ -83,20 +65,10 @@ func makePKI(ctx context.Context, bin, dir string) (*pki, error) {
 // issueDevices issues one certificate per ID (ECDSA P-256), on every CPU.
 func (p *pki) issueDevices(ids []string) ([]tls.Certificate, error) {
 	certs := make([]tls.Certificate, len(ids))
-	errs := make([]error, runtime.NumCPU())
-	var wg sync.WaitGroup
-	for w := range len(errs) {
-		wg.Go(func() {
-			for i := w; i < len(ids); i += len(errs) {
-				c, err := p.ca.IssueDevice(ids[i])
-				if err != nil {
-					errs[w] = err
-					return
-				}
-				certs[i] = c
-			}
-		})
-	}
-	wg.Wait()
-	return certs, errors.Join(errs...)
+	err := benchkit.Parallel(len(ids), func(i int) error {
+		c, err := p.ca.IssueDevice(ids[i])
+		certs[i] = c
+		return err
+	})
+	return certs, err
 }

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
@@ -161,14 +160,14 @@ func (r *stormResult) mode(key string) *stormMode {
 	return nil
 }
 
+// stormServers is the size of the storm's cluster.
+const stormServers = 3
+
 // runStorm measures part 4: for each mode, a fresh three-server cluster,
 // every device on one follower, SIGKILL, and the storm onto the other
 // two.
 func runStorm(ctx context.Context, cfg *config, bin string, p *pki, dir string, out, log io.Writer) (*stormResult, error) {
 	res := &stormResult{Agents: cfg.stormAgents, Detect: cfg.stormDetect, Sockets: cfg.stormSockets}
-	if err := issueStormCerts(ctx, bin, p); err != nil {
-		return nil, err
-	}
 	ids := make([]string, cfg.stormAgents)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("storm-%05d", i)
@@ -197,11 +196,20 @@ func runStormMode(ctx context.Context, cfg *config, bin string, p *pki, dir, key
 	g := &benchkit.Group{}
 	defer g.StopAll(3 * time.Second)
 	fmt.Fprintf(log, "storm: %s: starting a %d-server cluster\n", m.Mode, stormServers)
-	c, err := startStormCluster(ctx, g, bin, p, dir)
+	// Every server has its own certificate and the shared cluster secret,
+	// so that session tickets and resume tokens of one are good on the
+	// others.
+	c, err := benchkit.StartMeteor(ctx, g, benchkit.MeteorOptions{
+		Bin: bin, Dir: dir, IDs: benchkit.MeteorIDs("storm", stormServers), Regions: []string{"bench"},
+		Agents: true, PKI: p.dir,
+		// Profiling endpoints, idle unless asked (-keep a run and fetch
+		// /debug/pprof/profile from a survivor during the storm).
+		ExtraArgs: func(int) []string { return []string{"--enable-debug"} },
+	})
 	if err != nil {
 		return nil, err
 	}
-	li, err := c.waitLeader(ctx)
+	li, err := c.WaitLeader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -213,39 +221,30 @@ func runStormMode(ctx context.Context, cfg *config, bin string, p *pki, dir, key
 			survivors = append(survivors, i)
 		}
 	}
-	m.Victim, m.Leader = c.ids[victim], c.ids[li]
+	m.Victim, m.Leader = c.Servers[victim].ID, c.Servers[li].ID
 	for _, i := range survivors {
-		m.Survivors = append(m.Survivors, c.ids[i])
+		m.Survivors = append(m.Survivors, c.Servers[i].ID)
 	}
 	f, err := newFleetIntent(cfg.resources, cfg.bodySize)
 	if err != nil {
 		return nil, err
 	}
-	rev, err := putIntent(ctx, c.servers[li].api, f)
+	rev, err := putIntent(ctx, c.Servers[li].API, f)
 	if err != nil {
 		return nil, err
 	}
 	// A follower answers Pulls from its own state: wait until it has the
 	// intent, or the first devices would converge on nothing.
-	if err := benchkit.WaitFor(ctx, time.Minute, 50*time.Millisecond, c.servers[victim].p, func(ctx context.Context) error {
-		h, err := c.servers[victim].api.Health(ctx)
-		if err != nil {
-			return err
-		}
-		if h.Revision < rev {
-			return fmt.Errorf("%s at revision %d, intent at %d", m.Victim, h.Revision, rev)
-		}
-		return nil
-	}); err != nil {
+	if err := c.WaitRevision(ctx, rev, victim); err != nil {
 		return nil, err
 	}
 
-	fl, live, err := connectStormFleet(ctx, cfg, c.servers[victim].agentAddr, p, key, ids, certs, seed, m, log)
+	fl, live, err := connectStormFleet(ctx, cfg, c.Servers[victim].AgentAddr, p, key, ids, certs, seed, m, log)
 	if err != nil {
 		return nil, err
 	}
 	defer fl.close()
-	index0, err := c.settle(ctx, time.Second, 2*time.Minute)
+	index0, err := c.Settle(ctx, time.Second, 2*time.Minute)
 	if err != nil {
 		return nil, err
 	}
@@ -259,8 +258,8 @@ func runStormMode(ctx context.Context, cfg *config, bin string, p *pki, dir, key
 // storm kills the victim and lets the live devices reconnect to the
 // survivors, then waits for the Raft log to settle, and records the
 // figures in m. index0 is the log's last index before the kill.
-func (m *stormMode) storm(ctx context.Context, cfg *config, c *stormCluster, fl *fleet, live []*stormDev, victim int, survivors []int, index0 uint64, log io.Writer) error {
-	term0, err := c.raftTerm(ctx)
+func (m *stormMode) storm(ctx context.Context, cfg *config, c *benchkit.MeteorCluster, fl *fleet, live []*stormDev, victim int, survivors []int, index0 uint64, log io.Writer) error {
+	term0, err := c.RaftTerm(ctx)
 	if err != nil {
 		return err
 	}
@@ -270,7 +269,7 @@ func (m *stormMode) storm(ctx context.Context, cfg *config, c *stormCluster, fl 
 	}
 	sctx, cancel := context.WithTimeout(ctx, cfg.stormTimeout)
 	defer cancel()
-	cpu0, err := c.cpuTime(survivors)
+	cpu0, err := c.CPUTime(survivors...)
 	if err != nil {
 		return err
 	}
@@ -278,11 +277,11 @@ func (m *stormMode) storm(ctx context.Context, cfg *config, c *stormCluster, fl 
 	if err != nil {
 		return err
 	}
-	serverPorts, clientPorts := c.agentPorts(survivors), fl.ports()
+	serverPorts, clientPorts := c.AgentPorts(survivors...), fl.ports()
 	drops0, dropsErr := udpDrops(append(serverPorts, clientPorts...))
 	fmt.Fprintf(log, "storm: %s: SIGKILL %s, %d devices reconnect (detect: %s)\n", m.Mode, m.Victim, len(live), cfg.stormDetect)
 	t0 := time.Now()
-	if err := syscall.Kill(-c.servers[victim].p.PID(), syscall.SIGKILL); err != nil {
+	if err := c.Kill(victim); err != nil {
 		return fmt.Errorf("kill %s: %w", m.Victim, err)
 	}
 	outcomes := make([]stormOutcome, len(live))
@@ -311,7 +310,7 @@ func (m *stormMode) storm(ctx context.Context, cfg *config, c *stormCluster, fl 
 	}()
 	wg.Wait()
 	close(progressDone)
-	cpu1, err1 := c.cpuTime(survivors)
+	cpu1, err1 := c.CPUTime(survivors...)
 	self1, err2 := benchkit.CPUTime("self")
 	if err := firstErr(err1, err2); err != nil {
 		return err
@@ -328,7 +327,7 @@ func (m *stormMode) storm(ctx context.Context, cfg *config, c *stormCluster, fl 
 	m.ClientCPUs = (self1 - self0).Seconds()
 	// Servers retry failed session records with a backoff of up to 2 s
 	// (cluster/session.go, retryRecord): a quieter log than that.
-	index1, err := c.settle(ctx, stormQuiet, 2*time.Minute)
+	index1, err := c.Settle(ctx, stormQuiet, 2*time.Minute)
 	if err != nil {
 		if ctx.Err() != nil {
 			return err
@@ -336,26 +335,26 @@ func (m *stormMode) storm(ctx context.Context, cfg *config, c *stormCluster, fl 
 		// The storm's figures stand; the settled ones are then up to now.
 		fmt.Fprintf(log, "storm: %s: %v\n", m.Mode, err)
 		m.SettleError = err.Error()
-		if top, ierr := c.indexIfSteady(ctx); ierr == nil {
+		if top, ierr := c.IndexIfSteady(ctx); ierr == nil {
 			index1 = top
 		} else {
 			index1 = index0
 		}
 	}
 	m.SettledSec = time.Since(t0).Seconds()
-	cpu2, err := c.cpuTime(survivors)
+	cpu2, err := c.CPUTime(survivors...)
 	if err != nil {
 		return err
 	}
 	m.ServerCPUSettleds = (cpu2 - cpu0).Seconds()
 	m.RaftEntries = index1 - index0
-	term1, err := c.raftTerm(ctx)
+	term1, err := c.RaftTerm(ctx)
 	if err != nil {
 		return err
 	}
 	m.Elections = benchkit.Elections(term0, term1)
-	if li, err := c.leader(ctx); err == nil {
-		m.LeaderAfter = c.ids[li]
+	if li, err := c.Leader(ctx); err == nil {
+		m.LeaderAfter = c.Servers[li].ID
 	}
 	// Devices do not read after their first Delta: a connection the
 	// server closed since (e.g. a 0-RTT connection whose handshake never
@@ -447,15 +446,15 @@ func connectStormFleet(ctx context.Context, cfg *config, victimAddr string, p *p
 // stormTargets returns, for each survivor, the order in which the devices
 // that prefer it try the servers: that survivor, the other (equal RTTs on
 // loopback, so half the devices prefer each), then the dead server.
-func stormTargets(c *stormCluster, victim int, survivors []int) ([][]stormTarget, error) {
+func stormTargets(c *benchkit.MeteorCluster, victim int, survivors []int) ([][]stormTarget, error) {
 	targets := make([][]stormTarget, len(survivors))
 	for k := range survivors {
 		for _, i := range append([]int{survivors[k], survivors[1-k]}, victim) {
-			addr, err := net.ResolveUDPAddr("udp", c.servers[i].agentAddr)
+			addr, err := net.ResolveUDPAddr("udp", c.Servers[i].AgentAddr)
 			if err != nil {
 				return nil, err
 			}
-			targets[k] = append(targets[k], stormTarget{id: c.ids[i], addr: addr})
+			targets[k] = append(targets[k], stormTarget{id: c.Servers[i].ID, addr: addr})
 		}
 	}
 	return targets, nil
@@ -542,13 +541,13 @@ const (
 // checkRecords reads what the cluster records of the devices until every
 // one is recorded as connected to the server it resumed on (on: device ID
 // to server ID), at most stormRecordsWait, and fills m's record figures.
-func (m *stormMode) checkRecords(ctx context.Context, c *stormCluster, t0 time.Time, on map[string]string, log io.Writer) {
+func (m *stormMode) checkRecords(ctx context.Context, c *benchkit.MeteorCluster, t0 time.Time, on map[string]string, log io.Writer) {
 	deadline := time.Now().Add(stormRecordsWait)
 	for {
-		li, err := c.leader(ctx)
+		li, err := c.Leader(ctx)
 		if err == nil {
 			m.WrongRecords = m.WrongRecords[:0]
-			m.RecordedOnSurvivor, m.RecordedElsewhere, m.RecordedDisconnected, m.RecordedOnVictim, err = recordedServers(ctx, c.servers[li], m.Victim, on, &m.WrongRecords)
+			m.RecordedOnSurvivor, m.RecordedElsewhere, m.RecordedDisconnected, m.RecordedOnVictim, err = recordedServers(ctx, c.Servers[li], m.Victim, on, &m.WrongRecords)
 		}
 		switch {
 		case err != nil:
@@ -572,10 +571,10 @@ func (m *stormMode) checkRecords(ctx context.Context, c *stormCluster, t0 time.T
 // it resumed on), those the cluster records as connected to that server,
 // as connected to another survivor, as disconnected from one, and as
 // still on victim.
-func recordedServers(ctx context.Context, sp *serverProcess, victim string, on map[string]string, samples *[]string) (right, elsewhere, disconnected, dead int, err error) {
+func recordedServers(ctx context.Context, sp *benchkit.MeteorServer, victim string, on map[string]string, samples *[]string) (right, elsewhere, disconnected, dead int, err error) {
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	list, err := sp.api.ListDevices(lctx, api.ReadOptions{})
+	list, err := sp.API.ListDevices(lctx, api.ReadOptions{})
 	if err != nil {
 		return 0, 0, 0, 0, err
 	}

@@ -132,9 +132,6 @@ func TestStormSummaryAndPercentiles(t *testing.T) {
 		rows[0].Ratio != "1.50x (full / 0-RTT)" || rows[1].Ratio != "1.50x (full / 0-RTT)" || rows[1].PeerName != "full handshakes" {
 		t.Errorf("rows %+v", rows)
 	}
-	if got := thousands(1234567); got != "1,234,567" {
-		t.Errorf("thousands = %q", got)
-	}
 }
 
 func TestParseUDPDrops(t *testing.T) {

@@ -17,19 +17,6 @@ const (
 	stormName  = "sessions"
 )
 
-// thousands writes n with comma separators: 10000 is "10,000".
-func thousands(n int) string {
-	s := fmt.Sprint(n)
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
-
 // allResumed reports whether every device of the mode resumed.
 func (m *stormMode) allResumed() bool { return m.NotOpened == 0 && m.Opened > 0 }
 
@@ -56,7 +43,7 @@ func stormSummary(r *stormResult) []benchkit.Row {
 	z, f := r.mode(storm0RTT), r.mode(stormFull)
 	n := r.Agents
 	timeRow := benchkit.Row{Bench: stormBench, Name: stormName,
-		Figure: fmt.Sprintf("time until all %s resumed after their server died", thousands(n))}
+		Figure: fmt.Sprintf("time until all %s resumed after their server died", benchkit.Thousands(n))}
 	cpuRow := benchkit.Row{Bench: stormBench, Name: stormName, Figure: "server CPU seconds for the storm"}
 	var timeNotes, cpuNotes []string
 	for _, m := range []*stormMode{z, f} {
@@ -88,7 +75,7 @@ func stormSummary(r *stormResult) []benchkit.Row {
 		detect = "each device notices at its QUIC idle timeout, as the agent does"
 	}
 	timeRow.Note = fmt.Sprintf("SIGKILL of the follower all %s wire-level devices were on, 3 servers and the devices on one shared machine; %s; %s",
-		thousands(n), detect, strings.Join(timeNotes, "; "))
+		benchkit.Thousands(n), detect, strings.Join(timeNotes, "; "))
 	cpuRow.Note = "the two surviving servers, from the kill until every resumed session and Ack was committed through Raft; " + strings.Join(cpuNotes, "; ")
 	return []benchkit.Row{timeRow, cpuRow}
 }
@@ -108,7 +95,7 @@ func stormVerdict(r *stormResult) string {
 			parts = append(parts, "server CPU "+c)
 		}
 	}
-	return fmt.Sprintf("reconnect storm of %s devices (no numeric goal): %s", thousands(r.Agents), strings.Join(parts, "; "))
+	return fmt.Sprintf("reconnect storm of %s devices (no numeric goal): %s", benchkit.Thousands(r.Agents), strings.Join(parts, "; "))
 }
 
 // stormNotes say how to read part 4.
@@ -190,7 +177,7 @@ func stormMarkdown(b *strings.Builder, r *stormResult, p paramInfo) {
 	fmt.Fprintf(b, "%s devices, each with its own certificate, connect to one follower of a three-server cluster (`meteor server` processes) and converge on a %d-resource intent; that server then gets SIGKILL and every device resumes its session on one of the other two, with 0-RTT (the dead server's session ticket) or with full handshakes (no ticket cache), each mode on a fresh cluster. "+
 		"Times are from the kill until the device decoded its Welcome and its first Delta; percentiles count every device, one that never resumed as the slowest. "+
 		"Server CPU is the two survivors' together, from the kill until the last device resumed, and until the Raft log settled (every session and Ack committed).\n\n",
-		thousands(r.Agents), p.Resources)
+		benchkit.Thousands(r.Agents), p.Resources)
 	fmt.Fprintf(b, "| mode | agents | initial connect s | devices with ticket | 50%% resumed s | 99%% resumed s | all resumed s | Welcome p50 / p99 s | same session | new session | resyncs | not resumed | attempts | dial failures | session failures | 0-RTT used | TLS resumed | 0-RTT refused | per survivor | survivors' CPU s to last | survivors' CPU s to settled | settled s | devices' CPU s | Raft entries | elections | closed after resuming | recorded on its server / on the other survivor / disconnected / on the dead server | all recorded on a survivor s | UDP drops: survivors / devices |\n")
 	fmt.Fprintf(b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, m := range r.Modes {

@@ -72,6 +72,9 @@ func (g *Group) Start(name, bin string, args, env []string, dir, logPath string)
 // PID returns the process ID.
 func (p *Proc) PID() int { return p.cmd.Process.Pid }
 
+// Kill sends SIGKILL to the process's group.
+func (p *Proc) Kill() error { return syscall.Kill(-p.PID(), syscall.SIGKILL) }
+
 // Exited reports whether the process has exited.
 func (p *Proc) Exited() bool {
 	select {

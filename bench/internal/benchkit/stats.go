@@ -2,6 +2,7 @@ package benchkit
 
 import (
 	"math"
+	"strconv"
 	"time"
 )
 
@@ -18,3 +19,16 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 
 // MS returns d in milliseconds.
 func MS(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// Thousands writes n with comma separators: 10000 is "10,000".
+func Thousands(n int) string {
+	s := strconv.Itoa(n)
+	start := 0
+	if n < 0 {
+		start = 1
+	}
+	for i := len(s) - 3; i > start; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
