@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"regexp"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -181,13 +180,11 @@ type AgentTLS struct {
 	Certificate tls.Certificate
 }
 
-var nodeIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-
 // Validate checks the configuration and says what to fix.
 func (c *Config) Validate() error {
 	var errs []error
-	if !nodeIDPattern.MatchString(c.NodeID) {
-		errs = append(errs, fmt.Errorf("node ID %q: must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", c.NodeID))
+	if err := CheckNodeID(c.NodeID); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Region == "" {
 		errs = append(errs, errors.New("region: must not be empty"))

@@ -71,6 +71,7 @@ func newRootCmd() *cobra.Command {
 		newHealthCmd(g),
 		newStatusCmd(g),
 		newCACmd(),
+		newTLSCmd(),
 		newChaosCmd(),
 		newSimCmd(),
 		newVersionCmd(),

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
@@ -14,7 +15,7 @@ import (
 func newServerCmd() *cobra.Command {
 	cfg := cluster.DefaultConfig()
 	var join, gossipKey, logLevel string
-	var caFile, certFile, keyFile, secretFile string
+	var caFile, certFile, keyFile, secretFile, tlsDir string
 	var historyLimit int
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -32,6 +33,26 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 			if join != "" {
 				cfg.Join = strings.Split(join, ",")
 			}
+			if tlsDir != "" {
+				// The files 'meteor tls init' wrote, unless a flag names
+				// another.
+				set := func(flag string, v *string, name string) {
+					if !cmd.Flags().Changed(flag) {
+						*v = filepath.Join(tlsDir, name)
+					}
+				}
+				set("ca-file", &caFile, caCertFile)
+				set("cert-file", &certFile, "server-"+cfg.NodeID+".pem")
+				set("key-file", &keyFile, "server-"+cfg.NodeID+"-key.pem")
+				set("cluster-secret-file", &secretFile, clusterSecret)
+				if gossipKey == "" {
+					k, err := readGossipKey(filepath.Join(tlsDir, gossipKeyFile))
+					if err != nil {
+						return fmt.Errorf("--tls-dir: %w", err)
+					}
+					cfg.GossipKey = k
+				}
+			}
 			if gossipKey != "" {
 				k, err := cluster.ParseGossipKey(gossipKey)
 				if err != nil {
@@ -46,7 +67,7 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 					return fmt.Errorf("--agent-addr: %w", err)
 				}
 				cfg.AgentTLS, cfg.ClusterSecret = t, secret
-			} else if cmd.Flags().Changed("cluster-secret-file") {
+			} else if tlsDir != "" || cmd.Flags().Changed("cluster-secret-file") {
 				secret, err := readSecret(secretFile)
 				if err != nil {
 					return err
@@ -91,6 +112,7 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 	f.DurationVar(&cfg.ApplyTimeout, "apply-timeout", cfg.ApplyTimeout, "how long a write waits to be committed")
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries between Raft snapshots")
 	f.StringVar(&cfg.AgentAddr, "agent-addr", "", "UDP address to serve device agents on (QUIC); needs the TLS flags below")
+	f.StringVar(&tlsDir, "tls-dir", "", "directory from 'meteor tls init': takes ca.pem, server-<node-id>.pem and its key, cluster.secret and gossip.key from it (flags naming a file override)")
 	f.StringVar(&caFile, "ca-file", "pki/ca.pem", "cluster CA certificate (PEM), which signs device certificates")
 	f.StringVar(&certFile, "cert-file", "", "this server's certificate (PEM), from 'meteor ca issue-server'")
 	f.StringVar(&keyFile, "key-file", "", "this server's private key (PEM)")
