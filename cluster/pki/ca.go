@@ -74,7 +74,8 @@ func (ca *CA) Pool() *x509.CertPool {
 // IssueServer issues a server certificate for serverID: CommonName and URI
 // SAN wire.ServerURI (meteor://server/<id>), DNS SAN
 // wire.ClusterServerName, plus hosts (IP addresses become IP SANs, names
-// DNS SANs). It is valid for server authentication only.
+// DNS SANs). It is valid for server and client authentication: servers
+// connect to each other with it (mutual TLS between servers).
 func (ca *CA) IssueServer(serverID string, hosts []string) (tls.Certificate, error) {
 	if err := wire.ValidDeviceID(serverID); err != nil {
 		return tls.Certificate{}, fmt.Errorf("pki: server ID: %w", err)
@@ -83,7 +84,7 @@ func (ca *CA) IssueServer(serverID string, hosts []string) (tls.Certificate, err
 		Subject:     pkix.Name{CommonName: serverID},
 		DNSNames:    []string{wire.ClusterServerName},
 		URIs:        []*url.URL{wire.ServerURI(serverID)},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {

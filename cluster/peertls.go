@@ -1,0 +1,159 @@
+package cluster
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/meteor-edge/meteor/wire"
+)
+
+// PeerTLS is what servers prove themselves to each other with: the
+// cluster CA and this server's certificate (pki.CA.IssueServer), which
+// names its node ID (wire.ServerIDFromCert) and is valid for both ends of
+// a connection.
+type PeerTLS struct {
+	CAs         *x509.CertPool
+	Certificate tls.Certificate
+}
+
+// ErrWrongPeer reports a peer whose certificate is not that of the server
+// expected at its address.
+var ErrWrongPeer = errors.New("peer is not the expected server")
+
+// serverConfig accepts only clients with a server certificate of the
+// cluster CA.
+func (p *PeerTLS) serverConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{p.Certificate},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    p.CAs,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			_, err := peerServerID(cs)
+			return err
+		},
+	}
+}
+
+// clientConfig trusts only servers of the cluster CA and, if wantID is
+// set, only the server with that node ID.
+func (p *PeerTLS) clientConfig(wantID string) *tls.Config {
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{p.Certificate},
+		RootCAs:      p.CAs,
+		ServerName:   wire.ClusterServerName,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			id, err := peerServerID(cs)
+			if err != nil {
+				return err
+			}
+			if wantID != "" && id != wantID {
+				return fmt.Errorf("%w: its certificate names %q, not %q", ErrWrongPeer, id, wantID)
+			}
+			return nil
+		},
+	}
+}
+
+// peerServerID returns the node ID of a verified peer's certificate.
+func peerServerID(cs tls.ConnectionState) (string, error) {
+	if len(cs.PeerCertificates) == 0 {
+		return "", fmt.Errorf("%w: no certificate", wire.ErrNoIdentity)
+	}
+	return wire.ServerIDFromCert(cs.PeerCertificates[0])
+}
+
+// tlsLayer runs Raft over mutual TLS on top of another stream layer
+// (plain TCP, or a fault-injecting one in tests). Both ends must present a
+// server certificate of the cluster CA; a dialled server must present the
+// certificate of the node ID the Raft configuration has at that address,
+// once that is known (expect).
+type tlsLayer struct {
+	raft.StreamLayer
+	tls *PeerTLS
+
+	mu  sync.Mutex
+	ids map[raft.ServerAddress]string // Raft address -> node ID
+}
+
+// handshakeTimeout bounds a TLS handshake between servers.
+const handshakeTimeout = 10 * time.Second
+
+func newTLSLayer(inner raft.StreamLayer, p *PeerTLS) *tlsLayer {
+	return &tlsLayer{StreamLayer: inner, tls: p, ids: map[raft.ServerAddress]string{}}
+}
+
+// Accept returns the next connection; its handshake (and the check of the
+// peer's certificate) happens on its first read, in the goroutine Raft
+// serves it on, so that a slow or hostile client cannot stall the others.
+func (l *tlsLayer) Accept() (net.Conn, error) {
+	c, err := l.StreamLayer.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return tls.Server(c, l.tls.serverConfig()), nil
+}
+
+// Dial connects to the server at addr and completes the handshake, so a
+// peer that is not the expected server fails the dial.
+func (l *tlsLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return l.dial(addr, l.expected(addr), timeout)
+}
+
+func (l *tlsLayer) dial(addr raft.ServerAddress, wantID string, timeout time.Duration) (net.Conn, error) {
+	c, err := l.StreamLayer.Dial(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	tc := tls.Client(c, l.tls.clientConfig(wantID))
+	tc.SetDeadline(time.Now().Add(min(timeout, handshakeTimeout)))
+	if err := tc.Handshake(); err != nil {
+		tc.Close()
+		return nil, fmt.Errorf("raft TLS handshake with %s: %w", addr, err)
+	}
+	tc.SetDeadline(time.Time{})
+	return tc, nil
+}
+
+// verify dials addr and checks that the server there holds the
+// certificate of node ID id; on success it expects that ID at addr from
+// then on. A server is added to the Raft configuration only after this.
+func (l *tlsLayer) verify(addr raft.ServerAddress, id string) error {
+	c, err := l.dial(addr, id, handshakeTimeout)
+	if err != nil {
+		return err
+	}
+	c.Close()
+	l.expect(addr, id)
+	return nil
+}
+
+// expect records the node ID the server at addr must prove.
+func (l *tlsLayer) expect(addr raft.ServerAddress, id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ids[addr] = id
+}
+
+// expectConfiguration records the node IDs of a Raft configuration.
+func (l *tlsLayer) expectConfiguration(cfg raft.Configuration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range cfg.Servers {
+		l.ids[s.Address] = string(s.ID)
+	}
+}
+
+func (l *tlsLayer) expected(addr raft.ServerAddress) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ids[addr]
+}
