@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -86,15 +87,17 @@ func (d *gossipDelegate) MergeRemoteState(buf []byte, join bool)     {}
 type eventDelegate struct {
 	chs []chan struct{}
 
-	mu      sync.Mutex
-	members map[string]member // guarded by mu; by node name
+	mu    sync.Mutex
+	table map[string]member // guarded by mu; by node name
 }
 
-func (e *eventDelegate) snapshot() []member {
+// members returns the Meteor servers gossip knows, this one included:
+// alive ones, and those that failed or left.
+func (e *eventDelegate) members() []member {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := make([]member, 0, len(e.members))
-	for _, m := range e.members {
+	out := make([]member, 0, len(e.table))
+	for _, m := range e.table {
 		out = append(out, m)
 	}
 	return out
@@ -110,7 +113,7 @@ func (e *eventDelegate) set(n *memberlist.Node, state memberlist.NodeStateType) 
 		m.State = memberlist.StateLeft
 	}
 	e.mu.Lock()
-	e.members[n.Name] = m
+	e.table[n.Name] = m
 	e.mu.Unlock()
 	e.poke()
 }
@@ -157,7 +160,7 @@ func (s *Server) setupGossip() (*memberlist.Memberlist, error) {
 	mc.BindAddr, mc.BindPort = host, port
 	mc.AdvertiseAddr, mc.AdvertisePort = host, port
 	mc.Delegate = s.gossipMeta
-	s.events = &eventDelegate{chs: []chan struct{}{s.eventCh, s.bootstrapCh}, members: map[string]member{}}
+	s.events = &eventDelegate{chs: []chan struct{}{s.eventCh, s.bootstrapCh}, table: map[string]member{}}
 	mc.Events = s.events
 	stdLog := s.logger.Named("gossip").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
 	mc.Logger = stdLog
@@ -194,9 +197,8 @@ func (s *Server) setupGossip() (*memberlist.Memberlist, error) {
 	return ml, nil
 }
 
-// members returns the Meteor servers gossip knows, this one included:
-// alive ones, and those that failed or left.
-func (s *Server) members() []member { return s.events.snapshot() }
+// members returns the Meteor servers gossip knows (eventDelegate.members).
+func (s *Server) members() []member { return s.events.members() }
 
 // memberByID finds a server by node ID.
 func (s *Server) memberByID(id string) (member, bool) {
@@ -208,10 +210,9 @@ func (s *Server) memberByID(id string) (member, bool) {
 	return member{}, false
 }
 
-// joinGossip joins the servers in Config.Join, retrying until one answers
-// or the server shuts down.
-func (s *Server) joinLoop() {
-	defer s.wg.Done()
+// joinLoop joins the servers in Config.Join, retrying until one answers
+// or ctx ends.
+func (s *Server) joinLoop(ctx context.Context) {
 	if len(s.config.Join) == 0 {
 		return
 	}
@@ -223,10 +224,8 @@ func (s *Server) joinLoop() {
 			return
 		}
 		s.logger.Warn("join failed, retrying", "addrs", s.config.Join, "error", err, "retry_in", backoff)
-		select {
-		case <-s.shutdownCh:
+		if !sleep(s.clock, backoff, ctx.Done()) {
 			return
-		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 10*time.Second)
 	}
@@ -237,15 +236,14 @@ func (s *Server) joinLoop() {
 // sides of a healed partition may never merge on their own; a server that
 // restarted with a join list finds its way back anyway, but one on the
 // other side of a partition needs this.
-func (s *Server) reconnectLoop() {
-	defer s.wg.Done()
-	ticker := time.NewTicker(s.config.ReconnectInterval)
+func (s *Server) reconnectLoop(ctx context.Context) {
+	ticker := s.clock.NewTicker(s.config.ReconnectInterval)
 	defer ticker.Stop()
 	for {
 		select {
-		case <-s.shutdownCh:
+		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 		}
 		var addrs []string
 		for _, m := range s.members() {

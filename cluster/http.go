@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/http/pprof"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -110,14 +109,14 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 		writeError(w, toAPIError(err))
 		return
 	}
-	target := &url.URL{Scheme: "http", Host: addr}
+	target := s.peers.base(addr)
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Host = r.Host
 			pr.Out.Header.Set(headerForwarded, s.config.NodeID)
 		},
-		Transport: s.client.Transport,
+		Transport: s.peers.hc.Transport,
 		ModifyResponse: func(resp *http.Response) error {
 			resp.Header.Del(api.HeaderServedBy)
 			resp.Header.Set(api.HeaderServedBy, resp.Request.Header.Get(headerForwarded)+"->"+leaderID)

@@ -1,11 +1,9 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/meteor-edge/meteor/cluster/api"
@@ -32,25 +30,7 @@ func (s *Server) deliverReport(ctx context.Context, device string, labels map[st
 	if !ok {
 		return fmt.Errorf("owner %s of %s is not known through gossip", owner, device)
 	}
-	body, err := json.Marshal(forwardedReport{Device: device, Labels: labels, Report: rep.Append(nil)})
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+m.HTTPAddr+"/v1/internal/report", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set(headerSignature, s.sign(body))
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return fmt.Errorf("forward report of %s to its owner %s: %w", device, owner, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("owner %s refused the report of %s: %s: %s", owner, device, resp.Status, bytes.TrimSpace(msg))
-	}
-	return nil
+	return s.peers.report(ctx, owner, m.HTTPAddr, &forwardedReport{Device: device, Labels: labels, Report: rep.Append(nil)})
 }
 
 // handleInternalReport ingests a report forwarded by the device's session
