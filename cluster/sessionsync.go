@@ -205,9 +205,10 @@ func (y *sessionSync) pass(ctx context.Context) error {
 				sess.markAttempted(acked, true)
 				continue
 			}
-			if rec != nil && sess.wasRecorded() {
+			if rec != nil && sess.wasRecorded() && !sess.recordedHere(rec, self) {
 				// Recorded before and lost since: another server's late
-				// write, or a commit the replica lost.
+				// write, or a commit the replica lost. (A record that
+				// only lags the acknowledged revision is not lost.)
 				y.rerecords.Add(1)
 			}
 			reqs = append(reqs, req)
