@@ -37,8 +37,13 @@ func newUnitSync(t *testing.T) (*unitSync, func()) {
 	return &unitSync{sessionSync: y, p: p, rerecords: &rerecords}, func() { stopSync(); stopRec() }
 }
 
-func unitSession(device, conn string) *agentSession {
-	return &agentSession{deviceID: device, id: newSessionID(), connID: conn, labels: euLabels}
+// start starts a session, without a connection, and lets sessionSync
+// take it in.
+func (u *unitSync) start(device, conn string) *agentSession {
+	sess := &agentSession{deviceID: device, id: newSessionID(), connID: conn, labels: euLabels}
+	u.started(sess)
+	synctest.Wait()
+	return sess
 }
 
 func (u *unitSync) record(t *testing.T, device string) *fsm.DeviceRecord {
@@ -57,9 +62,7 @@ func TestSessionSyncRecordsSessions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		u, stop := newUnitSync(t)
 		defer stop()
-		sess := unitSession("dev-1", "c1")
-		u.started(sess)
-		synctest.Wait()
+		sess := u.start("dev-1", "c1")
 		if rec := u.record(t, "dev-1"); !sess.recordedHere(rec, "s1") || !sess.isRecorded(0) {
 			t.Fatalf("record %+v after the session started", rec)
 		}
@@ -90,8 +93,7 @@ func TestSessionSyncRetriesFailedCommits(t *testing.T) {
 		u, stop := newUnitSync(t)
 		defer stop()
 		u.p.setFail(func(mt fsm.MessageType) bool { return mt == fsm.DeviceSessionBatchType })
-		sess := unitSession("dev-1", "c1")
-		u.started(sess)
+		sess := u.start("dev-1", "c1")
 		if err := sess.waitAttempted(t.Context(), 0); err != nil {
 			t.Fatal(err)
 		}
@@ -116,9 +118,7 @@ func TestSessionSyncRepairsOverwrittenRecord(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		u, stop := newUnitSync(t)
 		defer stop()
-		sess := unitSession("dev-1", "c1")
-		u.started(sess)
-		synctest.Wait()
+		sess := u.start("dev-1", "c1")
 		u.p.mustApply(t, fsm.DeviceSessionType, &fsm.DeviceSessionRequest{
 			ID: "dev-1", SessionID: sessionString(sess.id), Server: "gone", Conn: "stale", Connected: true, Time: time.Now().UnixNano(),
 		})

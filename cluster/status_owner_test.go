@@ -21,13 +21,22 @@ import (
 
 var euLabels = map[string]string{"region": "eu"}
 
-func newUnitStatusOwner(t *testing.T, p *localProposer) *statusOwner {
+// runUnitStatusOwner runs a status owner, "s1", the only server, on an
+// in-memory state machine holding one intent and the given devices,
+// connected to another server. stop ends it.
+func runUnitStatusOwner(t *testing.T, devices ...string) (p *localProposer, o *statusOwner, stop func()) {
 	t.Helper()
+	p = newLocalProposer(t)
+	p.mustApply(t, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: simpleIntent("motd", "v1"), Time: time.Now().UnixNano()})
+	for _, id := range devices {
+		connectDevice(t, p, id, true)
+	}
 	cfg := DefaultConfig()
 	cfg.NodeID = "s1"
 	withFastStatus(nil)(&cfg)
-	return newStatusOwner(&cfg, hclog.NewNullLogger(), SystemClock{}, p.state, p,
+	o = newStatusOwner(&cfg, hclog.NewNullLogger(), SystemClock{}, p.state, p,
 		fixedOwners{{ID: "s1", Region: "eu"}}, scheduler.NewPlanner())
+	return p, o, runComponent(t, o.Run)
 }
 
 // connectDevice commits a device's session as another server would.
@@ -49,12 +58,8 @@ func convergedReport(seq uint64) *wire.Report {
 // returns) only once that entry is committed.
 func TestStatusOwnerCommitsReportsInBatches(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newLocalProposer(t)
-		p.mustApply(t, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: simpleIntent("motd", "v1"), Time: time.Now().UnixNano()})
-		connectDevice(t, p, "dev-a", true)
-		connectDevice(t, p, "dev-b", true)
-		o := newUnitStatusOwner(t, p)
-		defer runComponent(t, o.Run)()
+		p, o, stop := runUnitStatusOwner(t, "dev-a", "dev-b")
+		defer stop()
 
 		var wg sync.WaitGroup
 		errs := make([]error, 2)
@@ -91,12 +96,9 @@ func TestStatusOwnerCommitsReportsInBatches(t *testing.T) {
 // clock, is committed as unreachable by the periodic evaluation.
 func TestStatusOwnerSilenceBecomesUnreachable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newLocalProposer(t)
-		p.mustApply(t, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: simpleIntent("motd", "v1"), Time: time.Now().UnixNano()})
-		connectDevice(t, p, "dev-quiet", true)
+		p, _, stop := runUnitStatusOwner(t, "dev-quiet")
+		defer stop()
 		connectDevice(t, p, "dev-quiet", false)
-		o := newUnitStatusOwner(t, p)
-		defer runComponent(t, o.Run)()
 
 		status := func() *fsm.DeviceRecord {
 			t.Helper()
@@ -124,11 +126,8 @@ func TestStatusOwnerSilenceBecomesUnreachable(t *testing.T) {
 // once commits succeed is committed then.
 func TestStatusOwnerFailedCommitIsNotAcknowledged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newLocalProposer(t)
-		p.mustApply(t, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: simpleIntent("motd", "v1"), Time: time.Now().UnixNano()})
-		connectDevice(t, p, "dev-a", true)
-		o := newUnitStatusOwner(t, p)
-		defer runComponent(t, o.Run)()
+		p, o, stop := runUnitStatusOwner(t, "dev-a")
+		defer stop()
 
 		p.setFail(func(mt fsm.MessageType) bool { return mt == fsm.StatusBatchType })
 		if err := o.ingest(context.Background(), "dev-a", euLabels, convergedReport(2)); err == nil {
