@@ -17,9 +17,10 @@
 //   - bootstrapLoop, joinLoop and reconnectLoop (gossip.go, leader.go) form
 //     and heal the cluster; memberlist's goroutines deliver join/leave
 //     events to eventDelegate.
-//   - the HTTP server's goroutines serve requests; writes and linearizable
-//     reads that reach a follower are forwarded to the leader through the
-//     peer client (peer.go), which makes every server-to-server request.
+//   - the HTTP server's goroutines run httpAPI's handlers; writes and
+//     linearizable reads that reach a follower are forwarded to the leader
+//     through the peer client (peer.go), which makes every
+//     server-to-server request.
 //   - agentServer serves agents (agents.go, session.go); sessionSync keeps
 //     their session records true through the sessionRecorder; statusOwner
 //     turns owned devices' reports and silences into status transitions.

@@ -69,14 +69,14 @@ func statusOf(code string) int {
 
 // readSigned reads a server-to-server request body and checks its
 // signature; on failure it answers the request and returns false.
-func (s *Server) readSigned(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+func (h *httpAPI) readSigned(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil || len(body) == 0 {
 		writeError(w, badRequest("read request body: %v", err))
 		return nil, false
 	}
 	got, err := hex.DecodeString(r.Header.Get(headerSignature))
-	want, _ := hex.DecodeString(s.peers.sign(body))
+	want, _ := hex.DecodeString(h.peers.sign(body))
 	if err != nil || !hmac.Equal(got, want) {
 		writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "bad or missing request signature: servers must share the cluster secret"})
 		return nil, false
@@ -88,8 +88,8 @@ func (s *Server) readSigned(w http.ResponseWriter, r *http.Request) ([]byte, boo
 // Commands about devices are accepted only from servers that share the
 // cluster secret; intent writes carry nothing the public API would not
 // accept (and the state machine validates them again).
-func (s *Server) handleInternalApply(w http.ResponseWriter, r *http.Request) {
-	data, ok := s.readSigned(w, r)
+func (h *httpAPI) handleInternalApply(w http.ResponseWriter, r *http.Request) {
+	data, ok := h.readSigned(w, r)
 	if !ok {
 		return
 	}
@@ -97,7 +97,7 @@ func (s *Server) handleInternalApply(w http.ResponseWriter, r *http.Request) {
 	switch t {
 	case fsm.PutIntentType, fsm.DeleteIntentType:
 	case fsm.DeviceSessionType, fsm.DeviceSessionBatchType, fsm.UpsertDeviceType, fsm.StatusBatchType:
-		if len(s.config.ClusterSecret) == 0 {
+		if len(h.cfg.ClusterSecret) == 0 {
 			writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "device commands need a cluster secret shared by all servers (--cluster-secret-file)"})
 			return
 		}
@@ -105,11 +105,11 @@ func (s *Server) handleInternalApply(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("command %s may not be forwarded", t))
 		return
 	}
-	if !s.IsLeader() {
+	if !h.node.IsLeader() {
 		writeError(w, toAPIError(fmt.Errorf("%w: leadership moved while the command was forwarded", ErrNoLeader)))
 		return
 	}
-	res, index, err := s.proposeRaw(r.Context(), t, data)
+	res, index, err := h.node.proposeRaw(r.Context(), t, data)
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return

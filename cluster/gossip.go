@@ -76,9 +76,9 @@ func (d *gossipDelegate) LocalState(join bool) []byte                { return ni
 func (d *gossipDelegate) MergeRemoteState(buf []byte, join bool)     {}
 
 // eventDelegate keeps this server's table of the cluster's servers, and
-// turns membership changes into a wake-up for the leader's reconcile loop
-// and the bootstrap loop. Both loops are level-based: they re-read the
-// table, so a dropped wake-up loses nothing.
+// turns membership changes into a wake-up for the membership reconciler
+// (a leader worker) and the bootstrap loop. Both are level-based: they
+// re-read the table, so a dropped wake-up loses nothing.
 //
 // memberlist calls the Notify methods with its node lock held, so the
 // nodes are copied here; memberlist.Members would hand out pointers that

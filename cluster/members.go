@@ -104,6 +104,6 @@ func roleName(state string) string {
 	return "unknown"
 }
 
-func (s *Server) handleMembers(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.Members())
+func (h *httpAPI) handleMembers(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, h.admin.Members())
 }

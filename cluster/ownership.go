@@ -81,14 +81,14 @@ func (s *Server) OwnerOf(deviceID string, labels map[string]string) string {
 	return ownerOf(deviceID, labels["region"], s.ownerCandidates())
 }
 
-func (s *Server) handleOwnership(w http.ResponseWriter, r *http.Request) {
-	read := s.fsm.Read()
+func (h *httpAPI) handleOwnership(w http.ResponseWriter, r *http.Request) {
+	read := h.state.Read()
 	devices, err := read.Devices(nil)
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return
 	}
-	cands := s.ownerCandidates()
+	cands := h.owners.ownerCandidates()
 	shares := map[string]int{}
 	for _, d := range devices {
 		shares[ownerOf(d.ID, d.Labels["region"], cands)]++

@@ -35,12 +35,12 @@ func (s *Server) deliverReport(ctx context.Context, device string, labels map[st
 
 // handleInternalReport ingests a report forwarded by the device's session
 // server. Only servers that share the cluster secret may forward reports.
-func (s *Server) handleInternalReport(w http.ResponseWriter, r *http.Request) {
-	if len(s.config.ClusterSecret) == 0 {
+func (h *httpAPI) handleInternalReport(w http.ResponseWriter, r *http.Request) {
+	if len(h.cfg.ClusterSecret) == 0 {
 		writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "forwarded reports need a cluster secret shared by all servers (--cluster-secret-file)"})
 		return
 	}
-	body, ok := s.readSigned(w, r)
+	body, ok := h.readSigned(w, r)
 	if !ok {
 		return
 	}
@@ -54,9 +54,9 @@ func (s *Server) handleInternalReport(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("decode report of %s: %v", fr.Device, err))
 		return
 	}
-	if err := s.status.ingest(r.Context(), fr.Device, fr.Labels, &rep); err != nil {
+	if err := h.reports.ingest(r.Context(), fr.Device, fr.Labels, &rep); err != nil {
 		writeError(w, &api.Error{StatusCode: http.StatusServiceUnavailable, Code: api.CodeTimeout, RetryAfterMS: 1000,
-			Message: fmt.Sprintf("owner %s could not record the report of %s: %v; the agent will send it again", s.config.NodeID, fr.Device, err)})
+			Message: fmt.Sprintf("owner %s could not record the report of %s: %v; the agent will send it again", h.cfg.NodeID, fr.Device, err)})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]uint64{"seq": rep.Seq})

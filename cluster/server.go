@@ -40,6 +40,7 @@ type Server struct {
 	events     *eventDelegate
 	gossipMeta *gossipDelegate
 
+	api     *httpAPI
 	httpSrv *http.Server
 	httpLn  net.Listener
 	peers   *peerClient // requests to other servers
@@ -75,7 +76,6 @@ type Server struct {
 	cancel       context.CancelFunc
 	front, wg    sync.WaitGroup
 	started      bool // the components run (New got that far)
-	leaveOnce    sync.Once
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -149,7 +149,11 @@ func New(cfg Config) (*Server, error) {
 		ready:   &s.readyForReads,
 		workers: append([]LeaderWorker{s.membership()}, cfg.LeaderWorkers...),
 	}
-	s.httpSrv = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
+	s.api = &httpAPI{
+		cfg: &s.config, logger: s.logger, clock: s.clock, state: s.fsm, propose: s, node: s, admin: s,
+		owners: s, reports: s.status, peers: s.peers, planner: s.devicePlanner(),
+	}
+	s.httpSrv = &http.Server{Handler: s.api.handler(), ReadHeaderTimeout: 10 * time.Second}
 
 	ctx := s.ctx
 	s.started = true
