@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -117,4 +118,60 @@ func TestLeaderWorkersFollowLeadership(t *testing.T) {
 			t.Fatalf("after stopping: %d running, ready %v", running, ready.Load())
 		}
 	})
+}
+
+// leaderRegistry records which servers run their leader worker.
+type leaderRegistry struct {
+	mu      sync.Mutex
+	running map[string]int // guarded by mu; by server
+}
+
+// worker returns server id's worker.
+func (r *leaderRegistry) worker(id string) LeaderWorker { return &registryWorker{r: r, id: id} }
+
+func (r *leaderRegistry) check(want string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, n := range r.running {
+		if n != 0 && id != want || id == want && n != 1 {
+			return fmt.Errorf("workers running: %v, want one on %s only", r.running, want)
+		}
+	}
+	if r.running[want] != 1 {
+		return fmt.Errorf("workers running: %v, want one on %s", r.running, want)
+	}
+	return nil
+}
+
+type registryWorker struct {
+	r  *leaderRegistry
+	id string
+}
+
+func (w *registryWorker) Name() string { return "registry" }
+
+func (w *registryWorker) Run(ctx context.Context) error {
+	w.r.mu.Lock()
+	w.r.running[w.id]++
+	w.r.mu.Unlock()
+	<-ctx.Done()
+	w.r.mu.Lock()
+	w.r.running[w.id]--
+	w.r.mu.Unlock()
+	return nil
+}
+
+// TestLeaderWorkersRunOnTheLeaderOnly: a worker registered through
+// Config.LeaderWorkers runs on the leader alone, and moves to the new
+// leader when the leader dies (its own stopped by Shutdown).
+func TestLeaderWorkersRunOnTheLeaderOnly(t *testing.T) {
+	reg := &leaderRegistry{running: map[string]int{}}
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.LeaderWorkers = []LeaderWorker{reg.worker(cfg.NodeID)}
+	})
+	leader := c.waitLeader()
+	waitFor(t, 20*time.Second, func() error { return reg.check(leader.ID()) })
+	c.kill(c.index(leader))
+	next := c.waitLeader()
+	waitFor(t, 20*time.Second, func() error { return reg.check(next.ID()) })
 }
