@@ -110,7 +110,7 @@ func (s *Server) leaderHTTP() (string, string, error) {
 	if id == "" {
 		return "", "", ErrNoLeader
 	}
-	m, ok := s.memberByID(string(id))
+	m, ok := s.gossip.memberByID(string(id))
 	if !ok || m.HTTPAddr == "" {
 		return string(id), "", fmt.Errorf("%w: leader %s is not known through gossip yet", ErrNoLeader, id)
 	}

@@ -14,9 +14,10 @@
 //     linearizable reads, then runs the leader-only workers (LeaderWorker),
 //     among them the membership reconciler, which keeps the Raft
 //     configuration in step with gossip membership.
-//   - bootstrapLoop, joinLoop and reconnectLoop (gossip.go, leader.go) form
-//     and heal the cluster; memberlist's goroutines deliver join/leave
-//     events to eventDelegate.
+//   - membership (gossip.go, ownership.go) runs memberlist, joins and
+//     rejoins servers, keeps the table of servers (eventDelegate) and
+//     computes device owners over the alive ones; bootstrapLoop
+//     (leader.go) forms a new cluster.
 //   - the HTTP server's goroutines run httpAPI's handlers; writes and
 //     linearizable reads that reach a follower are forwarded to the leader
 //     through the peer client (peer.go), which makes every

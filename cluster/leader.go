@@ -161,7 +161,7 @@ type membershipReconciler struct {
 
 func (s *Server) membership() *membershipReconciler {
 	return &membershipReconciler{
-		logger: s.logger, self: s.config.NodeID, clock: s.clock, raft: s.raft, gossip: s.events,
+		logger: s.logger, self: s.config.NodeID, clock: s.clock, raft: s.raft, gossip: s.gossip,
 		events: s.eventCh, interval: s.config.ReconcileInterval, applyTimeout: s.config.ApplyTimeout,
 	}
 }

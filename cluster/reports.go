@@ -26,7 +26,7 @@ func (s *Server) deliverReport(ctx context.Context, device string, labels map[st
 	if owner == "" || owner == s.config.NodeID {
 		return s.status.ingest(ctx, device, labels, rep)
 	}
-	m, ok := s.memberByID(owner)
+	m, ok := s.gossip.memberByID(owner)
 	if !ok {
 		return fmt.Errorf("owner %s of %s is not known through gossip", owner, device)
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 
 	"github.com/meteor-edge/meteor/cluster/api"
@@ -33,12 +32,10 @@ type Server struct {
 	logger hclog.Logger
 	clock  Clock
 
-	fsm        *fsm.FSM
-	rparts     *raftParts
-	raft       *raft.Raft
-	gossip     *memberlist.Memberlist
-	events     *eventDelegate
-	gossipMeta *gossipDelegate
+	fsm    *fsm.FSM
+	rparts *raftParts
+	raft   *raft.Raft
+	gossip *membership
 
 	api     *httpAPI
 	httpSrv *http.Server
@@ -136,13 +133,17 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.agentAddr = s.agents.addr
 	}
-	if s.gossip, err = s.setupGossip(); err != nil {
+	if s.gossip, err = startGossip(&cfg, s.logger.Named("gossip"), s.clock, nodeMeta{
+		ID: cfg.NodeID, Region: cfg.Region, RaftAddr: s.raftAddr, HTTPAddr: s.httpAddr, AgentAddr: s.agentAddr,
+		BootstrapExpect: cfg.BootstrapExpect, Version: Version,
+	}, s.eventCh, s.bootstrapCh); err != nil {
 		return nil, err
 	}
+	s.gossipAddr = s.gossip.addr
 
 	// The status owner exists before the HTTP server serves: another
 	// server may forward a report here as soon as the port answers.
-	s.status = newStatusOwner(&cfg, s.logger.Named("status"), s.clock, s.fsm, s, s, s.devicePlanner())
+	s.status = newStatusOwner(&cfg, s.logger.Named("status"), s.clock, s.fsm, s, s.gossip, s.devicePlanner())
 	s.leadership = &leadership{
 		logger: s.logger.Named("leader"), clock: s.clock, changes: s.leaderCh,
 		barrier: func() error { return s.raft.Barrier(s.config.ApplyTimeout).Error() },
@@ -151,7 +152,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.api = &httpAPI{
 		cfg: &s.config, logger: s.logger, clock: s.clock, state: s.fsm, propose: s, node: s, admin: s,
-		owners: s, reports: s.status, peers: s.peers, planner: s.devicePlanner(),
+		owners: s.gossip, reports: s.status, peers: s.peers, planner: s.devicePlanner(),
 	}
 	s.httpSrv = &http.Server{Handler: s.api.handler(), ReadHeaderTimeout: 10 * time.Second}
 
@@ -164,8 +165,7 @@ func New(cfg Config) (*Server, error) {
 	s.wg.Go(func() { s.status.Run(ctx) })
 	s.wg.Go(func() { s.sessionRec.Run(ctx) })
 	s.wg.Go(func() { s.leadership.Run(ctx) })
-	s.wg.Go(func() { s.reconnectLoop(ctx) })
-	s.wg.Go(func() { s.joinLoop(ctx) })
+	s.wg.Go(func() { s.gossip.Run(ctx) })
 	s.wg.Go(func() { s.bootstrapLoop(ctx) })
 	ok = true
 	s.logger.Info("server started", "region", cfg.Region, "http", s.httpAddr, "raft", s.raftAddr, "gossip", s.gossipAddr, "existing_state", s.rparts.hasState)
@@ -221,7 +221,7 @@ func (s *Server) Shutdown() error {
 		}
 		s.front.Wait()
 		if s.gossip != nil {
-			if err := s.gossip.Shutdown(); err != nil {
+			if err := s.gossip.shutdown(); err != nil {
 				errs = append(errs, fmt.Errorf("stop gossip: %w", err))
 			}
 		}
@@ -250,15 +250,9 @@ func (s *Server) Leave(timeout time.Duration) error {
 			s.logger.Warn("hand over leadership before leaving", "error", err)
 		}
 	}
-	// Announce the departure first: from then on the leader's reconcile
-	// loop removes this server instead of adding it back.
-	s.gossipMeta.setLeaving()
-	if err := s.gossip.UpdateNode(timeout / 4); err != nil {
-		s.logger.Warn("announce leaving", "error", err)
-	}
-	if err := s.gossip.Leave(timeout / 4); err != nil {
-		s.logger.Warn("gossip leave", "error", err)
-	}
+	// Announce the departure first: from then on the leader's membership
+	// reconciler removes this server instead of adding it back.
+	s.gossip.leave(timeout / 4)
 	err := s.leaveRaft(ctx)
 	return errors.Join(err, s.Shutdown())
 }
@@ -282,8 +276,8 @@ func (s *Server) leaveRaft(ctx context.Context) error {
 }
 
 // askLeaderToRemove waits until the leader's gossip view shows this server
-// as left (so its reconcile loop will not add it back), then asks it to
-// remove this server. It returns nil once the leader confirms.
+// as left (so its membership reconciler will not add it back), then asks
+// it to remove this server. It returns nil once the leader confirms.
 func (s *Server) askLeaderToRemove(ctx context.Context) error {
 	id, addr, err := s.leaderHTTP()
 	if err != nil {
