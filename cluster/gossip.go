@@ -219,10 +219,7 @@ func startGossip(cfg *Config, logger hclog.Logger, clock Clock, meta nodeMeta, w
 
 // Run joins the cluster and rejoins failed servers until ctx ends.
 func (g *membership) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	wg.Go(func() { g.joinLoop(ctx) })
-	wg.Go(func() { g.reconnectLoop(ctx) })
-	wg.Wait()
+	runAll(func() { g.joinLoop(ctx) }, func() { g.reconnectLoop(ctx) })
 	return nil
 }
 

@@ -172,6 +172,16 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// runAll runs each of fs in a goroutine of its own and returns once all
+// have returned.
+func runAll(fs ...func()) {
+	var wg sync.WaitGroup
+	for _, f := range fs {
+		wg.Go(f)
+	}
+	wg.Wait()
+}
+
 // serveHTTP serves the HTTP API until ctx ends, then stops it, giving
 // requests in flight a moment to finish.
 func (s *Server) serveHTTP(ctx context.Context) {

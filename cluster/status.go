@@ -118,10 +118,7 @@ func newStatusOwner(cfg *Config, logger hclog.Logger, clock Clock, state stateRe
 // Run commits and evaluates until ctx ends; transitions still queued then
 // fail, and the reports waiting on them stay unacknowledged.
 func (o *statusOwner) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	wg.Go(func() { o.batchLoop(ctx) })
-	wg.Go(func() { o.evalLoop(ctx) })
-	wg.Wait()
+	runAll(func() { o.batchLoop(ctx) }, func() { o.evalLoop(ctx) })
 	return nil
 }
 
