@@ -17,21 +17,24 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/quic-go/quic-go"
 
-	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/scheduler"
 	"github.com/meteor-edge/meteor/wire"
 )
 
 // agentServer serves device agents over QUIC (docs/wire.md).
 //
-// Goroutines: acceptLoop accepts connections and starts one serveConn per
-// connection; rotateLoop refreshes the token keyring and TLS session ticket
-// keys at each epoch; notifyLoop watches the FSM revision and pushes
-// Notify to sessions whose desired state changed. Each session's writes go
-// through its own mutex, so pushes and answers never interleave mid-frame.
+// Goroutines, all owned by Run and waited for before it returns:
+// acceptLoop accepts connections and starts one serveConn per connection;
+// rotateLoop refreshes the token keyring and TLS session ticket keys at
+// each epoch; notifyLoop watches the FSM revision and pushes Notify to
+// sessions whose desired state changed, each push in a goroutine of its
+// session's (agentSession.notify); sessionSync.Run keeps the replica's
+// session records true. Each session's writes go through its own mutex, so
+// pushes and answers never interleave mid-frame.
 type agentServer struct {
-	s       *Server
-	logger  hclog.Logger
+	agentDeps
+	cfg     *Config
+	addr    string // the bound UDP address
 	pc      net.PacketConn
 	tr      *quic.Transport
 	ln      *quic.EarlyListener
@@ -52,12 +55,32 @@ type agentServer struct {
 	// pushes. A test hook: it widens the window between Welcome and
 	// registration.
 	beforeRegister atomic.Pointer[func(deviceID string)]
-	// beforeSessionCommit, if set, runs before sessionSync commits session
-	// records; an error it returns fails that commit (fault injection:
-	// a commit lost in an election).
-	beforeSessionCommit atomic.Pointer[func([]fsm.DeviceSessionRequest) error]
 
 	wg sync.WaitGroup
+}
+
+// agentDeps are what session serving takes from the rest of the server.
+type agentDeps struct {
+	logger  hclog.Logger
+	clock   Clock
+	state   stateReader
+	peers   peerView
+	reports reportSink
+	records sessionCommitter
+}
+
+// peerView is what session serving knows of the other servers: gossip's
+// members, and the Raft leader's node ID ("" if none is known).
+type peerView interface {
+	members() []member
+	leaderID() string
+}
+
+// reportSink hands a device's report to the device's owner, here or on
+// another server, and returns once the owner made it durable
+// (Server.deliverReport).
+type reportSink interface {
+	deliverReport(ctx context.Context, device string, labels map[string]string, rep *wire.Report) error
 }
 
 // agentCounters count what a server sent agents, for tests and benchmarks.
@@ -96,43 +119,42 @@ func (s *Server) AgentStats() AgentStats {
 	}
 }
 
-// listenAgents binds the agents' UDP socket; serving starts with start.
-func (s *Server) listenAgents() (*agentServer, error) {
-	udp, err := net.ListenPacket("udp", s.config.AgentAddr)
+// listenAgents binds the agents' UDP socket; serving starts with Run.
+func listenAgents(cfg *Config, deps agentDeps) (*agentServer, error) {
+	udp, err := net.ListenPacket("udp", cfg.AgentAddr)
 	if err != nil {
-		return nil, fmt.Errorf("listen for agents on %s: %w", s.config.AgentAddr, err)
+		return nil, fmt.Errorf("listen for agents on %s: %w", cfg.AgentAddr, err)
 	}
 	a := &agentServer{
-		s: s, logger: s.logger.Named("agents"), pc: udp,
+		agentDeps: deps, cfg: cfg, pc: udp, addr: udp.LocalAddr().String(),
 		planner: scheduler.NewPlanner(), sessions: map[*agentSession]struct{}{},
 	}
-	a.sync = newSessionSync(a)
-	s.agentAddr = udp.LocalAddr().String()
+	a.sync = newSessionSync(cfg, deps.logger, deps.clock, deps.state, deps.records, &a.stats.rerecords)
 	pc := net.PacketConn(udp)
-	if s.config.AgentPacketConn != nil {
-		pc = s.config.AgentPacketConn(udp)
+	if cfg.AgentPacketConn != nil {
+		pc = cfg.AgentPacketConn(udp)
 	}
 	a.tr = &quic.Transport{Conn: pc}
-	if err := a.rotate(a.s.now()); err != nil {
+	if err := a.rotate(a.clock.Now()); err != nil {
 		udp.Close()
 		return nil, err
 	}
 	qc := wire.ServerQUICConfig()
-	if t := s.config.AgentIdleTimeout; t > 0 {
+	if t := cfg.AgentIdleTimeout; t > 0 {
 		qc.MaxIdleTimeout = t
 		qc.KeepAlivePeriod = min(qc.KeepAlivePeriod, t/3)
 	}
 	a.ln, err = a.tr.ListenEarly(a.tlsConf, qc)
 	if err != nil {
 		udp.Close()
-		return nil, fmt.Errorf("listen for agents on %s: %w", s.agentAddr, err)
+		return nil, fmt.Errorf("listen for agents on %s: %w", a.addr, err)
 	}
 	return a, nil
 }
 
 // rotate derives the keys of the epoch that contains now.
 func (a *agentServer) rotate(now time.Time) error {
-	cfg := a.s.config
+	cfg := a.cfg
 	kr, err := wire.EpochKeyring(cfg.ClusterSecret, now, cfg.TicketPeriod, cfg.TokenLifetime)
 	if err != nil {
 		return fmt.Errorf("derive resume token keys: %w", err)
@@ -147,17 +169,15 @@ func (a *agentServer) rotate(now time.Time) error {
 	return nil
 }
 
-func (a *agentServer) start() {
-	a.wg.Add(4)
-	go a.acceptLoop()
-	go a.rotateLoop()
-	go a.notifyLoop()
-	go a.sync.run()
-}
-
-// close stops accepting, closes every session with "shutting down" (so
-// agents move to another server at once) and waits for all goroutines.
-func (a *agentServer) close() {
+// Run serves agents until ctx ends. Then it stops accepting, closes every
+// session with "shutting down" (so agents move to another server at once),
+// waits for all its goroutines and closes the socket.
+func (a *agentServer) Run(ctx context.Context) error {
+	a.wg.Go(func() { a.acceptLoop(ctx) })
+	a.wg.Go(func() { a.rotateLoop(ctx) })
+	a.wg.Go(func() { a.notifyLoop(ctx) })
+	a.wg.Go(func() { a.sync.Run(ctx) })
+	<-ctx.Done()
 	a.ln.Close()
 	a.mu.Lock()
 	for sess := range a.sessions {
@@ -165,37 +185,37 @@ func (a *agentServer) close() {
 	}
 	a.mu.Unlock()
 	a.wg.Wait()
+	a.closeSockets()
+	return nil
+}
+
+// closeSockets closes the listener and the socket; Run does it, and
+// Shutdown if the server stops before Run was started.
+func (a *agentServer) closeSockets() {
+	a.ln.Close()
 	a.tr.Close()
 	a.pc.Close()
 }
 
-func (a *agentServer) acceptLoop() {
-	defer a.wg.Done()
+func (a *agentServer) acceptLoop(ctx context.Context) {
 	for {
-		conn, err := a.ln.Accept(context.Background())
+		conn, err := a.ln.Accept(ctx)
 		if err != nil {
 			return
 		}
-		a.wg.Add(1)
-		go func() {
-			defer a.wg.Done()
-			a.serveConn(conn)
-		}()
+		a.wg.Go(func() { a.serveConn(ctx, conn) })
 	}
 }
 
-func (a *agentServer) rotateLoop() {
-	defer a.wg.Done()
-	period := a.s.config.TicketPeriod
+func (a *agentServer) rotateLoop(ctx context.Context) {
+	period := a.cfg.TicketPeriod
 	for {
-		now := a.s.now()
+		now := a.clock.Now()
 		next := now.Truncate(period).Add(period)
-		select {
-		case <-a.s.shutdownCh:
+		if !sleep(a.clock, next.Sub(now), ctx.Done()) {
 			return
-		case <-time.After(next.Sub(now)):
 		}
-		if err := a.rotate(a.s.now()); err != nil {
+		if err := a.rotate(a.clock.Now()); err != nil {
 			a.logger.Error("rotate agent keys", "error", err)
 		}
 	}
@@ -206,11 +226,10 @@ func (a *agentServer) rotateLoop() {
 // revision) do not wake it, and the desired state is computed once per
 // distinct label set, not once per session. Agents also pull on their own
 // cadence, so a lost push only delays convergence.
-func (a *agentServer) notifyLoop() {
-	defer a.wg.Done()
+func (a *agentServer) notifyLoop(ctx context.Context) {
 	for {
 		ws := memdb.NewWatchSet()
-		read := a.s.fsm.Read()
+		read := a.state.Read()
 		if _, err := read.Intents(ws); err != nil {
 			a.logger.Error("watch intents", "error", err)
 			return
@@ -225,22 +244,8 @@ func (a *agentServer) notifyLoop() {
 		for _, sess := range sessions {
 			sess.maybeNotify(read, fingerprints)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			select {
-			case <-a.s.shutdownCh:
-			case <-ctx.Done():
-			}
-			cancel()
-		}()
-		err := ws.WatchCtx(ctx)
-		cancel()
-		if err != nil {
-			select {
-			case <-a.s.shutdownCh:
-				return
-			default:
-			}
+		if ws.WatchCtx(ctx) != nil {
+			return
 		}
 	}
 }
@@ -313,25 +318,17 @@ func closeCode(err error) (quic.ApplicationErrorCode, string) {
 // waitForRevision waits until the local replica has reached rev, up to
 // LagWait. It returns false if it did not.
 func (a *agentServer) waitForRevision(ctx context.Context, rev uint64) bool {
-	deadline := time.NewTimer(a.s.config.LagWait)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	deadline := a.clock.AfterFunc(a.cfg.LagWait, cancel)
 	defer deadline.Stop()
 	for {
 		ws := memdb.NewWatchSet()
-		if a.s.fsm.Read().WatchRevision(ws) >= rev {
+		if a.state.Read().WatchRevision(ws) >= rev {
 			return true
 		}
-		wctx, cancel := context.WithCancel(ctx)
-		go func() {
-			select {
-			case <-deadline.C:
-			case <-wctx.Done():
-			}
-			cancel()
-		}()
-		err := ws.WatchCtx(wctx)
-		cancel()
-		if err != nil {
-			return a.s.fsm.Read().Revision() >= rev
+		if ws.WatchCtx(ctx) != nil {
+			return a.state.Read().Revision() >= rev
 		}
 	}
 }
@@ -339,13 +336,13 @@ func (a *agentServer) waitForRevision(ctx context.Context, rev uint64) bool {
 // redirects lists other servers' agent addresses, the leader first: the
 // leader's replica is never behind.
 func (a *agentServer) redirects() []string {
-	_, leader := a.s.raft.LeaderWithID()
+	leader := a.peers.leaderID()
 	var out []string
-	for _, m := range a.s.members() {
-		if m.AgentAddr == "" || m.ID == a.s.config.NodeID || m.State != memberlist.StateAlive || m.Leaving {
+	for _, m := range a.peers.members() {
+		if m.AgentAddr == "" || m.ID == a.cfg.NodeID || m.State != memberlist.StateAlive || m.Leaving {
 			continue
 		}
-		if m.ID == string(leader) {
+		if m.ID == leader {
 			out = append([]string{m.AgentAddr}, out...)
 		} else {
 			out = append(out, m.AgentAddr)

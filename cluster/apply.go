@@ -60,7 +60,7 @@ func (s *Server) proposeRaw(ctx context.Context, t fsm.MessageType, data []byte)
 	case err = <-done:
 	case <-ctx.Done():
 		return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: fmt.Errorf("gave up waiting for the commit: %w", ctx.Err())}
-	case <-s.shutdownCh:
+	case <-s.ctx.Done():
 		return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: raft.ErrRaftShutdown}
 	}
 	switch {
@@ -110,7 +110,7 @@ func (s *Server) leaderHTTP() (string, string, error) {
 	if id == "" {
 		return "", "", ErrNoLeader
 	}
-	m, ok := s.memberByID(string(id))
+	m, ok := s.gossip.memberByID(string(id))
 	if !ok || m.HTTPAddr == "" {
 		return string(id), "", fmt.Errorf("%w: leader %s is not known through gossip yet", ErrNoLeader, id)
 	}

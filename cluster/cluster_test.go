@@ -231,7 +231,7 @@ func TestGrowAndShrink(t *testing.T) {
 		t.Fatalf("leave %s through the API: %v", leaving[1].ID(), err)
 	}
 	select {
-	case <-leaving[1].shutdownCh:
+	case <-leaving[1].ctx.Done():
 	case <-time.After(30 * time.Second):
 		t.Fatalf("%s did not shut down after leaving", leaving[1].ID())
 	}

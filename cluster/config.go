@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -64,6 +65,11 @@ type Config struct {
 	// keep their own (monotonic) timers, as they would on a host whose
 	// wall clock is wrong.
 	Now func() time.Time
+	// Clock is the clock the server's components measure durations and
+	// run timers on, and, unless Now is set, read the wall clock from; nil
+	// means the host's (SystemClock). Raft and memberlist keep their own
+	// timers.
+	Clock Clock
 	// TokenLifetime is how long a resume token stays valid; TicketPeriod
 	// how often session ticket and token keys rotate. Servers accept the
 	// keys of the previous and the next period too, so a server whose
@@ -127,6 +133,19 @@ type Config struct {
 	// ReconnectInterval is how often a server tries to rejoin servers
 	// gossip considers failed (after a partition heals, for instance).
 	ReconnectInterval time.Duration
+
+	// PeerScheme is the scheme of the requests a server makes to other
+	// servers' HTTP APIs (forwarded writes and reads, forwarded reports,
+	// status): "http" or "https". "" means "http".
+	PeerScheme string
+	// PeerClient makes those requests (its transport carries the TLS
+	// configuration for "https"); nil means a plain client that keeps up
+	// to 256 idle connections per server.
+	PeerClient *http.Client
+
+	// LeaderWorkers run while this server leads, after the server's own
+	// (the membership reconciler); see LeaderWorker.
+	LeaderWorkers []LeaderWorker
 
 	// EnableDebug serves Go's profiling endpoints under /debug/pprof/ on
 	// the HTTP API. Leave it off on untrusted networks.
@@ -219,6 +238,9 @@ func (c *Config) Validate() error {
 		if c.TicketPeriod < time.Minute || c.TokenLifetime < c.TicketPeriod || c.PullInterval <= 0 || c.LagWait <= 0 || c.SessionCheckInterval <= 0 {
 			errs = append(errs, errors.New("agent timings: ticket period at least 1m, token lifetime at least the ticket period, pull interval, session check interval and lag wait positive"))
 		}
+	}
+	if c.PeerScheme != "" && c.PeerScheme != "http" && c.PeerScheme != "https" {
+		errs = append(errs, fmt.Errorf("peer scheme %q: must be http or https", c.PeerScheme))
 	}
 	if c.StatusBatchSize < 1 || c.StatusBatchInterval <= 0 || c.StatusEvalInterval <= 0 {
 		errs = append(errs, errors.New("status batch size, batch interval and evaluation interval must be positive"))

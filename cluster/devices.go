@@ -19,8 +19,8 @@ func (s *Server) devicePlanner() *scheduler.Planner {
 	return s.planner
 }
 
-func (s *Server) deviceView(read *fsm.Read, rec *fsm.DeviceRecord, owners []ownerCandidate) (api.DeviceSummary, scheduler.DeviceView, error) {
-	desired, err := s.devicePlanner().Desired(read, rec.Labels)
+func (h *httpAPI) deviceView(read *fsm.Read, rec *fsm.DeviceRecord, owners []ownerCandidate) (api.DeviceSummary, scheduler.DeviceView, error) {
+	desired, err := h.planner.Desired(read, rec.Labels)
 	if err != nil {
 		return api.DeviceSummary{}, scheduler.DeviceView{}, err
 	}
@@ -38,18 +38,18 @@ func (s *Server) deviceView(read *fsm.Read, rec *fsm.DeviceRecord, owners []owne
 	return sum, v, nil
 }
 
-func (s *Server) handleListDevices(w http.ResponseWriter, r *http.Request) {
-	read := s.fsm.Read()
-	s.setReadHeaders(w, read)
+func (h *httpAPI) handleListDevices(w http.ResponseWriter, r *http.Request) {
+	read := h.state.Read()
+	h.setReadHeaders(w, read)
 	recs, err := read.Devices(nil)
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return
 	}
 	out := api.DeviceList{Revision: read.Revision(), Devices: make([]api.DeviceSummary, 0, len(recs))}
-	owners := s.ownerCandidates()
+	owners := h.owners.ownerCandidates()
 	for _, rec := range recs {
-		sum, _, err := s.deviceView(read, rec, owners)
+		sum, _, err := h.deviceView(read, rec, owners)
 		if err != nil {
 			writeError(w, toAPIError(err))
 			return
@@ -59,15 +59,15 @@ func (s *Server) handleListDevices(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) handleGetDevice(w http.ResponseWriter, r *http.Request) {
-	read := s.fsm.Read()
-	s.setReadHeaders(w, read)
+func (h *httpAPI) handleGetDevice(w http.ResponseWriter, r *http.Request) {
+	read := h.state.Read()
+	h.setReadHeaders(w, read)
 	rec, err := read.Device(nil, r.PathValue("id"))
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return
 	}
-	sum, v, err := s.deviceView(read, rec, s.ownerCandidates())
+	sum, v, err := h.deviceView(read, rec, h.owners.ownerCandidates())
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return

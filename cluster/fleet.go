@@ -30,10 +30,10 @@ func deviceStatus(rec *fsm.DeviceRecord) string {
 	return rec.Status
 }
 
-func (s *Server) handleTimeline(w http.ResponseWriter, r *http.Request) {
+func (h *httpAPI) handleTimeline(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	read := s.fsm.Read()
-	s.setReadHeaders(w, read)
+	read := h.state.Read()
+	h.setReadHeaders(w, read)
 	if _, err := read.Device(nil, id); err != nil {
 		writeError(w, toAPIError(err))
 		return
@@ -56,16 +56,16 @@ func (s *Server) handleTimeline(w http.ResponseWriter, r *http.Request) {
 // viewCache computes each device's view once per request, however many
 // intents ask for it.
 type viewCache struct {
-	s     *Server
-	read  *fsm.Read
-	views map[string]scheduler.DeviceView
+	planner *scheduler.Planner
+	read    *fsm.Read
+	views   map[string]scheduler.DeviceView
 }
 
 func (c *viewCache) view(d *fsm.DeviceRecord) (scheduler.DeviceView, error) {
 	if v, ok := c.views[d.ID]; ok {
 		return v, nil
 	}
-	desired, err := c.s.devicePlanner().Desired(c.read, d.Labels)
+	desired, err := c.planner.Desired(c.read, d.Labels)
 	if err != nil {
 		return scheduler.DeviceView{}, err
 	}
@@ -74,13 +74,13 @@ func (c *viewCache) view(d *fsm.DeviceRecord) (scheduler.DeviceView, error) {
 	return v, nil
 }
 
-func (s *Server) newViewCache(read *fsm.Read) *viewCache {
-	return &viewCache{s: s, read: read, views: map[string]scheduler.DeviceView{}}
+func (h *httpAPI) newViewCache(read *fsm.Read) *viewCache {
+	return &viewCache{planner: h.planner, read: read, views: map[string]scheduler.DeviceView{}}
 }
 
 // intentProgress counts where the devices an intent's current revision
 // targets are with it, and builds the series from their timelines.
-func (s *Server) intentProgress(read *fsm.Read, views *viewCache, rec *fsm.IntentRecord, devices []*fsm.DeviceRecord, series bool) (api.IntentProgress, error) {
+func (h *httpAPI) intentProgress(read *fsm.Read, views *viewCache, rec *fsm.IntentRecord, devices []*fsm.DeviceRecord, series bool) (api.IntentProgress, error) {
 	out := api.IntentProgress{Name: rec.Name, Revision: rec.Revision, UpdatedAt: time.Unix(0, rec.UpdatedAt).UTC()}
 	prefix := rec.Name + "/"
 	var targeted []*fsm.DeviceRecord
@@ -199,9 +199,9 @@ func progressSeries(read *fsm.Read, devices []*fsm.DeviceRecord, since int64) ([
 	return pts, nil
 }
 
-func (s *Server) handleIntentProgress(w http.ResponseWriter, r *http.Request) {
-	read := s.fsm.Read()
-	s.setReadHeaders(w, read)
+func (h *httpAPI) handleIntentProgress(w http.ResponseWriter, r *http.Request) {
+	read := h.state.Read()
+	h.setReadHeaders(w, read)
 	rec, err := read.Intent(nil, r.PathValue("name"))
 	if err != nil {
 		writeError(w, toAPIError(err))
@@ -212,7 +212,7 @@ func (s *Server) handleIntentProgress(w http.ResponseWriter, r *http.Request) {
 		writeError(w, toAPIError(err))
 		return
 	}
-	out, err := s.intentProgress(read, s.newViewCache(read), rec, devices, true)
+	out, err := h.intentProgress(read, h.newViewCache(read), rec, devices, true)
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return
@@ -220,9 +220,9 @@ func (s *Server) handleIntentProgress(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) handleFleetStatus(w http.ResponseWriter, r *http.Request) {
-	read := s.fsm.Read()
-	s.setReadHeaders(w, read)
+func (h *httpAPI) handleFleetStatus(w http.ResponseWriter, r *http.Request) {
+	read := h.state.Read()
+	h.setReadHeaders(w, read)
 	devices, err := read.Devices(nil)
 	if err != nil {
 		writeError(w, toAPIError(err))
@@ -237,9 +237,9 @@ func (s *Server) handleFleetStatus(w http.ResponseWriter, r *http.Request) {
 	for _, d := range devices {
 		out.ByStatus[deviceStatus(d)]++
 	}
-	views := s.newViewCache(read)
+	views := h.newViewCache(read)
 	for _, rec := range intents {
-		p, err := s.intentProgress(read, views, rec, devices, false)
+		p, err := h.intentProgress(read, views, rec, devices, false)
 		if err != nil {
 			writeError(w, toAPIError(err))
 			return

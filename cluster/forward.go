@@ -1,16 +1,12 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 
 	"github.com/meteor-edge/meteor/cluster/api"
@@ -56,39 +52,7 @@ func (s *Server) forwardApply(ctx context.Context, t fsm.MessageType, data []byt
 	if err != nil {
 		return fsm.ApplyResult{}, 0, err
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/internal/apply", bytes.NewReader(data))
-	if err != nil {
-		return fsm.ApplyResult{}, 0, err
-	}
-	hreq.Header.Set(headerSignature, s.sign(data))
-	hreq.Header.Set(headerForwarded, s.config.NodeID)
-	resp, err := s.client.Do(hreq)
-	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			return fsm.ApplyResult{}, 0, fmt.Errorf("%w: cannot reach the leader at %s: %v", ErrNoLeader, addr, err)
-		}
-		return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: fmt.Errorf("forward %s to the leader: %w", t, err)}
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusOK {
-		e := &api.Error{StatusCode: resp.StatusCode}
-		if json.Unmarshal(body, e) != nil || e.Message == "" {
-			return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: fmt.Errorf("leader answered %s: %s", resp.Status, bytes.TrimSpace(body))}
-		}
-		return fsm.ApplyResult{}, 0, e
-	}
-	var ar applyResponse
-	if err := json.Unmarshal(body, &ar); err != nil {
-		return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: fmt.Errorf("decode leader's answer: %w", err)}
-	}
-	res := fsm.ApplyResult{Revision: ar.Revision}
-	if ar.Rejected != nil {
-		ar.Rejected.StatusCode = statusOf(ar.Rejected.Code)
-		res.Err = ar.Rejected
-	}
-	return res, ar.Index, nil
+	return s.peers.apply(ctx, addr, t, data)
 }
 
 func statusOf(code string) int {
@@ -103,22 +67,16 @@ func statusOf(code string) int {
 	return http.StatusInternalServerError
 }
 
-func (s *Server) sign(body []byte) string {
-	m := hmac.New(sha256.New, s.config.ClusterSecret)
-	m.Write(body)
-	return hex.EncodeToString(m.Sum(nil))
-}
-
 // readSigned reads a server-to-server request body and checks its
 // signature; on failure it answers the request and returns false.
-func (s *Server) readSigned(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+func (h *httpAPI) readSigned(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil || len(body) == 0 {
 		writeError(w, badRequest("read request body: %v", err))
 		return nil, false
 	}
 	got, err := hex.DecodeString(r.Header.Get(headerSignature))
-	want, _ := hex.DecodeString(s.sign(body))
+	want, _ := hex.DecodeString(h.peers.sign(body))
 	if err != nil || !hmac.Equal(got, want) {
 		writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "bad or missing request signature: servers must share the cluster secret"})
 		return nil, false
@@ -130,8 +88,8 @@ func (s *Server) readSigned(w http.ResponseWriter, r *http.Request) ([]byte, boo
 // Commands about devices are accepted only from servers that share the
 // cluster secret; intent writes carry nothing the public API would not
 // accept (and the state machine validates them again).
-func (s *Server) handleInternalApply(w http.ResponseWriter, r *http.Request) {
-	data, ok := s.readSigned(w, r)
+func (h *httpAPI) handleInternalApply(w http.ResponseWriter, r *http.Request) {
+	data, ok := h.readSigned(w, r)
 	if !ok {
 		return
 	}
@@ -139,7 +97,7 @@ func (s *Server) handleInternalApply(w http.ResponseWriter, r *http.Request) {
 	switch t {
 	case fsm.PutIntentType, fsm.DeleteIntentType:
 	case fsm.DeviceSessionType, fsm.DeviceSessionBatchType, fsm.UpsertDeviceType, fsm.StatusBatchType:
-		if len(s.config.ClusterSecret) == 0 {
+		if len(h.cfg.ClusterSecret) == 0 {
 			writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "device commands need a cluster secret shared by all servers (--cluster-secret-file)"})
 			return
 		}
@@ -147,11 +105,11 @@ func (s *Server) handleInternalApply(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("command %s may not be forwarded", t))
 		return
 	}
-	if !s.IsLeader() {
+	if !h.node.IsLeader() {
 		writeError(w, toAPIError(fmt.Errorf("%w: leadership moved while the command was forwarded", ErrNoLeader)))
 		return
 	}
-	res, index, err := s.proposeRaw(r.Context(), t, data)
+	res, index, err := h.node.proposeRaw(r.Context(), t, data)
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -75,9 +76,9 @@ func (d *gossipDelegate) LocalState(join bool) []byte                { return ni
 func (d *gossipDelegate) MergeRemoteState(buf []byte, join bool)     {}
 
 // eventDelegate keeps this server's table of the cluster's servers, and
-// turns membership changes into a wake-up for the leader's reconcile loop
-// and the bootstrap loop. Both loops are level-based: they re-read the
-// table, so a dropped wake-up loses nothing.
+// turns membership changes into a wake-up for the membership reconciler
+// (a leader worker) and the bootstrap loop. Both are level-based: they
+// re-read the table, so a dropped wake-up loses nothing.
 //
 // memberlist calls the Notify methods with its node lock held, so the
 // nodes are copied here; memberlist.Members would hand out pointers that
@@ -86,15 +87,17 @@ func (d *gossipDelegate) MergeRemoteState(buf []byte, join bool)     {}
 type eventDelegate struct {
 	chs []chan struct{}
 
-	mu      sync.Mutex
-	members map[string]member // guarded by mu; by node name
+	mu    sync.Mutex
+	table map[string]member // guarded by mu; by node name
 }
 
-func (e *eventDelegate) snapshot() []member {
+// members returns the Meteor servers gossip knows, this one included:
+// alive ones, and those that failed or left.
+func (e *eventDelegate) members() []member {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := make([]member, 0, len(e.members))
-	for _, m := range e.members {
+	out := make([]member, 0, len(e.table))
+	for _, m := range e.table {
 		out = append(out, m)
 	}
 	return out
@@ -110,7 +113,7 @@ func (e *eventDelegate) set(n *memberlist.Node, state memberlist.NodeStateType) 
 		m.State = memberlist.StateLeft
 	}
 	e.mu.Lock()
-	e.members[n.Name] = m
+	e.table[n.Name] = m
 	e.mu.Unlock()
 	e.poke()
 }
@@ -139,33 +142,53 @@ func toMember(n *memberlist.Node) (member, bool) {
 	return member{nodeMeta: m, GossipAddr: n.Address(), State: n.State}, true
 }
 
-func (s *Server) setupGossip() (*memberlist.Memberlist, error) {
-	host, portStr, err := net.SplitHostPort(s.config.GossipAddr)
+// membership is the gossip side of a server: memberlist, the table of the
+// cluster's servers (eventDelegate), joining Config.Join and rejoining
+// failed servers, and device ownership over the alive servers
+// (ownership.go). Run owns joinLoop and reconnectLoop; memberlist's own
+// goroutines deliver events to the table until shutdown.
+type membership struct {
+	logger            hclog.Logger
+	clock             Clock
+	self              string
+	join              []string
+	reconnectInterval time.Duration
+
+	ml     *memberlist.Memberlist
+	events *eventDelegate
+	meta   *gossipDelegate
+	addr   string // the bound gossip address
+}
+
+// startGossip starts memberlist with this server's metadata; gossip
+// events wake the channels in wake.
+func startGossip(cfg *Config, logger hclog.Logger, clock Clock, meta nodeMeta, wake ...chan struct{}) (*membership, error) {
+	host, portStr, err := net.SplitHostPort(cfg.GossipAddr)
 	if err != nil {
 		return nil, fmt.Errorf("gossip addr: %w", err)
 	}
 	port, _ := strconv.Atoi(portStr)
-	s.gossipMeta = &gossipDelegate{meta: nodeMeta{
-		ID: s.config.NodeID, Region: s.config.Region, RaftAddr: s.raftAddr,
-		HTTPAddr: s.httpAddr, AgentAddr: s.agentAddr, BootstrapExpect: s.config.BootstrapExpect, Version: Version,
-	}}
-	if meta := s.gossipMeta.NodeMeta(0); len(meta) > memberlist.MetaMaxSize-32 {
+	g := &membership{
+		logger: logger, clock: clock, self: cfg.NodeID, join: cfg.Join, reconnectInterval: cfg.ReconnectInterval,
+		meta:   &gossipDelegate{meta: meta},
+		events: &eventDelegate{chs: wake, table: map[string]member{}},
+	}
+	if meta := g.meta.NodeMeta(0); len(meta) > memberlist.MetaMaxSize-32 {
 		return nil, fmt.Errorf("gossip metadata is %d bytes, over memberlist's limit of %d: shorten the node ID or region", len(meta), memberlist.MetaMaxSize)
 	}
 	mc := memberlist.DefaultLANConfig()
-	mc.Name = s.config.NodeID
+	mc.Name = cfg.NodeID
 	mc.BindAddr, mc.BindPort = host, port
 	mc.AdvertiseAddr, mc.AdvertisePort = host, port
-	mc.Delegate = s.gossipMeta
-	s.events = &eventDelegate{chs: []chan struct{}{s.eventCh, s.bootstrapCh}, members: map[string]member{}}
-	mc.Events = s.events
-	stdLog := s.logger.Named("gossip").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	mc.Delegate = g.meta
+	mc.Events = g.events
+	stdLog := logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
 	mc.Logger = stdLog
-	if len(s.config.GossipKey) > 0 {
-		mc.SecretKey = s.config.GossipKey
+	if len(cfg.GossipKey) > 0 {
+		mc.SecretKey = cfg.GossipKey
 	}
-	if s.config.GossipTuning != nil {
-		s.config.GossipTuning(mc)
+	if cfg.GossipTuning != nil {
+		cfg.GossipTuning(mc)
 	}
 	// Build the transport here so port 0 works (memberlist binds TCP and
 	// UDP on one port) and so tests can wrap it for fault injection.
@@ -176,31 +199,55 @@ func (s *Server) setupGossip() (*memberlist.Memberlist, error) {
 		nt, err = memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: stdLog})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("gossip listen on %s: %w", s.config.GossipAddr, err)
+		return nil, fmt.Errorf("gossip listen on %s: %w", cfg.GossipAddr, err)
 	}
 	mc.BindPort = nt.GetAutoBindPort()
 	mc.AdvertisePort = mc.BindPort
 	var t memberlist.NodeAwareTransport = nt
-	if s.config.GossipTransport != nil {
-		t = s.config.GossipTransport(s.config.NodeID, nt)
+	if cfg.GossipTransport != nil {
+		t = cfg.GossipTransport(cfg.NodeID, nt)
 	}
 	mc.Transport = t
-	ml, err := memberlist.Create(mc)
+	g.ml, err = memberlist.Create(mc)
 	if err != nil {
 		nt.Shutdown()
-		return nil, fmt.Errorf("start gossip on %s: %w", s.config.GossipAddr, err)
+		return nil, fmt.Errorf("start gossip on %s: %w", cfg.GossipAddr, err)
 	}
-	s.gossipAddr = net.JoinHostPort(host, strconv.Itoa(int(ml.LocalNode().Port)))
-	return ml, nil
+	g.addr = net.JoinHostPort(host, strconv.Itoa(int(g.ml.LocalNode().Port)))
+	return g, nil
 }
 
-// members returns the Meteor servers gossip knows, this one included:
-// alive ones, and those that failed or left.
-func (s *Server) members() []member { return s.events.snapshot() }
+// Run joins the cluster and rejoins failed servers until ctx ends.
+func (g *membership) Run(ctx context.Context) error {
+	runAll(func() { g.joinLoop(ctx) }, func() { g.reconnectLoop(ctx) })
+	return nil
+}
+
+// leave announces that this server leaves for good (the leader's
+// membership reconciler then removes it instead of adding it back), then
+// leaves gossip.
+func (g *membership) leave(timeout time.Duration) {
+	g.meta.setLeaving()
+	if err := g.ml.UpdateNode(timeout); err != nil {
+		g.logger.Warn("announce leaving", "error", err)
+	}
+	if err := g.ml.Leave(timeout); err != nil {
+		g.logger.Warn("gossip leave", "error", err)
+	}
+}
+
+// shutdown stops memberlist.
+func (g *membership) shutdown() error { return g.ml.Shutdown() }
+
+// members returns the Meteor servers gossip knows (eventDelegate.members).
+func (g *membership) members() []member { return g.events.members() }
+
+// members returns the Meteor servers gossip knows (eventDelegate.members).
+func (s *Server) members() []member { return s.gossip.members() }
 
 // memberByID finds a server by node ID.
-func (s *Server) memberByID(id string) (member, bool) {
-	for _, m := range s.members() {
+func (g *membership) memberByID(id string) (member, bool) {
+	for _, m := range g.members() {
 		if m.ID == id {
 			return m, true
 		}
@@ -208,25 +255,22 @@ func (s *Server) memberByID(id string) (member, bool) {
 	return member{}, false
 }
 
-// joinGossip joins the servers in Config.Join, retrying until one answers
-// or the server shuts down.
-func (s *Server) joinLoop() {
-	defer s.wg.Done()
-	if len(s.config.Join) == 0 {
+// joinLoop joins the servers in Config.Join, retrying until one answers
+// or ctx ends.
+func (g *membership) joinLoop(ctx context.Context) {
+	if len(g.join) == 0 {
 		return
 	}
 	backoff := 200 * time.Millisecond
 	for {
-		n, err := s.gossip.Join(s.config.Join)
+		n, err := g.ml.Join(g.join)
 		if n > 0 {
-			s.logger.Info("joined cluster", "contacted", n)
+			g.logger.Info("joined cluster", "contacted", n)
 			return
 		}
-		s.logger.Warn("join failed, retrying", "addrs", s.config.Join, "error", err, "retry_in", backoff)
-		select {
-		case <-s.shutdownCh:
+		g.logger.Warn("join failed, retrying", "addrs", g.join, "error", err, "retry_in", backoff)
+		if !sleep(g.clock, backoff, ctx.Done()) {
 			return
-		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 10*time.Second)
 	}
@@ -237,29 +281,28 @@ func (s *Server) joinLoop() {
 // sides of a healed partition may never merge on their own; a server that
 // restarted with a join list finds its way back anyway, but one on the
 // other side of a partition needs this.
-func (s *Server) reconnectLoop() {
-	defer s.wg.Done()
-	ticker := time.NewTicker(s.config.ReconnectInterval)
+func (g *membership) reconnectLoop(ctx context.Context) {
+	ticker := g.clock.NewTicker(g.reconnectInterval)
 	defer ticker.Stop()
 	for {
 		select {
-		case <-s.shutdownCh:
+		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 		}
 		var addrs []string
-		for _, m := range s.members() {
-			if m.State == memberlist.StateDead && !m.Leaving && m.ID != s.config.NodeID {
+		for _, m := range g.members() {
+			if m.State == memberlist.StateDead && !m.Leaving && m.ID != g.self {
 				addrs = append(addrs, m.GossipAddr)
 			}
 		}
 		if len(addrs) == 0 {
 			continue
 		}
-		if n, err := s.gossip.Join(addrs); n > 0 {
-			s.logger.Info("rejoined failed servers", "contacted", n)
+		if n, err := g.ml.Join(addrs); n > 0 {
+			g.logger.Info("rejoined failed servers", "contacted", n)
 		} else {
-			s.logger.Debug("reconnect to failed servers", "addrs", addrs, "error", err)
+			g.logger.Debug("reconnect to failed servers", "addrs", addrs, "error", err)
 		}
 	}
 }

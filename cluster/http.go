@@ -10,13 +10,17 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/http/pprof"
-	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/scheduler"
+	"github.com/meteor-edge/meteor/wire"
 )
 
 // headerForwarded marks a request forwarded by another server, so a
@@ -26,27 +30,86 @@ const headerForwarded = "X-Meteor-Forwarded-By"
 // maxBodyBytes bounds request bodies; intent documents are at most 1 MiB.
 const maxBodyBytes = 2 << 20
 
-func (s *Server) handler() http.Handler {
+// httpAPI serves the HTTP API (docs/api.md) and the internal endpoints
+// other servers call. The HTTP server's goroutines run its handlers; it
+// keeps no state of its own but the leave it may start (leaveOnce).
+//
+// It reads the local replica (replica), commits through a proposer, asks
+// the Raft node whether it leads and for linearizable reads (leaderNode),
+// the server for its own figures and membership changes (clusterAdmin),
+// and hands forwarded reports to the status owner (reportIngester).
+type httpAPI struct {
+	cfg     *Config
+	logger  hclog.Logger
+	clock   Clock
+	state   replica
+	propose proposer
+	node    leaderNode
+	admin   clusterAdmin
+	owners  ownerView
+	reports reportIngester
+	peers   *peerClient
+	planner *scheduler.Planner
+
+	leaveOnce sync.Once
+}
+
+// replica is the local replica (*fsm.FSM): reads, and the hash of the
+// whole state the chaos checks compare.
+type replica interface {
+	stateReader
+	StateHash() (fsm.StateHash, error)
+}
+
+// leaderNode is what the HTTP API asks of the Raft node (Server).
+type leaderNode interface {
+	IsLeader() bool
+	// leaderID is the leader's node ID ("" if none is known);
+	// leaderHTTP adds its HTTP address, known through gossip.
+	leaderID() string
+	leaderHTTP() (id, addr string, err error)
+	// ConsistentRead confirms leadership before a linearizable read.
+	ConsistentRead(ctx context.Context) error
+	// proposeRaw commits an encoded command on the leader.
+	proposeRaw(ctx context.Context, t fsm.MessageType, data []byte) (fsm.ApplyResult, uint64, error)
+}
+
+// clusterAdmin is what the cluster endpoints ask of the server (Server).
+type clusterAdmin interface {
+	self() *selfStatus
+	Members() api.Members
+	inRaftConfig(id string) bool
+	removeServer(id string) error
+	Leave(timeout time.Duration) error
+}
+
+// reportIngester takes in the reports of devices this server owns
+// (statusOwner.ingest).
+type reportIngester interface {
+	ingest(ctx context.Context, device string, labels map[string]string, rep *wire.Report) error
+}
+
+func (h *httpAPI) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("PUT /v1/intents/{name}", s.handlePutIntent)
-	mux.HandleFunc("DELETE /v1/intents/{name}", s.handleDeleteIntent)
-	mux.HandleFunc("GET /v1/intents", s.reader(s.handleListIntents))
-	mux.HandleFunc("GET /v1/intents/{name}", s.reader(s.handleGetIntent))
-	mux.HandleFunc("GET /v1/devices", s.reader(s.handleListDevices))
-	mux.HandleFunc("GET /v1/devices/{id}", s.reader(s.handleGetDevice))
-	mux.HandleFunc("GET /v1/devices/{id}/timeline", s.reader(s.handleTimeline))
-	mux.HandleFunc("GET /v1/intents/{name}/progress", s.reader(s.handleIntentProgress))
-	mux.HandleFunc("GET /v1/status", s.reader(s.handleFleetStatus))
-	mux.HandleFunc("GET /v1/cluster/members", s.handleMembers)
-	mux.HandleFunc("GET /v1/cluster/ownership", s.handleOwnership)
-	mux.HandleFunc("DELETE /v1/cluster/members/{id}", s.onLeader(s.handleRemoveMember))
-	mux.HandleFunc("POST /v1/cluster/leave", s.handleLeave)
-	mux.HandleFunc("GET /v1/health", s.handleHealth)
-	mux.HandleFunc("POST /v1/internal/apply", s.handleInternalApply)
-	mux.HandleFunc("POST /v1/internal/report", s.handleInternalReport)
-	mux.HandleFunc("GET /v1/internal/self", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.self()) })
-	mux.HandleFunc("GET /v1/internal/state-hash", s.handleStateHash)
-	if s.config.EnableDebug {
+	mux.HandleFunc("PUT /v1/intents/{name}", h.handlePutIntent)
+	mux.HandleFunc("DELETE /v1/intents/{name}", h.handleDeleteIntent)
+	mux.HandleFunc("GET /v1/intents", h.reader(h.handleListIntents))
+	mux.HandleFunc("GET /v1/intents/{name}", h.reader(h.handleGetIntent))
+	mux.HandleFunc("GET /v1/devices", h.reader(h.handleListDevices))
+	mux.HandleFunc("GET /v1/devices/{id}", h.reader(h.handleGetDevice))
+	mux.HandleFunc("GET /v1/devices/{id}/timeline", h.reader(h.handleTimeline))
+	mux.HandleFunc("GET /v1/intents/{name}/progress", h.reader(h.handleIntentProgress))
+	mux.HandleFunc("GET /v1/status", h.reader(h.handleFleetStatus))
+	mux.HandleFunc("GET /v1/cluster/members", h.handleMembers)
+	mux.HandleFunc("GET /v1/cluster/ownership", h.handleOwnership)
+	mux.HandleFunc("DELETE /v1/cluster/members/{id}", h.onLeader(h.handleRemoveMember))
+	mux.HandleFunc("POST /v1/cluster/leave", h.handleLeave)
+	mux.HandleFunc("GET /v1/health", h.handleHealth)
+	mux.HandleFunc("POST /v1/internal/apply", h.handleInternalApply)
+	mux.HandleFunc("POST /v1/internal/report", h.handleInternalReport)
+	mux.HandleFunc("GET /v1/internal/self", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.admin.self()) })
+	mux.HandleFunc("GET /v1/internal/state-hash", h.handleStateHash)
+	if h.cfg.EnableDebug {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
@@ -56,68 +119,67 @@ func (s *Server) handler() http.Handler {
 		writeError(w, &api.Error{StatusCode: http.StatusNotFound, Code: api.CodeNotFound, Message: fmt.Sprintf("no such endpoint: %s %s (see docs/api.md)", r.Method, r.URL.Path)})
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(api.HeaderServedBy, s.config.NodeID)
+		w.Header().Set(api.HeaderServedBy, h.cfg.NodeID)
 		mux.ServeHTTP(w, r)
 	})
 }
 
-// onLeader runs h on the leader; a follower forwards the request.
-func (s *Server) onLeader(h http.HandlerFunc) http.HandlerFunc {
+// onLeader runs next on the leader; a follower forwards the request.
+func (h *httpAPI) onLeader(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if s.IsLeader() {
-			h(w, r)
+		if h.node.IsLeader() {
+			next(w, r)
 			return
 		}
-		s.forward(w, r)
+		h.forward(w, r)
 	}
 }
 
 // reader serves a read: from the local replica when the client asked for
 // ?stale, otherwise on the leader after ConsistentRead.
-func (s *Server) reader(h http.HandlerFunc) http.HandlerFunc {
+func (h *httpAPI) reader(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if stale, _ := strconv.ParseBool(r.URL.Query().Get("stale")); stale {
 			w.Header().Set(api.HeaderConsistency, "stale")
-			_, leader := s.raft.LeaderWithID()
-			w.Header().Set(api.HeaderLeader, string(leader))
-			h(w, r)
+			w.Header().Set(api.HeaderLeader, h.node.leaderID())
+			next(w, r)
 			return
 		}
-		if !s.IsLeader() {
-			s.forward(w, r)
+		if !h.node.IsLeader() {
+			h.forward(w, r)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), s.config.ApplyTimeout)
+		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.ApplyTimeout)
 		defer cancel()
-		if err := s.ConsistentRead(ctx); err != nil {
+		if err := h.node.ConsistentRead(ctx); err != nil {
 			writeError(w, toAPIError(err))
 			return
 		}
 		w.Header().Set(api.HeaderConsistency, "linearizable")
-		w.Header().Set(api.HeaderLeader, s.config.NodeID)
-		h(w, r)
+		w.Header().Set(api.HeaderLeader, h.cfg.NodeID)
+		next(w, r)
 	}
 }
 
 // forward proxies r to the leader's HTTP API.
-func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
+func (h *httpAPI) forward(w http.ResponseWriter, r *http.Request) {
 	if by := r.Header.Get(headerForwarded); by != "" {
 		writeError(w, toAPIError(fmt.Errorf("%w: %s forwarded this request here, but leadership has moved", ErrNoLeader, by)))
 		return
 	}
-	leaderID, addr, err := s.leaderHTTP()
+	leaderID, addr, err := h.node.leaderHTTP()
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return
 	}
-	target := &url.URL{Scheme: "http", Host: addr}
+	target := h.peers.base(addr)
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Host = r.Host
-			pr.Out.Header.Set(headerForwarded, s.config.NodeID)
+			pr.Out.Header.Set(headerForwarded, h.cfg.NodeID)
 		},
-		Transport: s.client.Transport,
+		Transport: h.peers.hc.Transport,
 		ModifyResponse: func(resp *http.Response) error {
 			resp.Header.Del(api.HeaderServedBy)
 			resp.Header.Set(api.HeaderServedBy, resp.Request.Header.Get(headerForwarded)+"->"+leaderID)
@@ -140,7 +202,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 	proxy.ServeHTTP(w, r)
 }
 
-func (s *Server) handlePutIntent(w http.ResponseWriter, r *http.Request) {
+func (h *httpAPI) handlePutIntent(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil {
@@ -161,21 +223,21 @@ func (s *Server) handlePutIntent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("%v", err))
 		return
 	}
-	s.writeResult(w, r, name, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: in, IfMatch: ifMatch, Time: s.now().UnixNano()})
+	h.writeResult(w, r, name, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: in, IfMatch: ifMatch, Time: h.clock.Now().UnixNano()})
 }
 
-func (s *Server) handleDeleteIntent(w http.ResponseWriter, r *http.Request) {
+func (h *httpAPI) handleDeleteIntent(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	ifMatch, err := parseIfMatch(r)
 	if err != nil {
 		writeError(w, badRequest("%v", err))
 		return
 	}
-	s.writeResult(w, r, name, fsm.DeleteIntentType, &fsm.DeleteIntentRequest{Name: name, IfMatch: ifMatch, Time: s.now().UnixNano()})
+	h.writeResult(w, r, name, fsm.DeleteIntentType, &fsm.DeleteIntentRequest{Name: name, IfMatch: ifMatch, Time: h.clock.Now().UnixNano()})
 }
 
-func (s *Server) writeResult(w http.ResponseWriter, r *http.Request, name string, t fsm.MessageType, req any) {
-	res, index, err := s.apply(r.Context(), t, req)
+func (h *httpAPI) writeResult(w http.ResponseWriter, r *http.Request, name string, t fsm.MessageType, req any) {
+	res, index, err := h.propose.apply(r.Context(), t, req)
 	if err == nil {
 		err = res.Err
 	}
@@ -189,10 +251,10 @@ func (s *Server) writeResult(w http.ResponseWriter, r *http.Request, name string
 	writeJSON(w, http.StatusOK, api.WriteResponse{Name: name, Revision: res.Revision, Index: index})
 }
 
-func (s *Server) handleGetIntent(w http.ResponseWriter, r *http.Request) {
+func (h *httpAPI) handleGetIntent(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	read := s.fsm.Read()
-	s.setReadHeaders(w, read)
+	read := h.state.Read()
+	h.setReadHeaders(w, read)
 	if v := r.URL.Query().Get("revision"); v != "" {
 		rev, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || rev == 0 {
@@ -228,9 +290,9 @@ func (s *Server) handleGetIntent(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Server) handleListIntents(w http.ResponseWriter, r *http.Request) {
-	read := s.fsm.Read()
-	s.setReadHeaders(w, read)
+func (h *httpAPI) handleListIntents(w http.ResponseWriter, r *http.Request) {
+	read := h.state.Read()
+	h.setReadHeaders(w, read)
 	recs, err := read.Intents(nil)
 	if err != nil {
 		writeError(w, toAPIError(err))
@@ -246,13 +308,13 @@ func (s *Server) handleListIntents(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) setReadHeaders(w http.ResponseWriter, read *fsm.Read) {
+func (h *httpAPI) setReadHeaders(w http.ResponseWriter, read *fsm.Read) {
 	w.Header().Set(api.HeaderRevision, strconv.FormatUint(read.Revision(), 10))
 	w.Header().Set(api.HeaderIndex, strconv.FormatUint(read.Index(), 10))
 }
 
-func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	st := s.self()
+func (h *httpAPI) handleHealth(w http.ResponseWriter, r *http.Request) {
+	st := h.admin.self()
 	code := http.StatusOK
 	if !st.Healthy {
 		code = http.StatusServiceUnavailable
@@ -261,13 +323,13 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, st)
 }
 
-func (s *Server) handleRemoveMember(w http.ResponseWriter, r *http.Request) {
+func (h *httpAPI) handleRemoveMember(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if !s.inRaftConfig(id) {
+	if !h.admin.inRaftConfig(id) {
 		writeError(w, toAPIError(fmt.Errorf("server %q is not in the Raft configuration: %w", id, fsm.ErrNotFound)))
 		return
 	}
-	if err := s.removeServer(id); err != nil {
+	if err := h.admin.removeServer(id); err != nil {
 		writeError(w, toAPIError(err))
 		return
 	}
@@ -277,15 +339,15 @@ func (s *Server) handleRemoveMember(w http.ResponseWriter, r *http.Request) {
 // handleLeave makes the contacted server leave the cluster for good: it
 // answers at once, then hands over leadership if it leads, is removed from
 // the Raft configuration and shuts down (Server.Leave).
-func (s *Server) handleLeave(w http.ResponseWriter, r *http.Request) {
-	s.leaveOnce.Do(func() {
+func (h *httpAPI) handleLeave(w http.ResponseWriter, r *http.Request) {
+	h.leaveOnce.Do(func() {
 		go func() {
-			if err := s.Leave(30 * time.Second); err != nil {
-				s.logger.Error("leave", "error", err)
+			if err := h.admin.Leave(30 * time.Second); err != nil {
+				h.logger.Error("leave", "error", err)
 			}
 		}()
 	})
-	writeJSON(w, http.StatusAccepted, map[string]string{"leaving": s.config.NodeID})
+	writeJSON(w, http.StatusAccepted, map[string]string{"leaving": h.cfg.NodeID})
 }
 
 // parseIfMatch reads an If-Match header holding a revision number.
@@ -350,8 +412,8 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // handleStateHash answers with the hash of this server's whole replicated
 // state (fsm.FSM.StateHash) and the Raft index it reflects: servers at
 // the same index must give the same hash. Chaos checks compare them.
-func (s *Server) handleStateHash(w http.ResponseWriter, r *http.Request) {
-	st, err := s.fsm.StateHash()
+func (h *httpAPI) handleStateHash(w http.ResponseWriter, r *http.Request) {
+	st, err := h.state.StateHash()
 	if err != nil {
 		writeError(w, &api.Error{StatusCode: http.StatusInternalServerError, Code: api.CodeInternal, Message: fmt.Sprintf("hash the state: %v", err)})
 		return

@@ -2,117 +2,217 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 )
 
-// monitorLeadership runs leaderLoop while this server leads.
-func (s *Server) monitorLeadership() {
-	defer s.wg.Done()
-	var stop chan struct{}
-	var done sync.WaitGroup
+// LeaderWorker is work that runs on the leader only, such as reconciling
+// the Raft configuration with gossip membership (or the rollout engine).
+// A server runs each registered worker (Config.LeaderWorkers) while it
+// leads, from when a barrier has applied every entry of earlier terms
+// (so the local replica is as new as the log) until it loses leadership,
+// when the worker's context is cancelled and the server waits for Run to
+// return before it may lead again.
+type LeaderWorker interface {
+	// Name names the worker in logs.
+	Name() string
+	// Run works until ctx ends. An error before then is logged and Run is
+	// called again after a backoff (100 ms doubling to 10 s), as long as
+	// the server leads; nil means the worker is done for this term.
+	Run(ctx context.Context) error
+}
+
+// Backoff between runs of a leader worker that failed.
+const (
+	workerRetryMin = 100 * time.Millisecond
+	workerRetryMax = 10 * time.Second
+)
+
+// leadership is the component that follows Raft leadership: while this
+// server leads it commits a barrier, sets ready (readyForReads, which
+// linearizable reads wait for), and runs the leader-only workers; when
+// leadership is lost it cancels them, waits for them, and clears ready.
+//
+// Goroutines: Run reads changes (raft.Config.NotifyCh) and owns one
+// goroutine per term, which owns one goroutine per worker.
+type leadership struct {
+	logger  hclog.Logger
+	clock   Clock
+	changes <-chan bool
+	// barrier blocks until every entry of earlier terms is applied
+	// locally (raft.Barrier); it fails once leadership is lost.
+	barrier func() error
+	ready   *atomic.Bool
+	workers []LeaderWorker
+}
+
+// Run follows leadership changes until ctx ends, then stops the workers of
+// the current term and returns.
+func (l *leadership) Run(ctx context.Context) error {
+	var stop context.CancelFunc
+	var term sync.WaitGroup
 	stepDown := func() {
 		if stop != nil {
-			close(stop)
-			done.Wait()
+			stop()
+			term.Wait()
 			stop = nil
 		}
 	}
 	defer stepDown()
 	for {
 		select {
-		case <-s.shutdownCh:
-			return
-		case isLeader := <-s.leaderCh:
+		case <-ctx.Done():
+			return nil
+		case isLeader := <-l.changes:
 			switch {
 			case isLeader && stop == nil:
-				stop = make(chan struct{})
-				done.Add(1)
-				go func(stop chan struct{}) {
-					defer done.Done()
-					s.leaderLoop(stop)
-				}(stop)
-				s.logger.Info("became leader")
+				stop = l.startTerm(ctx, &term)
+				l.logger.Info("became leader")
 			case !isLeader && stop != nil:
 				stepDown()
-				s.logger.Info("lost leadership")
+				l.logger.Info("lost leadership")
 			}
 		}
 	}
 }
 
-// leaderLoop runs while this server leads. First it commits a barrier so
-// that every entry of earlier terms is applied locally: only then can the
-// leader answer linearizable reads from its own FSM. Then it keeps the Raft
-// configuration in step with gossip membership.
-func (s *Server) leaderLoop(stop <-chan struct{}) {
-	defer s.readyForReads.Store(false)
+// startTerm starts lead in term and returns what ends it.
+func (l *leadership) startTerm(ctx context.Context, term *sync.WaitGroup) context.CancelFunc {
+	ctx, cancel := context.WithCancel(ctx)
+	term.Go(func() { l.lead(ctx) })
+	return cancel
+}
+
+// lead runs one term: first a barrier, so that every entry of earlier
+// terms is applied locally (only then can the leader answer linearizable
+// reads from its own FSM), then the workers until ctx ends.
+func (l *leadership) lead(ctx context.Context) {
+	defer l.ready.Store(false)
 	for {
-		err := s.raft.Barrier(s.config.ApplyTimeout).Error()
+		err := l.barrier()
 		if err == nil {
 			break
 		}
-		s.logger.Warn("leader barrier failed, retrying", "error", err)
-		select {
-		case <-stop:
+		l.logger.Warn("leader barrier failed, retrying", "error", err)
+		if !sleep(l.clock, 100*time.Millisecond, ctx.Done()) {
 			return
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	s.readyForReads.Store(true)
+	if ctx.Err() != nil {
+		return
+	}
+	l.ready.Store(true)
+	var workers sync.WaitGroup
+	for _, w := range l.workers {
+		workers.Go(func() { l.runWorker(ctx, w) })
+	}
+	workers.Wait()
+}
 
-	ticker := time.NewTicker(s.config.ReconcileInterval)
+func (l *leadership) runWorker(ctx context.Context, w LeaderWorker) {
+	backoff := workerRetryMin
+	for {
+		err := w.Run(ctx)
+		if ctx.Err() != nil || err == nil {
+			return
+		}
+		l.logger.Warn("leader worker failed, restarting", "worker", w.Name(), "error", err, "retry_in", backoff)
+		if !sleep(l.clock, backoff, ctx.Done()) {
+			return
+		}
+		backoff = min(2*backoff, workerRetryMax)
+	}
+}
+
+// raftMembership is the part of the Raft node the membership reconciler
+// changes (*raft.Raft).
+type raftMembership interface {
+	GetConfiguration() raft.ConfigurationFuture
+	AddVoter(id raft.ServerID, address raft.ServerAddress, prevIndex uint64, timeout time.Duration) raft.IndexFuture
+	RemoveServer(id raft.ServerID, prevIndex uint64, timeout time.Duration) raft.IndexFuture
+}
+
+// memberSource lists the servers gossip knows (eventDelegate).
+type memberSource interface {
+	members() []member
+}
+
+// membershipReconciler is the leader worker that keeps the Raft
+// configuration in step with gossip membership, every interval and on
+// every gossip event (events).
+type membershipReconciler struct {
+	logger       hclog.Logger
+	self         string
+	clock        Clock
+	raft         raftMembership
+	gossip       memberSource
+	events       <-chan struct{}
+	interval     time.Duration
+	applyTimeout time.Duration
+}
+
+func (s *Server) membership() *membershipReconciler {
+	return &membershipReconciler{
+		logger: s.logger, self: s.config.NodeID, clock: s.clock, raft: s.raft, gossip: s.gossip,
+		events: s.eventCh, interval: s.config.ReconcileInterval, applyTimeout: s.config.ApplyTimeout,
+	}
+}
+
+func (r *membershipReconciler) Name() string { return "membership" }
+
+func (r *membershipReconciler) Run(ctx context.Context) error {
+	ticker := r.clock.NewTicker(r.interval)
 	defer ticker.Stop()
 	for {
-		s.reconcileMembers()
+		r.reconcile()
 		select {
-		case <-stop:
-			return
-		case <-ticker.C:
-		case <-s.eventCh:
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C():
+		case <-r.events:
 		}
 	}
 }
 
-// reconcileMembers adds alive gossip members missing from the Raft
-// configuration as voters, and removes members that left gracefully.
-// Failed members are kept: they count against quorum until they return or
-// an operator removes them ('meteor members remove').
-func (s *Server) reconcileMembers() {
-	f := s.raft.GetConfiguration()
+// reconcile adds alive gossip members missing from the Raft configuration
+// as voters, and removes members that left gracefully. Failed members are
+// kept: they count against quorum until they return or an operator
+// removes them ('meteor members remove').
+func (r *membershipReconciler) reconcile() {
+	f := r.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
-		s.logger.Warn("read raft configuration", "error", err)
+		r.logger.Warn("read raft configuration", "error", err)
 		return
 	}
 	inConfig := map[string]raft.Server{}
 	for _, srv := range f.Configuration().Servers {
 		inConfig[string(srv.ID)] = srv
 	}
-	for _, m := range s.members() {
+	for _, m := range r.gossip.members() {
 		srv, known := inConfig[m.ID]
 		switch {
 		case m.State == memberlist.StateAlive && !known && !m.Leaving:
-			s.logger.Info("adding server to the raft configuration", "peer", m.ID, "raft", m.RaftAddr)
-			if err := s.raft.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, s.config.ApplyTimeout).Error(); err != nil {
-				s.logger.Warn("add server", "peer", m.ID, "error", err)
+			r.logger.Info("adding server to the raft configuration", "peer", m.ID, "raft", m.RaftAddr)
+			if err := r.raft.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, r.applyTimeout).Error(); err != nil {
+				r.logger.Warn("add server", "peer", m.ID, "error", err)
 			}
 		case m.State == memberlist.StateAlive && known && string(srv.Address) != m.RaftAddr:
-			s.logger.Info("server changed its raft address", "peer", m.ID, "old", srv.Address, "new", m.RaftAddr)
-			if err := s.raft.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, s.config.ApplyTimeout).Error(); err != nil {
-				s.logger.Warn("update server address", "peer", m.ID, "error", err)
+			r.logger.Info("server changed its raft address", "peer", m.ID, "old", srv.Address, "new", m.RaftAddr)
+			if err := r.raft.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, r.applyTimeout).Error(); err != nil {
+				r.logger.Warn("update server address", "peer", m.ID, "error", err)
 			}
-		case (m.State == memberlist.StateLeft || m.Leaving) && known && m.ID != s.config.NodeID:
-			s.logger.Info("removing server that left", "peer", m.ID)
-			if err := s.raft.RemoveServer(raft.ServerID(m.ID), 0, s.config.ApplyTimeout).Error(); err != nil {
-				s.logger.Warn("remove server", "peer", m.ID, "error", err)
+		case (m.State == memberlist.StateLeft || m.Leaving) && known && m.ID != r.self:
+			r.logger.Info("removing server that left", "peer", m.ID)
+			if err := r.raft.RemoveServer(raft.ServerID(m.ID), 0, r.applyTimeout).Error(); err != nil {
+				r.logger.Warn("remove server", "peer", m.ID, "error", err)
 			}
 		}
 	}
@@ -121,15 +221,14 @@ func (s *Server) reconcileMembers() {
 // bootstrapLoop forms a new cluster once BootstrapExpect servers see each
 // other and none of them has Raft state. A server with existing state never
 // bootstraps; it rejoins the cluster it belonged to.
-func (s *Server) bootstrapLoop() {
-	defer s.wg.Done()
+func (s *Server) bootstrapLoop(ctx context.Context) {
 	if s.config.Dev || s.config.BootstrapExpect == 0 || s.rparts.hasState {
 		return
 	}
-	ticker := time.NewTicker(500 * time.Millisecond)
+	ticker := s.clock.NewTicker(500 * time.Millisecond)
 	defer ticker.Stop()
 	for {
-		done, err := s.tryBootstrap()
+		done, err := s.tryBootstrap(ctx)
 		if err != nil {
 			s.logger.Warn("bootstrap", "error", err)
 		}
@@ -137,16 +236,16 @@ func (s *Server) bootstrapLoop() {
 			return
 		}
 		select {
-		case <-s.shutdownCh:
+		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 		case <-s.bootstrapCh:
 		}
 	}
 }
 
 // tryBootstrap returns true when no further bootstrap attempts are needed.
-func (s *Server) tryBootstrap() (bool, error) {
+func (s *Server) tryBootstrap(ctx context.Context) (bool, error) {
 	if s.raft.LastIndex() > 0 {
 		return true, nil // configuration arrived from a leader
 	}
@@ -169,7 +268,7 @@ func (s *Server) tryBootstrap() (bool, error) {
 		if m.ID == s.config.NodeID {
 			continue
 		}
-		st, err := s.peerStatus(m.HTTPAddr)
+		st, err := s.peers.status(ctx, m.HTTPAddr)
 		if err != nil {
 			return false, fmt.Errorf("ask %s for its raft state: %w", m.ID, err)
 		}
@@ -188,27 +287,4 @@ func (s *Server) tryBootstrap() (bool, error) {
 	}
 	s.logger.Info("bootstrapped cluster", "servers", len(conf.Servers))
 	return true, nil
-}
-
-// peerStatus fetches a peer's /v1/internal/self.
-func (s *Server) peerStatus(httpAddr string) (*selfStatus, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/v1/internal/self", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s answered %s", httpAddr, resp.Status)
-	}
-	var st selfStatus
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return nil, fmt.Errorf("decode status from %s: %w", httpAddr, err)
-	}
-	return &st, nil
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strings"
@@ -64,7 +65,7 @@ func (s *Server) Members() api.Members {
 				st = s.self()
 			} else {
 				var err error
-				if st, err = s.peerStatus(m.HTTPAddr); err != nil {
+				if st, err = s.peers.status(context.Background(), m.HTTPAddr); err != nil {
 					m.Error = err.Error()
 					return
 				}
@@ -103,6 +104,6 @@ func roleName(state string) string {
 	return "unknown"
 }
 
-func (s *Server) handleMembers(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.Members())
+func (h *httpAPI) handleMembers(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, h.admin.Members())
 }

@@ -64,9 +64,9 @@ func rendezvousScore(serverID, deviceID string) uint64 {
 }
 
 // ownerCandidates returns the alive servers of this server's gossip view.
-func (s *Server) ownerCandidates() []ownerCandidate {
+func (g *membership) ownerCandidates() []ownerCandidate {
 	var out []ownerCandidate
-	for _, m := range s.members() {
+	for _, m := range g.members() {
 		if m.State == memberlist.StateAlive && !m.Leaving {
 			out = append(out, ownerCandidate{ID: m.ID, Region: m.Region})
 		}
@@ -78,17 +78,17 @@ func (s *Server) ownerCandidates() []ownerCandidate {
 // OwnerOf returns the server that owns a device with the given labels, as
 // this server's gossip view has it.
 func (s *Server) OwnerOf(deviceID string, labels map[string]string) string {
-	return ownerOf(deviceID, labels["region"], s.ownerCandidates())
+	return ownerOf(deviceID, labels["region"], s.gossip.ownerCandidates())
 }
 
-func (s *Server) handleOwnership(w http.ResponseWriter, r *http.Request) {
-	read := s.fsm.Read()
+func (h *httpAPI) handleOwnership(w http.ResponseWriter, r *http.Request) {
+	read := h.state.Read()
 	devices, err := read.Devices(nil)
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return
 	}
-	cands := s.ownerCandidates()
+	cands := h.owners.ownerCandidates()
 	shares := map[string]int{}
 	for _, d := range devices {
 		shares[ownerOf(d.ID, d.Labels["region"], cands)]++

@@ -1,11 +1,9 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/meteor-edge/meteor/cluster/api"
@@ -28,39 +26,21 @@ func (s *Server) deliverReport(ctx context.Context, device string, labels map[st
 	if owner == "" || owner == s.config.NodeID {
 		return s.status.ingest(ctx, device, labels, rep)
 	}
-	m, ok := s.memberByID(owner)
+	m, ok := s.gossip.memberByID(owner)
 	if !ok {
 		return fmt.Errorf("owner %s of %s is not known through gossip", owner, device)
 	}
-	body, err := json.Marshal(forwardedReport{Device: device, Labels: labels, Report: rep.Append(nil)})
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+m.HTTPAddr+"/v1/internal/report", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set(headerSignature, s.sign(body))
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return fmt.Errorf("forward report of %s to its owner %s: %w", device, owner, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("owner %s refused the report of %s: %s: %s", owner, device, resp.Status, bytes.TrimSpace(msg))
-	}
-	return nil
+	return s.peers.report(ctx, owner, m.HTTPAddr, &forwardedReport{Device: device, Labels: labels, Report: rep.Append(nil)})
 }
 
 // handleInternalReport ingests a report forwarded by the device's session
 // server. Only servers that share the cluster secret may forward reports.
-func (s *Server) handleInternalReport(w http.ResponseWriter, r *http.Request) {
-	if len(s.config.ClusterSecret) == 0 {
+func (h *httpAPI) handleInternalReport(w http.ResponseWriter, r *http.Request) {
+	if len(h.cfg.ClusterSecret) == 0 {
 		writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "forwarded reports need a cluster secret shared by all servers (--cluster-secret-file)"})
 		return
 	}
-	body, ok := s.readSigned(w, r)
+	body, ok := h.readSigned(w, r)
 	if !ok {
 		return
 	}
@@ -74,9 +54,9 @@ func (s *Server) handleInternalReport(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("decode report of %s: %v", fr.Device, err))
 		return
 	}
-	if err := s.status.ingest(r.Context(), fr.Device, fr.Labels, &rep); err != nil {
+	if err := h.reports.ingest(r.Context(), fr.Device, fr.Labels, &rep); err != nil {
 		writeError(w, &api.Error{StatusCode: http.StatusServiceUnavailable, Code: api.CodeTimeout, RetryAfterMS: 1000,
-			Message: fmt.Sprintf("owner %s could not record the report of %s: %v; the agent will send it again", s.config.NodeID, fr.Device, err)})
+			Message: fmt.Sprintf("owner %s could not record the report of %s: %v; the agent will send it again", h.cfg.NodeID, fr.Device, err)})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]uint64{"seq": rep.Seq})

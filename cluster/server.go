@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 
 	"github.com/meteor-edge/meteor/cluster/api"
@@ -22,21 +21,26 @@ import (
 // Version is the Meteor server version reported in gossip and the API.
 const Version = "0.1.0"
 
-// Server is one Meteor server node.
+// Server is one Meteor server node. It wires the server's components
+// together (docs/architecture.md, "Components of a server"): the Raft
+// node, gossip membership and device ownership, the HTTP API, agent
+// sessions, the status owner, session records and the leader-only
+// workers. Each component takes the small interfaces it needs, defined
+// where it uses them; the Server implements most of them.
 type Server struct {
 	config Config
 	logger hclog.Logger
+	clock  Clock
 
-	fsm        *fsm.FSM
-	rparts     *raftParts
-	raft       *raft.Raft
-	gossip     *memberlist.Memberlist
-	events     *eventDelegate
-	gossipMeta *gossipDelegate
+	fsm    *fsm.FSM
+	rparts *raftParts
+	raft   *raft.Raft
+	gossip *membership
 
+	api     *httpAPI
 	httpSrv *http.Server
 	httpLn  net.Listener
-	client  *http.Client // for forwarding to the leader and peer status
+	peers   *peerClient // requests to other servers
 
 	// Addresses actually bound (ports resolved).
 	httpAddr, raftAddr, gossipAddr, agentAddr string
@@ -48,21 +52,27 @@ type Server struct {
 	status *statusOwner
 	// sessionRec commits device session events in batches.
 	sessionRec *sessionRecorder
+	// leadership runs the leader-only workers while this server leads.
+	leadership *leadership
 	// planner serves the device API when no agents are served here.
 	plannerOnce sync.Once
 	planner     *scheduler.Planner
 
-	// readyForReads is set by the leader loop once a barrier has applied
-	// every entry of earlier terms; linearizable reads wait for it.
+	// readyForReads is set by the leadership component once a barrier has
+	// applied every entry of earlier terms; linearizable reads wait for it.
 	readyForReads atomic.Bool
 
-	eventCh     chan struct{} // gossip changes, for the leader loop
+	eventCh     chan struct{} // gossip changes, for the membership reconciler
 	bootstrapCh chan struct{} // gossip changes, for the bootstrap loop
 	leaderCh    chan bool     // raft leadership changes (raft.Config.NotifyCh)
-	shutdownCh  chan struct{}
-	wg          sync.WaitGroup
 
-	leaveOnce    sync.Once
+	// ctx is the root context of every goroutine of the server; Shutdown
+	// cancels it. front runs the components that serve clients (HTTP,
+	// agents), which stop before gossip and Raft do; wg runs the others.
+	ctx          context.Context
+	cancel       context.CancelFunc
+	front, wg    sync.WaitGroup
+	started      bool // the components run (New got that far)
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -87,13 +97,14 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		config:      cfg,
 		logger:      cfg.Logger.Named("server").With("server", cfg.NodeID),
+		clock:       serverClock(&cfg),
 		fsm:         state,
-		client:      &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}},
+		peers:       newPeerClient(&cfg),
 		eventCh:     make(chan struct{}, 1),
 		bootstrapCh: make(chan struct{}, 1),
 		leaderCh:    make(chan bool, 8),
-		shutdownCh:  make(chan struct{}),
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	ok := false
 	defer func() {
 		if !ok {
@@ -112,73 +123,115 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.raft = s.rparts.raft
 
+	s.sessionRec = newSessionRecorder(s, cfg.ApplyTimeout)
 	if cfg.AgentAddr != "" {
-		if s.agents, err = s.listenAgents(); err != nil {
+		if s.agents, err = listenAgents(&cfg, agentDeps{
+			logger: s.logger.Named("agents"), clock: s.clock, state: s.fsm,
+			peers: s, reports: s, records: s.sessionRec,
+		}); err != nil {
 			return nil, err
 		}
+		s.agentAddr = s.agents.addr
 	}
-	if s.gossip, err = s.setupGossip(); err != nil {
+	if s.gossip, err = startGossip(&cfg, s.logger.Named("gossip"), s.clock, nodeMeta{
+		ID: cfg.NodeID, Region: cfg.Region, RaftAddr: s.raftAddr, HTTPAddr: s.httpAddr, AgentAddr: s.agentAddr,
+		BootstrapExpect: cfg.BootstrapExpect, Version: Version,
+	}, s.eventCh, s.bootstrapCh); err != nil {
 		return nil, err
 	}
+	s.gossipAddr = s.gossip.addr
 
 	// The status owner exists before the HTTP server serves: another
 	// server may forward a report here as soon as the port answers.
-	s.status = newStatusOwner(s)
-	s.sessionRec = newSessionRecorder(s)
-	s.httpSrv = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
-	s.wg.Add(1)
+	s.status = newStatusOwner(&cfg, s.logger.Named("status"), s.clock, s.fsm, s, s.gossip, s.devicePlanner())
+	s.leadership = &leadership{
+		logger: s.logger.Named("leader"), clock: s.clock, changes: s.leaderCh,
+		barrier: func() error { return s.raft.Barrier(s.config.ApplyTimeout).Error() },
+		ready:   &s.readyForReads,
+		workers: append([]LeaderWorker{s.membership()}, cfg.LeaderWorkers...),
+	}
+	s.api = &httpAPI{
+		cfg: &s.config, logger: s.logger, clock: s.clock, state: s.fsm, propose: s, node: s, admin: s,
+		owners: s.gossip, reports: s.status, peers: s.peers, planner: s.devicePlanner(),
+	}
+	s.httpSrv = &http.Server{Handler: s.api.handler(), ReadHeaderTimeout: 10 * time.Second}
+
+	ctx := s.ctx
+	s.started = true
+	s.front.Go(func() { s.serveHTTP(ctx) })
+	if s.agents != nil {
+		s.front.Go(func() { s.agents.Run(ctx) })
+	}
+	s.wg.Go(func() { s.status.Run(ctx) })
+	s.wg.Go(func() { s.sessionRec.Run(ctx) })
+	s.wg.Go(func() { s.leadership.Run(ctx) })
+	s.wg.Go(func() { s.gossip.Run(ctx) })
+	s.wg.Go(func() { s.bootstrapLoop(ctx) })
+	ok = true
+	s.logger.Info("server started", "region", cfg.Region, "http", s.httpAddr, "raft", s.raftAddr, "gossip", s.gossipAddr, "existing_state", s.rparts.hasState)
+	return s, nil
+}
+
+// runAll runs each of fs in a goroutine of its own and returns once all
+// have returned.
+func runAll(fs ...func()) {
+	var wg sync.WaitGroup
+	for _, f := range fs {
+		wg.Go(f)
+	}
+	wg.Wait()
+}
+
+// serveHTTP serves the HTTP API until ctx ends, then stops it, giving
+// requests in flight a moment to finish.
+func (s *Server) serveHTTP(ctx context.Context) {
+	done := make(chan struct{})
 	go func() {
-		defer s.wg.Done()
+		defer close(done)
 		if err := s.httpSrv.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.logger.Error("HTTP server stopped", "error", err)
 		}
 	}()
-
-	s.status.start()
-	s.wg.Add(1)
-	go s.sessionRec.loop()
-	if s.agents != nil {
-		s.agents.start()
+	select {
+	case <-ctx.Done():
+	case <-done:
 	}
-	s.wg.Add(4)
-	go s.reconnectLoop()
-	go s.joinLoop()
-	go s.bootstrapLoop()
-	go s.monitorLeadership()
-	ok = true
-	s.logger.Info("server started", "region", cfg.Region, "http", s.httpAddr, "raft", s.raftAddr, "gossip", s.gossipAddr, "existing_state", s.rparts.hasState)
-	return s, nil
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if err := s.httpSrv.Shutdown(sctx); err != nil {
+		s.httpSrv.Close()
+	}
+	cancel()
+	<-done
 }
 
 // Run blocks until ctx ends, then shuts the server down.
 func (s *Server) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
-	case <-s.shutdownCh:
+	case <-s.ctx.Done():
 	}
 	return s.Shutdown()
 }
 
 // Shutdown stops the server without leaving the cluster: a restart with the
-// same data dir rejoins with its state. It is safe to call more than once.
+// same data dir rejoins with its state. It cancels the root context, waits
+// for the components that serve clients, stops gossip and Raft, and waits
+// for every other goroutine. It is safe to call more than once.
 func (s *Server) Shutdown() error {
 	s.shutdownOnce.Do(func() {
-		close(s.shutdownCh)
+		s.cancel()
 		var errs []error
-		if s.agents != nil {
-			s.agents.close()
-		}
-		if s.httpSrv != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if err := s.httpSrv.Shutdown(ctx); err != nil {
-				s.httpSrv.Close()
+		if !s.started {
+			if s.agents != nil {
+				s.agents.closeSockets()
 			}
-			cancel()
-		} else if s.httpLn != nil {
-			s.httpLn.Close()
+			if s.httpLn != nil {
+				s.httpLn.Close()
+			}
 		}
+		s.front.Wait()
 		if s.gossip != nil {
-			if err := s.gossip.Shutdown(); err != nil {
+			if err := s.gossip.shutdown(); err != nil {
 				errs = append(errs, fmt.Errorf("stop gossip: %w", err))
 			}
 		}
@@ -188,7 +241,7 @@ func (s *Server) Shutdown() error {
 			}
 		}
 		s.wg.Wait()
-		s.client.CloseIdleConnections()
+		s.peers.close()
 		s.shutdownErr = errors.Join(errs...)
 		s.logger.Info("server stopped")
 	})
@@ -207,15 +260,9 @@ func (s *Server) Leave(timeout time.Duration) error {
 			s.logger.Warn("hand over leadership before leaving", "error", err)
 		}
 	}
-	// Announce the departure first: from then on the leader's reconcile
-	// loop removes this server instead of adding it back.
-	s.gossipMeta.setLeaving()
-	if err := s.gossip.UpdateNode(timeout / 4); err != nil {
-		s.logger.Warn("announce leaving", "error", err)
-	}
-	if err := s.gossip.Leave(timeout / 4); err != nil {
-		s.logger.Warn("gossip leave", "error", err)
-	}
+	// Announce the departure first: from then on the leader's membership
+	// reconciler removes this server instead of adding it back.
+	s.gossip.leave(timeout / 4)
 	err := s.leaveRaft(ctx)
 	return errors.Join(err, s.Shutdown())
 }
@@ -232,17 +279,15 @@ func (s *Server) leaveRaft(ctx context.Context) error {
 			return nil
 		}
 		s.logger.Debug("leave: retrying", "error", err)
-		select {
-		case <-ctx.Done():
+		if !sleep(s.clock, 100*time.Millisecond, ctx.Done()) {
 			return fmt.Errorf("leave: still in the Raft configuration (%v); remove it with 'meteor members remove %s'", err, s.config.NodeID)
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
 // askLeaderToRemove waits until the leader's gossip view shows this server
-// as left (so its reconcile loop will not add it back), then asks it to
-// remove this server. It returns nil once the leader confirms.
+// as left (so its membership reconciler will not add it back), then asks
+// it to remove this server. It returns nil once the leader confirms.
 func (s *Server) askLeaderToRemove(ctx context.Context) error {
 	id, addr, err := s.leaderHTTP()
 	if err != nil {
@@ -254,7 +299,7 @@ func (s *Server) askLeaderToRemove(ctx context.Context) error {
 		}
 		return ErrNotLeader
 	}
-	cl := api.NewClient(addr, s.client)
+	cl := s.peers.api(addr)
 	cl.RetryNoLeader = 0
 	members, err := cl.Members(ctx)
 	if err != nil {
@@ -289,12 +334,13 @@ func (s *Server) inRaftConfig(id string) bool {
 // ID returns the node ID.
 func (s *Server) ID() string { return s.config.NodeID }
 
-// now reads the server's wall clock (Config.Now).
-func (s *Server) now() time.Time {
-	if s.config.Now != nil {
-		return s.config.Now()
-	}
-	return time.Now()
+// now reads the server's wall clock (Config.Now, Config.Clock).
+func (s *Server) now() time.Time { return s.clock.Now() }
+
+// leaderID returns the node ID of the leader this server knows, or "".
+func (s *Server) leaderID() string {
+	_, id := s.raft.LeaderWithID()
+	return string(id)
 }
 
 // HTTPAddr returns the bound HTTP API address.

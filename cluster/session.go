@@ -53,8 +53,9 @@ type agentSession struct {
 	recordedCh    chan struct{}
 }
 
-// serveConn runs one agent connection to its end.
-func (a *agentServer) serveConn(conn *quic.Conn) {
+// serveConn runs one agent connection to its end. srvCtx is the agent
+// server's context.
+func (a *agentServer) serveConn(srvCtx context.Context, conn *quic.Conn) {
 	ctx := conn.Context()
 	var stream *quic.Stream
 	err := a.handshake(ctx, conn, &stream)
@@ -68,11 +69,13 @@ func (a *agentServer) serveConn(conn *quic.Conn) {
 		// agent: closing the connection at once would discard it. Finish
 		// the stream and give the agent a moment to read it and hang up.
 		stream.Close()
+		linger := a.clock.NewTimer(time.Second)
 		select {
 		case <-ctx.Done():
-		case <-a.s.shutdownCh:
-		case <-time.After(time.Second):
+		case <-srvCtx.Done():
+		case <-linger.C():
 		}
+		linger.Stop()
 	}
 	conn.CloseWithError(code, reason)
 }
@@ -110,8 +113,9 @@ func (a *agentServer) handshake(ctx context.Context, conn *quic.Conn, streamOut 
 }
 
 func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Reader) error {
-	a, srv := sess.a, sess.a.s
-	now := srv.now()
+	a := sess.a
+	cfg := a.cfg
+	now := a.clock.Now()
 
 	// Resume the session if the token is valid for this device and session;
 	// otherwise start a new one, which needs the agent's inventory.
@@ -143,24 +147,24 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 	sess.logger = sess.logger.With("session", sessionString(sess.id))
 
 	// Never answer with a desired state older than what the agent holds.
-	if srv.fsm.Read().Revision() < sess.acked && !a.waitForRevision(ctx, sess.acked) {
+	if a.state.Read().Revision() < sess.acked && !a.waitForRevision(ctx, sess.acked) {
 		return sess.lagging(sess.acked)
 	}
 	// welcome is the state the Welcome speaks of: the agent holds its
 	// desired state, or pulls it.
-	welcome := srv.fsm.Read()
+	welcome := a.state.Read()
 	if rec, err := welcome.Device(nil, sess.deviceID); err == nil {
 		sess.reportSeq = rec.ReportSeq
 	}
 	token := a.keyring.Load().Seal(wire.Claims{
 		SessionID: sess.id, DeviceID: sess.deviceID, IssuedAt: now,
-		ExpiresAt: now.Add(srv.config.TokenLifetime), LastAckRevision: sess.acked,
+		ExpiresAt: now.Add(cfg.TokenLifetime), LastAckRevision: sess.acked,
 	})
 	if err := sess.write(&wire.Welcome{
 		Major: wire.ProtocolMajor, Minor: wire.ProtocolMinor,
-		ServerID: srv.config.NodeID, SessionID: sess.id, ResumeToken: token,
+		ServerID: cfg.NodeID, SessionID: sess.id, ResumeToken: token,
 		DesiredRevision: welcome.Revision(), AcceptedReportSeq: sess.reportSeq,
-		ServerTimeUnixNano: now.UnixNano(), PullInterval: srv.config.PullInterval,
+		ServerTimeUnixNano: now.UnixNano(), PullInterval: cfg.PullInterval,
 	}); err != nil {
 		return err
 	}
@@ -255,18 +259,18 @@ func (sess *agentSession) write(m wire.Message) error {
 
 // lagging sends the agent elsewhere: this replica is behind rev.
 func (sess *agentSession) lagging(rev uint64) error {
-	have := sess.a.s.fsm.Read().Revision()
-	reason := fmt.Sprintf("server %s is at revision %d, behind the agent's %d", sess.a.s.config.NodeID, have, rev)
+	have := sess.a.state.Read().Revision()
+	reason := fmt.Sprintf("server %s is at revision %d, behind the agent's %d", sess.a.cfg.NodeID, have, rev)
 	sess.write(&wire.GoAway{Code: wire.CodeLagging, Reason: reason, RetryAfter: time.Second, Redirect: sess.a.redirects()})
 	return flushAndClose(wire.CloseLagging, reason)
 }
 
 func (sess *agentSession) handlePull(ctx context.Context, p *wire.Pull) error {
-	srv := sess.a.s
-	if srv.fsm.Read().Revision() < p.KnownRevision && !sess.a.waitForRevision(ctx, p.KnownRevision) {
+	a := sess.a
+	if a.state.Read().Revision() < p.KnownRevision && !a.waitForRevision(ctx, p.KnownRevision) {
 		return sess.lagging(p.KnownRevision)
 	}
-	read := srv.fsm.Read()
+	read := a.state.Read()
 	desired, err := sess.a.planner.Desired(read, sess.labels)
 	if err != nil {
 		return closeWith(wire.CloseInternalError, "compute desired state: %v", err)
@@ -385,7 +389,7 @@ func (sess *agentSession) handleReport(ctx context.Context, m *wire.Report) erro
 	if done {
 		return sess.write(&wire.ReportAck{Seq: seq})
 	}
-	if err := sess.a.s.deliverReport(ctx, sess.deviceID, sess.labels, m); err != nil {
+	if err := sess.a.reports.deliverReport(ctx, sess.deviceID, sess.labels, m); err != nil {
 		// Not acknowledged: the agent keeps the report and resends it.
 		sess.logger.Warn("report not recorded", "seq", m.Seq, "error", err)
 		return nil
@@ -422,12 +426,12 @@ func (sess *agentSession) register(welcome *fsm.Read) {
 	if base != nil && sess.fp == (scheduler.Digest{}) {
 		sess.notified, sess.fp = base.Revision, base.Fingerprint()
 	}
-	sess.registered, sess.registeredAt = true, time.Now()
+	sess.registered, sess.registeredAt = true, sess.a.clock.Mono()
 	sess.mu.Unlock()
 	// notifyLoop takes its list of sessions after reading the state: a
 	// change committed after the read below finds the session in that list.
 	sess.a.add(sess)
-	sess.maybeNotify(sess.a.s.fsm.Read(), map[string]*scheduler.DesiredState{})
+	sess.maybeNotify(sess.a.state.Read(), map[string]*scheduler.DesiredState{})
 }
 
 // maybeNotify pushes Notify if the session's desired state changed as of
@@ -469,7 +473,8 @@ func (sess *agentSession) maybeNotify(read *fsm.Read, byLabels map[string]*sched
 // stream: the writes of a device whose link went silent block (flow and
 // congestion control) until its connection times out, and notifyLoop
 // serves every session. At most one Notify per session is in flight; one
-// asked for meanwhile follows it, with the latest revision.
+// asked for meanwhile follows it, with the latest revision. The goroutine
+// writing it is the agent server's, which waits for it.
 func (sess *agentSession) notify(rev uint64) {
 	sess.mu.Lock()
 	sess.notifyRev = max(sess.notifyRev, rev)
@@ -479,7 +484,7 @@ func (sess *agentSession) notify(rev uint64) {
 	}
 	sess.notifying = true
 	sess.mu.Unlock()
-	go func() {
+	sess.a.wg.Go(func() {
 		for {
 			sess.mu.Lock()
 			rev := sess.notifyRev
@@ -498,7 +503,7 @@ func (sess *agentSession) notify(rev uint64) {
 			}
 			sess.mu.Unlock()
 		}
-	}()
+	})
 }
 
 func effectiveName(e wire.Effective) string {
@@ -529,8 +534,8 @@ func labelsKey(labels map[string]string) string {
 }
 
 // recordedHere reports whether the replica's record of the device names
-// this connection as connected.
-func (sess *agentSession) recordedHere(rec *fsm.DeviceRecord) bool {
-	return rec != nil && rec.Connected && rec.Server == sess.a.s.config.NodeID && rec.Conn == sess.connID &&
+// this connection, on server self, as connected.
+func (sess *agentSession) recordedHere(rec *fsm.DeviceRecord, self string) bool {
+	return rec != nil && rec.Connected && rec.Server == self && rec.Conn == sess.connID &&
 		rec.SessionID == sessionString(sess.id)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/meteor-edge/meteor/fsm"
 )
@@ -21,8 +22,9 @@ const maxSessionBatch = 1024
 // order: one server's events for one device commit in the order they
 // were queued.
 type sessionRecorder struct {
-	s    *Server
-	kick chan struct{}
+	propose      proposer
+	applyTimeout time.Duration
+	kick         chan struct{}
 	// entries and events count Raft entries committed and the events in
 	// them.
 	entries, events atomic.Uint64
@@ -36,8 +38,16 @@ type pendingSession struct {
 	done chan error
 }
 
-func newSessionRecorder(s *Server) *sessionRecorder {
-	return &sessionRecorder{s: s, kick: make(chan struct{}, 1)}
+// proposer commits a command through Raft from any server: on the leader
+// directly, elsewhere by forwarding it to the leader (Server.apply). A
+// rejection by the state machine is in ApplyResult.Err. The session
+// recorder and the status owner commit through it.
+type proposer interface {
+	apply(ctx context.Context, t fsm.MessageType, req any) (fsm.ApplyResult, uint64, error)
+}
+
+func newSessionRecorder(p proposer, applyTimeout time.Duration) *sessionRecorder {
+	return &sessionRecorder{propose: p, applyTimeout: applyTimeout, kick: make(chan struct{}, 1)}
 }
 
 // record queues one event and waits for its commit. If ctx ends first the
@@ -74,8 +84,9 @@ func (r *sessionRecorder) recordAll(ctx context.Context, reqs []fsm.DeviceSessio
 	return first
 }
 
-func (r *sessionRecorder) loop() {
-	defer r.s.wg.Done()
+// Run commits queued events until ctx ends; events still queued then
+// fail.
+func (r *sessionRecorder) Run(ctx context.Context) error {
 	for {
 		r.mu.Lock()
 		n := min(len(r.queue), maxSessionBatch)
@@ -83,11 +94,11 @@ func (r *sessionRecorder) loop() {
 		r.queue = append(r.queue[:0:0], r.queue[n:]...)
 		r.mu.Unlock()
 		if n > 0 {
-			r.commit(batch)
+			r.commit(ctx, batch)
 			continue
 		}
 		select {
-		case <-r.s.shutdownCh:
+		case <-ctx.Done():
 			r.mu.Lock()
 			queued := r.queue
 			r.queue = nil
@@ -95,19 +106,19 @@ func (r *sessionRecorder) loop() {
 			for _, p := range queued {
 				p.done <- errors.New("server shutting down")
 			}
-			return
+			return nil
 		case <-r.kick:
 		}
 	}
 }
 
-func (r *sessionRecorder) commit(batch []*pendingSession) {
+func (r *sessionRecorder) commit(ctx context.Context, batch []*pendingSession) {
 	req := &fsm.DeviceSessionBatchRequest{Sessions: make([]fsm.DeviceSessionRequest, len(batch))}
 	for i, p := range batch {
 		req.Sessions[i] = p.req
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.s.config.ApplyTimeout)
-	res, _, err := r.s.apply(ctx, fsm.DeviceSessionBatchType, req)
+	ctx, cancel := context.WithTimeout(ctx, r.applyTimeout)
+	res, _, err := r.propose.apply(ctx, fsm.DeviceSessionBatchType, req)
 	cancel()
 	if err == nil {
 		err = res.Err

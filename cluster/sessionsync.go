@@ -4,7 +4,10 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/meteor-edge/meteor/fsm"
 )
@@ -23,10 +26,24 @@ import (
 // recorded once the cluster has a leader again.
 //
 // Whatever differs when a pass starts goes into one group commit through
-// the sessionRecorder, so a reconnect storm costs a few Raft entries.
+// the sessionRecorder (a sessionCommitter), so a reconnect storm costs a
+// few Raft entries. It reads the replica's records through a stateReader,
+// stamps records with its clock's wall time and measures how long ended
+// sessions are watched on its monotonic readings.
 type sessionSync struct {
-	a    *agentServer
-	kick chan struct{}
+	self         string // this server's node ID
+	logger       hclog.Logger
+	clock        Clock
+	state        stateReader
+	records      sessionCommitter
+	interval     time.Duration // SessionCheckInterval
+	applyTimeout time.Duration
+	rerecords    *atomic.Uint64 // sessions recorded again (agentCounters)
+	kick         chan struct{}
+	// beforeCommit, if set, runs before sessionSync commits session
+	// records; an error it returns fails that commit (fault injection:
+	// a commit lost in an election).
+	beforeCommit atomic.Pointer[func([]fsm.DeviceSessionRequest) error]
 
 	mu    sync.Mutex
 	live  map[string][]*agentSession // device → its sessions here, oldest first; guarded by mu
@@ -54,9 +71,17 @@ const (
 	syncRetryMax = time.Second
 )
 
-func newSessionSync(a *agentServer) *sessionSync {
+// sessionCommitter commits session events as group commits and waits for
+// them (sessionRecorder.recordAll).
+type sessionCommitter interface {
+	recordAll(ctx context.Context, reqs []fsm.DeviceSessionRequest) error
+}
+
+func newSessionSync(cfg *Config, logger hclog.Logger, clock Clock, state stateReader, records sessionCommitter, rerecords *atomic.Uint64) *sessionSync {
 	return &sessionSync{
-		a: a, kick: make(chan struct{}, 1),
+		self: cfg.NodeID, logger: logger, clock: clock, state: state, records: records,
+		interval: cfg.SessionCheckInterval, applyTimeout: cfg.ApplyTimeout, rerecords: rerecords,
+		kick: make(chan struct{}, 1),
 		live: map[string][]*agentSession{}, ended: map[string]endedSession{}, dirty: map[string]struct{}{},
 	}
 }
@@ -83,7 +108,7 @@ func (y *sessionSync) changed(sess *agentSession) {
 // disconnected (unless another server or connection took over).
 func (y *sessionSync) stopped(sess *agentSession) {
 	sess.mu.Lock()
-	e := endedSession{sessionID: sessionString(sess.id), conn: sess.connID, labels: sess.labels, acked: sess.acked, at: time.Now()}
+	e := endedSession{sessionID: sessionString(sess.id), conn: sess.connID, labels: sess.labels, acked: sess.acked, at: y.clock.Mono()}
 	sess.mu.Unlock()
 	y.mu.Lock()
 	defer y.mu.Unlock()
@@ -105,40 +130,32 @@ func (y *sessionSync) markLocked(device string) {
 	}
 }
 
-func (y *sessionSync) run() {
-	defer y.a.wg.Done()
-	srv := y.a.s
-	full := time.NewTicker(srv.config.SessionCheckInterval)
+// Run keeps the records true until ctx ends. A stopping server's sessions
+// end unrecorded; their owners see the silence.
+func (y *sessionSync) Run(ctx context.Context) error {
+	full := y.clock.NewTicker(y.interval)
 	defer full.Stop()
 	backoff := time.Duration(0)
 	for {
-		var retry <-chan time.Time
 		if backoff > 0 {
-			t := time.NewTimer(backoff)
-			retry = t.C
-			select {
-			case <-srv.shutdownCh:
-				t.Stop()
-				return
-			case <-retry:
+			if !sleep(y.clock, backoff, ctx.Done()) {
+				return nil
 			}
 		} else {
 			select {
-			case <-srv.shutdownCh:
-				return
+			case <-ctx.Done():
+				return nil
 			case <-y.kick:
-			case <-full.C:
+			case <-full.C():
 				y.markAll()
 			}
 		}
-		if err := y.pass(); err != nil {
-			select {
-			case <-srv.shutdownCh:
-				return // a stopping server's sessions end unrecorded; owners see the silence
-			default:
+		if err := y.pass(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
 			}
 			backoff = min(max(2*backoff, syncRetryMin), syncRetryMax)
-			y.a.logger.Warn("could not record device sessions; retrying", "in", backoff, "error", err)
+			y.logger.Warn("could not record device sessions; retrying", "in", backoff, "error", err)
 			continue
 		}
 		backoff = 0
@@ -158,11 +175,10 @@ func (y *sessionSync) markAll() {
 
 // pass compares the dirty devices' records with the live table and commits
 // the differences. On failure the devices stay dirty.
-func (y *sessionSync) pass() error {
-	srv := y.a.s
-	self := srv.config.NodeID
-	read := srv.fsm.Read()
-	now := srv.now().UnixNano()
+func (y *sessionSync) pass(ctx context.Context) error {
+	self := y.self
+	read := y.state.Read()
+	now := y.clock.Now().UnixNano()
 
 	y.mu.Lock()
 	devices := make([]string, 0, len(y.dirty))
@@ -185,14 +201,15 @@ func (y *sessionSync) pass() error {
 				Server: self, Conn: sess.connID, Connected: true, AckedRevision: acked, Time: now,
 			}
 			sess.mu.Unlock()
-			if sess.recordedHere(rec) && rec.AckedRevision >= acked {
+			if sess.recordedHere(rec, self) && rec.AckedRevision >= acked {
 				sess.markAttempted(acked, true)
 				continue
 			}
-			if rec != nil && sess.wasRecorded() {
+			if rec != nil && sess.wasRecorded() && !sess.recordedHere(rec, self) {
 				// Recorded before and lost since: another server's late
-				// write, or a commit the replica lost.
-				y.a.stats.rerecords.Add(1)
+				// write, or a commit the replica lost. (A record that
+				// only lags the acknowledged revision is not lost.)
+				y.rerecords.Add(1)
 			}
 			reqs = append(reqs, req)
 			recording = append(recording, sess)
@@ -204,12 +221,12 @@ func (y *sessionSync) pass() error {
 			continue
 		}
 		if rec == nil || !rec.Connected || rec.Server != self || rec.Conn != e.conn || rec.SessionID != e.sessionID {
-			if time.Since(e.at) > endedKeep {
+			if y.clock.Mono().Sub(e.at) > endedKeep {
 				delete(y.ended, dev) // nothing of it left to correct
 			}
 			continue
 		}
-		e.at = time.Now()
+		e.at = y.clock.Mono()
 		y.ended[dev] = e
 		reqs = append(reqs, fsm.DeviceSessionRequest{
 			ID: dev, Labels: e.labels, SessionID: e.sessionID,
@@ -221,14 +238,14 @@ func (y *sessionSync) pass() error {
 		return nil
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), srv.config.ApplyTimeout)
+	ctx, cancel := context.WithTimeout(ctx, y.applyTimeout)
 	defer cancel()
 	var err error
-	if hook := y.a.beforeSessionCommit.Load(); hook != nil {
+	if hook := y.beforeCommit.Load(); hook != nil {
 		err = (*hook)(reqs)
 	}
 	if err == nil {
-		err = srv.sessionRec.recordAll(ctx, reqs)
+		err = y.records.recordAll(ctx, reqs)
 	}
 	for i, sess := range recording {
 		sess.markAttempted(acks[i], err == nil)

@@ -35,8 +35,8 @@ func TestLostDisconnectIsRecorded(t *testing.T) {
 		}
 		return nil
 	}
-	s.agents.beforeSessionCommit.Store(&hook)
-	t.Cleanup(func() { s.agents.beforeSessionCommit.Store(nil) })
+	s.agents.sync.beforeCommit.Store(&hook)
+	t.Cleanup(func() { s.agents.sync.beforeCommit.Store(nil) })
 
 	ag.stop()
 	stopped := time.Now()

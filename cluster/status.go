@@ -24,17 +24,28 @@ import (
 // acknowledged only once its transition is committed; a report that
 // changes nothing commits nothing.
 //
-// Goroutines: batchLoop commits queued transitions when BatchSize are
-// queued or the oldest has waited BatchInterval; evalLoop re-classifies
-// the owned devices every EvalInterval, which is how silence becomes
-// "unreachable" and a lack of progress "stuck".
+// Goroutines: Run owns batchLoop, which commits queued transitions when
+// BatchSize are queued or the oldest has waited BatchInterval, and
+// evalLoop, which re-classifies the owned devices every EvalInterval: that
+// is how silence becomes "unreachable" and a lack of progress "stuck".
+//
+// It reads the local replica (stateReader), commits through a proposer,
+// learns which devices it owns from an ownerView, and measures silences
+// and batch ages on its clock's monotonic readings (Clock.Mono, which
+// wall clock steps do not move) while it stamps with the wall clock.
 type statusOwner struct {
-	s       *Server
+	self    string // this server's node ID
 	logger  hclog.Logger
 	classes scheduler.Classes
-	// mono is the local clock silences are measured on (time.Now, whose
-	// monotonic reading ignores wall clock steps); tests replace it.
-	mono func() time.Time
+	clock   Clock
+	state   stateReader
+	propose proposer
+	owners  ownerView
+	planner *scheduler.Planner
+
+	batchSize                   int
+	batchInterval, evalInterval time.Duration
+	applyTimeout                time.Duration
 
 	mu      sync.Mutex
 	queue   []*queuedTransition     // guarded by mu
@@ -82,17 +93,33 @@ type queuedTransition struct {
 	err error
 }
 
-func newStatusOwner(s *Server) *statusOwner {
+// stateReader reads the local replica of the state machine (*fsm.FSM).
+// Reads from it are stale reads.
+type stateReader interface {
+	Read() *fsm.Read
+}
+
+// ownerView says which alive servers may own devices, as this server's
+// gossip view has it (Server.ownerCandidates).
+type ownerView interface {
+	ownerCandidates() []ownerCandidate
+}
+
+func newStatusOwner(cfg *Config, logger hclog.Logger, clock Clock, state stateReader, p proposer, owners ownerView, planner *scheduler.Planner) *statusOwner {
 	return &statusOwner{
-		s: s, logger: s.logger.Named("status"), classes: s.config.Classes, mono: time.Now,
+		self: cfg.NodeID, logger: logger, classes: cfg.Classes, clock: clock,
+		state: state, propose: p, owners: owners, planner: planner,
+		batchSize: cfg.StatusBatchSize, batchInterval: cfg.StatusBatchInterval,
+		evalInterval: cfg.StatusEvalInterval, applyTimeout: cfg.ApplyTimeout,
 		devices: map[string]*ownedDevice{}, kick: make(chan struct{}, 1),
 	}
 }
 
-func (o *statusOwner) start() {
-	o.s.wg.Add(2)
-	go o.batchLoop()
-	go o.evalLoop()
+// Run commits and evaluates until ctx ends; transitions still queued then
+// fail, and the reports waiting on them stay unacknowledged.
+func (o *statusOwner) Run(ctx context.Context) error {
+	runAll(func() { o.batchLoop(ctx) }, func() { o.evalLoop(ctx) })
+	return nil
 }
 
 // owned returns the device's state on this owner, loading the committed
@@ -101,7 +128,7 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 	d, ok := o.devices[id]
 	rec, err := read.Device(nil, id)
 	if !ok {
-		d = &ownedDevice{heard: o.mono()}
+		d = &ownedDevice{heard: o.clock.Mono()}
 		if err == nil {
 			d.rec = *rec
 			d.heardOf = factsOf(rec)
@@ -118,7 +145,7 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 	}
 	if err == nil {
 		if f := factsOf(rec); f != d.heardOf {
-			d.heardOf, d.heard = f, o.mono()
+			d.heardOf, d.heard = f, o.clock.Mono()
 		}
 		// Facts the session servers commit (connection, labels, acks) come
 		// from the replica; reports merged here but not yet committed stay.
@@ -128,7 +155,7 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 		if rec.ReportSeq > d.rec.ReportSeq {
 			d.rec.ReportSeq, d.rec.Resources = rec.ReportSeq, rec.Resources
 		}
-		if rec.StatusOwner != "" && rec.StatusOwner != o.s.config.NodeID && rec.StatusIndex > d.basis {
+		if rec.StatusOwner != "" && rec.StatusOwner != o.self && rec.StatusIndex > d.basis {
 			// Another server committed a status while it took itself to be
 			// the owner (ownership moving): judge from that status on, or
 			// the state machine refuses this owner's transitions as stale.
@@ -154,12 +181,12 @@ func (o *statusOwner) waitRecorded(ctx context.Context, device string) error {
 	defer cancel()
 	for {
 		ws := memdb.NewWatchSet()
-		_, err := o.s.fsm.Read().Device(ws, device)
+		_, err := o.state.Read().Device(ws, device)
 		if !errors.Is(err, fsm.ErrNotFound) {
 			return err
 		}
 		if err := ws.WatchCtx(ctx); err != nil {
-			return fmt.Errorf("device %s has no committed session on %s yet", device, o.s.config.NodeID)
+			return fmt.Errorf("device %s has no committed session on %s yet", device, o.self)
 		}
 	}
 }
@@ -184,8 +211,8 @@ func (o *statusOwner) ingest(ctx context.Context, device string, labels map[stri
 	if err := o.waitRecorded(ctx, device); err != nil {
 		return fmt.Errorf("report %d not recorded: %w", rep.Seq, err)
 	}
-	now := o.s.now()
-	read := o.s.fsm.Read()
+	now := o.clock.Now()
+	read := o.state.Read()
 	o.mu.Lock()
 	d := o.ownedLocked(device, read)
 	if labels != nil {
@@ -222,7 +249,7 @@ func (o *statusOwner) ingest(ctx context.Context, device string, labels map[stri
 	d.rec.AgentStatus, d.rec.BlockedReason = rep.Status, rep.BlockedReason
 	d.rec.LastSeen = now.UnixNano()
 	d.rec.Connected = true
-	d.heard = o.mono()
+	d.heard = o.clock.Mono()
 	q, err := o.classifyLocked(d, read, now, contentChanged, func(tr *fsm.StatusTransition) {
 		tr.Seq, tr.Full, tr.Resources = rep.Seq, rep.Full, res
 		tr.AgentStatus, tr.BlockedReason = rep.Status, rep.BlockedReason
@@ -247,7 +274,7 @@ func (o *statusOwner) ingest(ctx context.Context, device string, labels map[stri
 // what is applied even though no status moved, as when a rollout's new
 // version lands between two reports). fill adds the report to it.
 func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Time, force bool, fill func(*fsm.StatusTransition)) (*queuedTransition, error) {
-	desired, err := o.s.devicePlanner().Desired(read, d.rec.Labels)
+	desired, err := o.planner.Desired(read, d.rec.Labels)
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +289,7 @@ func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Ti
 		// Silence is what this owner measured itself (see
 		// ownedDevice.heard), told in the frame of its wall clock.
 		cp := d.rec
-		cp.LastSeen = now.Add(-o.mono().Sub(d.heard)).UnixNano()
+		cp.LastSeen = now.Add(-o.clock.Mono().Sub(d.heard)).UnixNano()
 		judged = &cp
 	}
 	st := scheduler.Classify(view, judged, o.classes, classOf, now, d.mark)
@@ -303,7 +330,7 @@ func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Ti
 	if fill != nil {
 		fill(&tr)
 	}
-	q := &queuedTransition{tr: tr, at: time.Now(), fin: make(chan struct{})}
+	q := &queuedTransition{tr: tr, at: o.clock.Mono(), fin: make(chan struct{})}
 	o.queue = append(o.queue, q)
 	select {
 	case o.kick <- struct{}{}:
@@ -312,47 +339,45 @@ func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Ti
 	return q, nil
 }
 
-func (o *statusOwner) batchLoop() {
-	defer o.s.wg.Done()
-	cfg := o.s.config
-	timer := time.NewTimer(time.Hour)
+func (o *statusOwner) batchLoop(ctx context.Context) {
+	timer := o.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		o.mu.Lock()
 		var batch []*queuedTransition
 		wait := time.Hour
 		if n := len(o.queue); n > 0 {
-			if age := time.Since(o.queue[0].at); n >= cfg.StatusBatchSize || age >= cfg.StatusBatchInterval {
-				take := min(n, cfg.StatusBatchSize)
+			if age := o.clock.Mono().Sub(o.queue[0].at); n >= o.batchSize || age >= o.batchInterval {
+				take := min(n, o.batchSize)
 				batch = append(batch, o.queue[:take]...)
 				o.queue = append(o.queue[:0:0], o.queue[take:]...)
 			} else {
-				wait = cfg.StatusBatchInterval - age
+				wait = o.batchInterval - age
 			}
 		}
 		o.mu.Unlock()
 		if len(batch) > 0 {
-			o.commit(batch)
+			o.commit(ctx, batch)
 			continue
 		}
 		timer.Reset(wait)
 		select {
-		case <-o.s.shutdownCh:
+		case <-ctx.Done():
 			o.failQueued(errors.New("server shutting down"))
 			return
 		case <-o.kick:
-		case <-timer.C:
+		case <-timer.C():
 		}
 	}
 }
 
-func (o *statusOwner) commit(batch []*queuedTransition) {
-	req := &fsm.StatusBatchRequest{Owner: o.s.config.NodeID, Transitions: make([]fsm.StatusTransition, len(batch))}
+func (o *statusOwner) commit(ctx context.Context, batch []*queuedTransition) {
+	req := &fsm.StatusBatchRequest{Owner: o.self, Transitions: make([]fsm.StatusTransition, len(batch))}
 	for i, q := range batch {
 		req.Transitions[i] = q.tr
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), o.s.config.ApplyTimeout)
-	res, _, err := o.s.apply(ctx, fsm.StatusBatchType, req)
+	ctx, cancel := context.WithTimeout(ctx, o.applyTimeout)
+	res, _, err := o.propose.apply(ctx, fsm.StatusBatchType, req)
 	cancel()
 	if err == nil {
 		err = res.Err
@@ -393,29 +418,28 @@ func (o *statusOwner) failQueued(err error) {
 
 // evalLoop re-classifies every device this server owns, so that silence
 // and lack of progress become transitions without any report arriving.
-func (o *statusOwner) evalLoop() {
-	defer o.s.wg.Done()
-	ticker := time.NewTicker(o.s.config.StatusEvalInterval)
+func (o *statusOwner) evalLoop(ctx context.Context) {
+	ticker := o.clock.NewTicker(o.evalInterval)
 	defer ticker.Stop()
 	for {
 		select {
-		case <-o.s.shutdownCh:
+		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 		}
-		if err := o.evaluate(o.s.now()); err != nil {
+		if err := o.evaluate(o.clock.Now()); err != nil {
 			o.logger.Warn("evaluate owned devices", "error", err)
 		}
 	}
 }
 
 func (o *statusOwner) evaluate(now time.Time) error {
-	read := o.s.fsm.Read()
+	read := o.state.Read()
 	recs, err := read.Devices(nil)
 	if err != nil {
 		return err
 	}
-	owners := o.s.ownerCandidates()
+	owners := o.owners.ownerCandidates()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	mine := map[string]bool{}
@@ -424,7 +448,7 @@ func (o *statusOwner) evaluate(now time.Time) error {
 		alive[c.ID] = true
 	}
 	for _, rec := range recs {
-		if ownerOf(rec.ID, rec.Labels["region"], owners) != o.s.config.NodeID {
+		if ownerOf(rec.ID, rec.Labels["region"], owners) != o.self {
 			continue
 		}
 		mine[rec.ID] = true

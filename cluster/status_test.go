@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -188,17 +187,13 @@ func TestOwnerLossLosesNoTransition(t *testing.T) {
 // itself gone the class's threshold, on its own monotonic clock, without
 // hearing of it.
 func TestSkewedLastSeenIsNotSilence(t *testing.T) {
+	clock := &steppedClock{}
 	c := newTestCluster(t, 1, withFastStatus(func(cfg *Config) {
 		cfg.StatusEvalInterval = time.Hour // evaluate only when the test says
+		cfg.Clock = clock
 	}))
 	s := c.waitLeader()
-	var mu sync.Mutex
-	elapsed := time.Duration(0)
-	base := time.Now()
-	s.status.mu.Lock()
-	s.status.mono = func() time.Time { mu.Lock(); defer mu.Unlock(); return base.Add(elapsed) }
-	s.status.mu.Unlock()
-	advance := func(d time.Duration) { mu.Lock(); elapsed += d; mu.Unlock() }
+	advance := clock.advance
 
 	c.propose(simpleIntent("motd", "v1"))
 	now := time.Now()

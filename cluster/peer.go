@@ -1,0 +1,152 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/fsm"
+)
+
+// peerClient makes this server's requests to other servers: the internal
+// endpoints (/v1/internal/self, /v1/internal/apply, /v1/internal/report),
+// the API requests a follower forwards to the leader, and the member calls
+// of a leave. Every one of them goes through it, so the scheme
+// (Config.PeerScheme) and the HTTP client (Config.PeerClient, with its
+// TLS configuration) are chosen in one place.
+type peerClient struct {
+	scheme string
+	hc     *http.Client
+	self   string // this server's node ID
+	secret []byte // Config.ClusterSecret, signs request bodies
+}
+
+func newPeerClient(cfg *Config) *peerClient {
+	hc := cfg.PeerClient
+	if hc == nil {
+		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}
+	}
+	scheme := cfg.PeerScheme
+	if scheme == "" {
+		scheme = "http"
+	}
+	return &peerClient{scheme: scheme, hc: hc, self: cfg.NodeID, secret: cfg.ClusterSecret}
+}
+
+// base is the URL of the server whose HTTP API is at addr.
+func (p *peerClient) base(addr string) *url.URL { return &url.URL{Scheme: p.scheme, Host: addr} }
+
+// api returns an API client for the server at addr.
+func (p *peerClient) api(addr string) *api.Client {
+	return api.NewClient(p.base(addr).String(), p.hc)
+}
+
+func (p *peerClient) close() { p.hc.CloseIdleConnections() }
+
+// sign returns the signature of a request body under the cluster secret.
+func (p *peerClient) sign(body []byte) string {
+	m := hmac.New(sha256.New, p.secret)
+	m.Write(body)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// post sends a signed server-to-server request.
+func (p *peerClient) post(ctx context.Context, addr, path string, body []byte) (*http.Response, error) {
+	u := p.base(addr)
+	u.Path = path
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(headerSignature, p.sign(body))
+	req.Header.Set(headerForwarded, p.self)
+	return p.hc.Do(req)
+}
+
+// status fetches a peer's own view (/v1/internal/self).
+func (p *peerClient) status(ctx context.Context, addr string) (*selfStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	u := p.base(addr)
+	u.Path = "/v1/internal/self"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s answered %s", addr, resp.Status)
+	}
+	var st selfStatus
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return nil, fmt.Errorf("decode status from %s: %w", addr, err)
+	}
+	return &st, nil
+}
+
+// apply has the leader at addr commit an encoded command
+// (/v1/internal/apply). A rejection by the state machine is an *api.Error
+// in ApplyResult.Err.
+func (p *peerClient) apply(ctx context.Context, addr string, t fsm.MessageType, data []byte) (fsm.ApplyResult, uint64, error) {
+	resp, err := p.post(ctx, addr, "/v1/internal/apply", data)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return fsm.ApplyResult{}, 0, fmt.Errorf("%w: cannot reach the leader at %s: %v", ErrNoLeader, addr, err)
+		}
+		return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: fmt.Errorf("forward %s to the leader: %w", t, err)}
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		e := &api.Error{StatusCode: resp.StatusCode}
+		if json.Unmarshal(body, e) != nil || e.Message == "" {
+			return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: fmt.Errorf("leader answered %s: %s", resp.Status, bytes.TrimSpace(body))}
+		}
+		return fsm.ApplyResult{}, 0, e
+	}
+	var ar applyResponse
+	if err := json.Unmarshal(body, &ar); err != nil {
+		return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: fmt.Errorf("decode leader's answer: %w", err)}
+	}
+	res := fsm.ApplyResult{Revision: ar.Revision}
+	if ar.Rejected != nil {
+		ar.Rejected.StatusCode = statusOf(ar.Rejected.Code)
+		res.Err = ar.Rejected
+	}
+	return res, ar.Index, nil
+}
+
+// report hands a device's report to its owner at addr
+// (/v1/internal/report) and returns once the owner has made it durable.
+func (p *peerClient) report(ctx context.Context, owner, addr string, fr *forwardedReport) error {
+	body, err := json.Marshal(fr)
+	if err != nil {
+		return err
+	}
+	resp, err := p.post(ctx, addr, "/v1/internal/report", body)
+	if err != nil {
+		return fmt.Errorf("forward report of %s to its owner %s: %w", fr.Device, owner, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("owner %s refused the report of %s: %s: %s", owner, fr.Device, resp.Status, bytes.TrimSpace(msg))
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package cluster
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/wire"
+)
+
+// TestPeerClientTakesTheScheme: every internal request goes to the scheme
+// and through the HTTP client of the configuration, here HTTPS with the
+// test server's certificate, and the signed ones carry the signature and
+// this server's name.
+func TestPeerClientTakesTheScheme(t *testing.T) {
+	secret := []byte("a cluster secret of 32 bytes....")
+	var mu sync.Mutex
+	var paths []string
+	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		if r.Method == http.MethodPost {
+			if r.Header.Get(headerForwarded) != "s1" || r.Header.Get(headerSignature) == "" {
+				http.Error(w, "unsigned", http.StatusForbidden)
+				return
+			}
+		}
+		switch r.URL.Path {
+		case "/v1/internal/self":
+			writeJSON(w, http.StatusOK, &selfStatus{Node: "s2", LastIndex: 7})
+		case "/v1/internal/apply":
+			writeJSON(w, http.StatusOK, applyResponse{Revision: 3, Index: 9})
+		case "/v1/internal/report":
+			writeJSON(w, http.StatusOK, map[string]uint64{"seq": 1})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer ts.Close()
+	addr := strings.TrimPrefix(ts.URL, "https://")
+
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.ClusterSecret = "s1", secret
+	cfg.PeerScheme, cfg.PeerClient = "https", ts.Client()
+	p := newPeerClient(&cfg)
+	defer p.close()
+	ctx := context.Background()
+
+	st, err := p.status(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Node != "s2" || st.LastIndex != 7 {
+		t.Fatalf("status %+v", st)
+	}
+	res, index, err := p.apply(ctx, addr, fsm.PutIntentType, []byte{byte(fsm.PutIntentType)})
+	if err != nil || res.Revision != 3 || index != 9 {
+		t.Fatalf("apply: revision %d, index %d, %v", res.Revision, index, err)
+	}
+	rep := &wire.Report{Seq: 1}
+	if err := p.report(ctx, "s2", addr, &forwardedReport{Device: "d", Report: rep.Append(nil)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.api(addr).Addr(); got != ts.URL {
+		t.Fatalf("API client at %s, want %s", got, ts.URL)
+	}
+	want := []string{"GET /v1/internal/self", "POST /v1/internal/apply", "POST /v1/internal/report"}
+	mu.Lock()
+	diff := cmp.Diff(want, paths)
+	mu.Unlock()
+	if diff != "" {
+		t.Fatalf("requests (-want +got):\n%s", diff)
+	}
+
+	// Without a scheme the requests are plain HTTP, which a TLS server
+	// refuses.
+	plain := newPeerClient(&Config{NodeID: "s1"})
+	defer plain.close()
+	if got := plain.base(addr).String(); got != "http://"+addr {
+		t.Fatalf("default base %s", got)
+	}
+	if _, err := plain.status(ctx, addr); err == nil {
+		t.Fatal("plain HTTP to a TLS server succeeded")
+	}
+}

@@ -1,0 +1,148 @@
+package cluster
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/scheduler"
+	"github.com/meteor-edge/meteor/wire"
+)
+
+// Unit tests of the status owner without a cluster: a state machine in
+// memory committed to by a localProposer, a fixed ownership view, and the
+// fake clock of testing/synctest.
+
+var euLabels = map[string]string{"region": "eu"}
+
+// runUnitStatusOwner runs a status owner, "s1", the only server, on an
+// in-memory state machine holding one intent and the given devices,
+// connected to another server. stop ends it.
+func runUnitStatusOwner(t *testing.T, devices ...string) (p *localProposer, o *statusOwner, stop func()) {
+	t.Helper()
+	p = newLocalProposer(t)
+	p.mustApply(t, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: simpleIntent("motd", "v1"), Time: time.Now().UnixNano()})
+	for _, id := range devices {
+		connectDevice(t, p, id, true)
+	}
+	cfg := DefaultConfig()
+	cfg.NodeID = "s1"
+	withFastStatus(nil)(&cfg)
+	o = newStatusOwner(&cfg, hclog.NewNullLogger(), SystemClock{}, p.state, p,
+		fixedOwners{{ID: "s1", Region: "eu"}}, scheduler.NewPlanner())
+	return p, o, runComponent(t, o.Run)
+}
+
+// connectDevice commits a device's session as another server would.
+func connectDevice(t *testing.T, p *localProposer, id string, connected bool) {
+	t.Helper()
+	p.mustApply(t, fsm.DeviceSessionType, &fsm.DeviceSessionRequest{
+		ID: id, Labels: euLabels, SessionID: "s", Server: "s2", Conn: "c", Connected: connected, Time: time.Now().UnixNano(),
+	})
+}
+
+func convergedReport(seq uint64) *wire.Report {
+	return &wire.Report{Seq: seq, Full: true, Status: "converged", Resources: []wire.ResourceReport{{
+		Key: "motd/motd", AppliedDigest: wire.Digest{1}, AppliedRevision: 1, Effective: wire.EffectiveOK,
+	}}}
+}
+
+// TestStatusOwnerCommitsReportsInBatches: reports arriving within the
+// batch interval share one Raft entry, and each is acknowledged (ingest
+// returns) only once that entry is committed.
+func TestStatusOwnerCommitsReportsInBatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, o, stop := runUnitStatusOwner(t, "dev-a", "dev-b")
+		defer stop()
+
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i, id := range []string{"dev-a", "dev-b"} {
+			wg.Go(func() { errs[i] = o.ingest(context.Background(), id, euLabels, convergedReport(4)) })
+		}
+		synctest.Wait()
+		if n := p.committed(fsm.StatusBatchType); n != 0 {
+			t.Fatalf("%d status entries committed before the batch interval passed", n)
+		}
+		wg.Wait() // the fake clock moves on to the end of the batch interval
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n, e, tr := p.committed(fsm.StatusBatchType), o.entries.Load(), o.transitions.Load(); n != 1 || e != 1 || tr != 2 {
+			t.Fatalf("%d status entries committed, owner counts %d entries and %d transitions; want 1, 1, 2", n, e, tr)
+		}
+		for _, id := range []string{"dev-a", "dev-b"} {
+			rec, err := p.state.Read().Device(nil, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.ReportSeq != 4 || rec.StatusOwner != "s1" || rec.Status == "" {
+				t.Fatalf("%s: seq %d, owner %q, status %q", id, rec.ReportSeq, rec.StatusOwner, rec.Status)
+			}
+		}
+	})
+}
+
+// TestStatusOwnerSilenceBecomesUnreachable: a disconnected device that is
+// not heard of for its class's threshold, measured on the owner's own
+// clock, is committed as unreachable by the periodic evaluation.
+func TestStatusOwnerSilenceBecomesUnreachable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, _, stop := runUnitStatusOwner(t, "dev-quiet")
+		defer stop()
+		connectDevice(t, p, "dev-quiet", false)
+
+		status := func() *fsm.DeviceRecord {
+			t.Helper()
+			rec, err := p.state.Read().Device(nil, "dev-quiet")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rec
+		}
+		time.Sleep(500 * time.Millisecond) // half the threshold (withFastStatus: 1 s)
+		synctest.Wait()
+		if rec := status(); rec.Status == scheduler.StatusUnreachable {
+			t.Fatalf("unreachable after half the threshold: %q", rec.StatusReason)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if rec := status(); rec.Status != scheduler.StatusUnreachable || !strings.Contains(rec.StatusReason, "no contact for") {
+			t.Fatalf("status %q (%q) after 2.5 s of silence, want unreachable", rec.Status, rec.StatusReason)
+		}
+	})
+}
+
+// TestStatusOwnerFailedCommitIsNotAcknowledged: a report whose transition
+// cannot be committed is not acknowledged, and the same report sent again
+// once commits succeed is committed then.
+func TestStatusOwnerFailedCommitIsNotAcknowledged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, o, stop := runUnitStatusOwner(t, "dev-a")
+		defer stop()
+
+		p.setFail(func(mt fsm.MessageType) bool { return mt == fsm.StatusBatchType })
+		if err := o.ingest(context.Background(), "dev-a", euLabels, convergedReport(2)); err == nil {
+			t.Fatal("a report whose commit failed was acknowledged")
+		}
+		p.setFail(nil)
+		if err := o.ingest(context.Background(), "dev-a", euLabels, convergedReport(2)); err != nil {
+			t.Fatalf("the report sent again: %v", err)
+		}
+		rec, err := p.state.Read().Device(nil, "dev-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.ReportSeq != 2 {
+			t.Fatalf("report seq %d committed, want 2", rec.ReportSeq)
+		}
+	})
+}
