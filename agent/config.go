@@ -51,8 +51,9 @@ type Config struct {
 	// directory (driver.Config.Root), for demos and tests; empty means the
 	// real paths. Ignored when Drivers is set.
 	Root string
-	// ExecPolicy, if set, decides which programs exec resources may run
-	// (driver.AllowPrograms); nil allows every program. Ignored when
+	// ExecPolicy decides which programs exec resources may run and which
+	// env variables their specs may set (driver.ExecPolicy); the zero
+	// value allows every program and no spec variable. Ignored when
 	// Drivers is set.
 	ExecPolicy driver.ExecPolicy
 

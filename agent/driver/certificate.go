@@ -27,11 +27,12 @@ const (
 // Certificate is the "certificate" driver: a certificate and private key
 // pair on disk, and the certificate a local TLS port actually serves.
 //
-// Spec: certPath and keyPath (absolute, placed under Config.Root), cert
-// and key (PEM; cert may carry a chain after the leaf). Apply checks that
-// the key matches the certificate and writes the key (0600) and then the
-// certificate (0644), each atomically; a crash between the two is seen by
-// Current and repaired by the next Apply.
+// Spec: certPath and keyPath (absolute, resolved beneath Config.Root
+// without following links out of it), cert and key (PEM; cert may carry
+// a chain after the leaf). Apply checks that the key matches the
+// certificate and writes the key (0600) and then the certificate (0644),
+// each atomically; a crash between the two is seen by Current and
+// repaired by the next Apply.
 //
 // Probe: with probe.address (host:port) and optional probe.serverName
 // and probe.timeout, dial TLS without verification (only what is served
@@ -53,7 +54,7 @@ func NewCertificate(cfg Config) *Certificate {
 }
 
 type certSpec struct {
-	certPath, keyPath string // resolved under root
+	certPath, keyPath rootedPath
 	certPEM, keyPEM   []byte
 	leaf              *x509.Certificate
 	fingerprint       string // hex sha256 of the leaf DER
@@ -64,7 +65,7 @@ func (d *Certificate) parse(r intent.Resource) (certSpec, error) {
 	var s certSpec
 	for _, f := range []struct {
 		key string
-		dst *string
+		dst *rootedPath
 	}{{"certPath", &s.certPath}, {"keyPath", &s.keyPath}} {
 		p, err := requireString(r, r.Spec, f.key)
 		if err != nil {
@@ -222,7 +223,7 @@ func (d *Certificate) Apply(ctx context.Context, r intent.Resource) error {
 		if err := writeFileAtomic(s.keyPath, s.keyPEM, keyFileMode); err != nil {
 			return fmt.Errorf("certificate resource %q: key: %w", r.ID, err)
 		}
-		d.logger.Debug("wrote key", "resource", r.ID, "path", s.keyPath)
+		d.logger.Debug("wrote key", "resource", r.ID, "path", s.keyPath.String())
 	}
 	cf, err := readFile(s.certPath, false)
 	if err != nil {
@@ -232,7 +233,7 @@ func (d *Certificate) Apply(ctx context.Context, r intent.Resource) error {
 		if err := writeFileAtomic(s.certPath, s.certPEM, certFileMode); err != nil {
 			return fmt.Errorf("certificate resource %q: certificate: %w", r.ID, err)
 		}
-		d.logger.Debug("wrote certificate", "resource", r.ID, "path", s.certPath, "fingerprint", short(s.fingerprint))
+		d.logger.Debug("wrote certificate", "resource", r.ID, "path", s.certPath.String(), "fingerprint", short(s.fingerprint))
 	}
 	return nil
 }

@@ -29,8 +29,12 @@
 //
 // A Registry maps type names to drivers and is built from a Config that
 // carries the dependencies: a Clock (used by "sim" and for certificate
-// validity), a Root directory that confines the absolute paths of "file"
-// and "certificate" resources, a logger, and an optional exec policy.
+// validity), a Root directory beneath which the absolute paths of "file"
+// and "certificate" resources are resolved (os.Root: links out of it are
+// refused), a logger, and an exec policy (which programs may run, which
+// env variables a spec may set; commands never inherit the agent's
+// environment). docs/security.md says what an intent can make a device do
+// and how a site narrows it.
 //
 // Spec validation is owned by package fsm/intent; drivers still check the
 // fields they use and return errors wrapping ErrInvalidSpec, which callers

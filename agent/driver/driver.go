@@ -92,8 +92,9 @@ var (
 	ErrInvalidSpec = errors.New("invalid resource spec")
 	// ErrUnknownType is returned by Registry.Lookup for an unregistered type.
 	ErrUnknownType = errors.New("unknown resource type")
-	// ErrNotAllowed is returned when the exec policy refuses a command.
-	ErrNotAllowed = errors.New("command not allowed by exec policy")
+	// ErrNotAllowed is returned when the exec policy refuses a command or
+	// an env variable. It is terminal, like ErrInvalidSpec.
+	ErrNotAllowed = errors.New("not allowed by exec policy")
 )
 
 // Clock is the time source of the drivers. The sim driver waits on it and
@@ -113,34 +114,6 @@ func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d
 // is the bubble's fake clock.
 func SystemClock() Clock { return systemClock{} }
 
-// ExecPolicy decides whether the exec driver may run argv (check, apply or
-// probe command). It returns nil to allow; a refusal is wrapped with
-// ErrNotAllowed.
-type ExecPolicy func(argv []string) error
-
-// AllowPrograms returns an ExecPolicy that allows only the listed programs,
-// compared exactly with argv[0] (so list absolute paths, e.g. "/bin/sh").
-// Note that allowing a shell allows whatever the shell runs.
-func AllowPrograms(programs ...string) ExecPolicy {
-	allowed := make(map[string]bool, len(programs))
-	for _, p := range programs {
-		allowed[p] = true
-	}
-	return func(argv []string) error {
-		if len(argv) == 0 || !allowed[argv[0]] {
-			return fmt.Errorf("program %q is not in the allow-list", first(argv))
-		}
-		return nil
-	}
-}
-
-func first(argv []string) string {
-	if len(argv) == 0 {
-		return ""
-	}
-	return argv[0]
-}
-
 // Config carries the dependencies of the built-in drivers.
 type Config struct {
 	// Clock is the time source of the sim and certificate drivers; nil
@@ -149,17 +122,18 @@ type Config struct {
 	Clock Clock
 	// Root prefixes the absolute paths of file and certificate resources:
 	// path "/etc/x" becomes Root+"/etc/x". Empty means the real paths.
-	// Root confines paths for tests and the simulator; it is not a
-	// security boundary (symbolic links inside it are followed). Exec
-	// commands are not confined by Root.
+	// Paths are resolved beneath Root (os.Root): a symbolic link inside
+	// it may lead elsewhere inside it, but one leading out of it (or any
+	// absolute link) makes the read or write fail. Exec commands are not
+	// confined by Root.
 	Root string
 	// Logger receives debug logs of each driver, named "driver.<type>";
 	// nil means no logs.
 	Logger hclog.Logger
-	// ExecPolicy, when set, is consulted before the exec driver runs any
-	// command; nil allows every command. The control plane is trusted to
-	// send commands; a policy is defence in depth for devices that must
-	// only ever run a known set of programs.
+	// ExecPolicy narrows what the exec driver runs: which programs, and
+	// which variables a spec's env may set. The zero value allows every
+	// program and no spec variable (commands get the base environment
+	// only). See ExecPolicy and docs/security.md.
 	ExecPolicy ExecPolicy
 	// Sim is the simulated device the sim driver acts on; nil means a
 	// fresh empty device seeded with 1. The fleet simulator passes one
@@ -168,13 +142,16 @@ type Config struct {
 }
 
 // DefaultConfig returns a Config for a real device: system clock, real
-// paths, no logs, every command allowed.
+// paths, no logs, every program allowed, no spec env variables.
 func DefaultConfig() Config { return Config{} }
 
 // Validate reports whether the config is usable.
 func (c Config) Validate() error {
 	if c.Root != "" && !filepath.IsAbs(c.Root) {
 		return fmt.Errorf("driver config: root %q must be absolute", c.Root)
+	}
+	if err := c.ExecPolicy.Validate(); err != nil {
+		return fmt.Errorf("driver config: %w", err)
 	}
 	return nil
 }

@@ -102,14 +102,26 @@ func TestEffectiveResultString(t *testing.T) {
 }
 
 func TestAllowPrograms(t *testing.T) {
-	p := AllowPrograms("/bin/sh")
-	if err := p([]string{"/bin/sh", "-c", "true"}); err != nil {
+	rules := AllowPrograms("/bin/sh").compile()
+	if _, err := rules.resolveCommand("/bin/sh", defaultExecPath); err != nil {
 		t.Errorf("allowed program refused: %v", err)
 	}
-	for _, argv := range [][]string{{"sh"}, {"/bin/rm", "-rf", "/"}, nil} {
-		if err := p(argv); err == nil {
-			t.Errorf("policy allowed %q", argv)
+	if _, err := rules.resolveCommand("sh", defaultExecPath); err != nil {
+		t.Errorf("allowed program found in PATH refused: %v", err)
+	}
+	for _, argv0 := range []string{"/bin/rm", "rm", "./sh"} {
+		if _, err := rules.resolveCommand(argv0, defaultExecPath); err == nil {
+			t.Errorf("policy allowed %q", argv0)
 		}
+	}
+	if err := AllowPrograms("bin/sh").Validate(); err == nil {
+		t.Error("relative program accepted")
+	}
+	if err := AllowPrograms("/no/such/program").Validate(); err == nil {
+		t.Error("missing program accepted")
+	}
+	if err := (ExecPolicy{Env: []string{"A=B"}}).Validate(); err == nil {
+		t.Error("invalid env name accepted")
 	}
 }
 

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
-	"sort"
 	"strings"
 	"time"
 
@@ -31,7 +29,11 @@ const (
 //
 // Spec: check and apply (argv lists, no shell unless argv runs one),
 // optional timeout (Go duration, default 30s, bounding each command run)
-// and optional env (extra variables on top of the agent's environment).
+// and optional env (variables added to BaseEnv; each name must be allowed
+// by ExecPolicy.Env, or the resource is refused with ErrNotAllowed). The
+// agent's own environment is never passed on. argv[0] is looked up in the
+// command's PATH and resolved through symbolic links; the resolved file
+// is what runs, and what ExecPolicy.Programs is checked against.
 // Check exiting 0 means the device is already in the desired state and
 // apply is skipped; otherwise apply runs, and then check must pass. On
 // timeout or cancellation the whole process group is killed. Probe:
@@ -43,20 +45,22 @@ const (
 // Processes that leave the process group (setsid, daemons) are not
 // tracked and survive a timeout.
 type Exec struct {
-	policy ExecPolicy
+	rules  execRules
 	logger hclog.Logger
 }
 
-// NewExec returns the exec driver configured by cfg.
+// NewExec returns the exec driver configured by cfg. The policy's
+// programs are resolved now; one that cannot be resolved allows nothing
+// (Config.Validate reports it).
 func NewExec(cfg Config) *Exec {
 	cfg = cfg.withDefaults()
-	return &Exec{policy: cfg.ExecPolicy, logger: cfg.Logger.Named("driver.exec")}
+	return &Exec{rules: cfg.ExecPolicy.compile(), logger: cfg.Logger.Named("driver.exec")}
 }
 
 type execSpec struct {
 	check, apply []string
 	timeout      time.Duration
-	env          []string // KEY=value, sorted
+	env          []string // BaseEnv, then the spec's KEY=value sorted by name
 }
 
 func (d *Exec) parse(r intent.Resource) (execSpec, error) {
@@ -83,13 +87,11 @@ func (d *Exec) parse(r intent.Resource) (execSpec, error) {
 	if err != nil {
 		return s, err
 	}
-	for k, v := range env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return s, specErr(r, "env name %q is invalid", k)
-		}
-		s.env = append(s.env, k+"="+v)
+	if s.env, err = d.rules.environment(env); errors.Is(err, ErrNotAllowed) {
+		return s, fmt.Errorf("exec resource %q: %w", r.ID, err)
+	} else if err != nil {
+		return s, specErr(r, "%v", err)
 	}
-	sort.Strings(s.env)
 	return s, nil
 }
 
@@ -188,18 +190,20 @@ func (d *Exec) Probe(ctx context.Context, r intent.Resource) (Effective, error) 
 // the outcome ("exit status 1: <output tail>"). err is set when the
 // command was refused, could not start, timed out or was cancelled.
 func (d *Exec) run(ctx context.Context, r intent.Resource, what string, argv, env []string, timeout time.Duration) (ok bool, detail string, err error) {
-	if d.policy != nil {
-		if err := d.policy(argv); err != nil {
-			return false, "", fmt.Errorf("exec resource %q: %s command: %w: %w", r.ID, what, ErrNotAllowed, err)
-		}
+	path, err := d.rules.resolveCommand(argv[0], envValue(env, "PATH"))
+	if err != nil {
+		return false, "", fmt.Errorf("exec resource %q: %s command: %w", r.ID, what, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return false, "", fmt.Errorf("exec resource %q: %s command: %w", r.ID, what, err)
 	}
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(tctx, argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
+	// Run the resolved file, so that a link swapped after the check
+	// cannot change what runs; argv[0] stays as written, for the program.
+	cmd := exec.CommandContext(tctx, path, argv[1:]...)
+	cmd.Args[0] = argv[0]
+	cmd.Env = env
 	out := &tailBuffer{max: outputTail}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = execWaitDelay

@@ -119,7 +119,7 @@ func TestExecApplyFailures(t *testing.T) {
 
 func TestExecEnvAndProbeCommand(t *testing.T) {
 	dir := t.TempDir()
-	d := NewExec(Config{Logger: testLogger(t)})
+	d := NewExec(Config{Logger: testLogger(t), ExecPolicy: ExecPolicy{Env: []string{"WANT"}}})
 	ctx := t.Context()
 	r := intent.Resource{ID: "env", Type: "exec",
 		Spec: map[string]any{

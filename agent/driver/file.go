@@ -20,10 +20,11 @@ const defaultFileMode fs.FileMode = 0o644
 // File is the "file" driver: a regular file with given content and mode,
 // written atomically.
 //
-// Spec: path (absolute, placed under Config.Root), exactly one of content
-// (string) or contentBase64, and optional mode (octal string such as
-// "0644", default 0644, permission bits only). The default and only probe
-// reads the file back and compares its sha256 and mode.
+// Spec: path (absolute, resolved beneath Config.Root without following
+// links out of it), exactly one of content (string) or contentBase64,
+// and optional mode (octal string such as "0644", default 0644,
+// permission bits only). The default and only probe reads the file back
+// and compares its sha256 and mode.
 type File struct {
 	root   string
 	logger hclog.Logger
@@ -37,7 +38,7 @@ func NewFile(cfg Config) *File {
 
 // fileSpec is a parsed file spec.
 type fileSpec struct {
-	path    string // resolved under root
+	path    rootedPath
 	content []byte
 	sum     [sha256.Size]byte
 	mode    fs.FileMode
@@ -150,13 +151,13 @@ func (d *File) Apply(ctx context.Context, r intent.Resource) error {
 		return fmt.Errorf("file resource %q: %w", r.ID, err)
 	}
 	if fi.present && fi.sum == s.sum && fi.mode == s.mode {
-		d.logger.Debug("already converged", "resource", r.ID, "path", s.path)
+		d.logger.Debug("already converged", "resource", r.ID, "path", s.path.String())
 		return nil
 	}
 	if err := writeFileAtomic(s.path, s.content, s.mode); err != nil {
 		return fmt.Errorf("file resource %q: %w", r.ID, err)
 	}
-	d.logger.Debug("wrote file", "resource", r.ID, "path", s.path, "mode", formatMode(s.mode))
+	d.logger.Debug("wrote file", "resource", r.ID, "path", s.path.String(), "mode", formatMode(s.mode))
 	return nil
 }
 

@@ -157,19 +157,16 @@ func scalarString(v any) (string, error) {
 	}
 }
 
-// resolvePath checks that p is absolute and places it under root.
-func resolvePath(r intent.Resource, root, key, p string) (string, error) {
+// resolvePath checks that p is absolute and places it beneath root.
+func resolvePath(r intent.Resource, root, key, p string) (rootedPath, error) {
 	if !filepath.IsAbs(p) {
-		return "", specErr(r, "%s %q must be absolute", key, p)
+		return rootedPath{}, specErr(r, "%s %q must be absolute", key, p)
 	}
 	p = filepath.Clean(p)
 	if p == "/" {
-		return "", specErr(r, "%s must name a file, not /", key)
+		return rootedPath{}, specErr(r, "%s must name a file, not /", key)
 	}
-	if root == "" {
-		return p, nil
-	}
-	return filepath.Join(root, p), nil
+	return rootedPath{root: root, rel: p[1:]}, nil
 }
 
 // short abbreviates a hex digest for messages.

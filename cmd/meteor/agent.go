@@ -20,7 +20,7 @@ import (
 
 func newAgentCmd() *cobra.Command {
 	cfg := agent.DefaultConfig()
-	var servers, labelList, deviceID, caFile, certFile, keyFile, logLevel, execAllow string
+	var servers, labelList, deviceID, caFile, certFile, keyFile, logLevel, execAllow, execEnvAllow string
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the device agent",
@@ -31,7 +31,8 @@ drift, and report what is applied and effective.
 The device identity is the device certificate (meteor ca issue-device);
 --device-id must repeat the ID in it, as a check that the right certificate
 is installed. --root confines the paths of file and certificate resources
-under a directory, for demos and tests. See docs/agent.md.`,
+beneath a directory; --exec-allow and --exec-env-allow narrow what exec
+resources may run. See docs/agent.md and docs/security.md.`,
 		Example: `  meteor agent --servers 10.0.0.1:8473,10.0.1.1:8473 --device-id store-42-router \
     --data-dir /var/lib/meteor-agent --labels region=eu,site=store-42 \
     --ca-file pki/ca.pem --cert-file pki/device-store-42-router.pem \
@@ -74,14 +75,8 @@ under a directory, for demos and tests. See docs/agent.md.`,
 			}
 			cfg.AgentVersion = "meteor-agent " + cluster.Version
 			cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "meteor", Level: hclog.LevelFromString(logLevel), Output: os.Stderr})
-			if execAllow != "" {
-				programs := strings.Split(execAllow, ",")
-				for _, p := range programs {
-					if !filepath.IsAbs(p) {
-						return fmt.Errorf("--exec-allow: %q is not an absolute path", p)
-					}
-				}
-				cfg.ExecPolicy = driver.AllowPrograms(programs...)
+			if cfg.ExecPolicy, err = parseExecPolicy(execAllow, execEnvAllow); err != nil {
+				return err
 			}
 			a, err := agent.New(cfg)
 			if err != nil {
@@ -100,8 +95,9 @@ under a directory, for demos and tests. See docs/agent.md.`,
 	f.StringVar(&caFile, "ca-file", "", "PEM file of the cluster CA (required)")
 	f.StringVar(&certFile, "cert-file", "", "PEM file of the device certificate (required)")
 	f.StringVar(&keyFile, "key-file", "", "PEM file of the device key (required)")
-	f.StringVar(&cfg.Root, "root", "", "confine file and certificate resource paths under this directory (demos, tests)")
-	f.StringVar(&execAllow, "exec-allow", "", "comma-separated absolute paths of the only programs exec resources may run (default: any)")
+	f.StringVar(&cfg.Root, "root", "", "confine file and certificate resource paths beneath this directory; links out of it are refused")
+	f.StringVar(&execAllow, "exec-allow", "", "comma-separated absolute paths of the only programs exec resources may run, compared after resolving links (default: any)")
+	f.StringVar(&execEnvAllow, "exec-env-allow", "", "comma-separated names (or PREFIX_*) of the env variables exec resources may set; loader and interpreter variables only by exact name (default: none)")
 	f.DurationVar(&cfg.PullInterval, "pull-interval", cfg.PullInterval, "how often to pull without a push, unless the server says otherwise")
 	f.DurationVar(&cfg.ReportInterval, "report-interval", cfg.ReportInterval, "longest time between two reports")
 	f.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "how often applied resources are re-checked for drift and probed")
@@ -132,6 +128,29 @@ func loadDeviceTLS(caFile, certFile, keyFile string) (*x509.CertPool, tls.Certif
 		return nil, tls.Certificate{}, fmt.Errorf("device certificate %s and key %s: %w", certFile, keyFile, err)
 	}
 	return roots, cert, nil
+}
+
+// parseExecPolicy builds the exec policy of --exec-allow and
+// --exec-env-allow (comma-separated lists), resolving the programs now.
+func parseExecPolicy(execAllow, execEnvAllow string) (driver.ExecPolicy, error) {
+	var p driver.ExecPolicy
+	for _, l := range []struct {
+		flag, value string
+		dst         *[]string
+	}{{"--exec-allow", execAllow, &p.Programs}, {"--exec-env-allow", execEnvAllow, &p.Env}} {
+		for _, e := range strings.Split(l.value, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				*l.dst = append(*l.dst, e)
+			}
+		}
+	}
+	if err := (driver.ExecPolicy{Programs: p.Programs}).Validate(); err != nil {
+		return p, fmt.Errorf("--exec-allow: %w", err)
+	}
+	if err := (driver.ExecPolicy{Env: p.Env}).Validate(); err != nil {
+		return p, fmt.Errorf("--exec-env-allow: %w", err)
+	}
+	return p, nil
 }
 
 // parseLabelFlag parses "k=v,k2=v2".

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/meteor-edge/meteor/agent/driver"
 	"github.com/meteor-edge/meteor/cluster/pki"
 )
 
@@ -67,5 +68,24 @@ func TestParseLabelFlag(t *testing.T) {
 	}
 	if _, err := parseLabelFlag("a=1,a=2"); err == nil {
 		t.Error("duplicate label accepted")
+	}
+}
+
+func TestParseExecPolicy(t *testing.T) {
+	p, err := parseExecPolicy("/bin/sh, /bin/true", "APP_MODE, SITE_*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := driver.ExecPolicy{Programs: []string{"/bin/sh", "/bin/true"}, Env: []string{"APP_MODE", "SITE_*"}}
+	if diff := cmp.Diff(want, p); diff != "" {
+		t.Error(diff)
+	}
+	if p, err := parseExecPolicy("", ""); err != nil || len(p.Programs)+len(p.Env) != 0 {
+		t.Errorf("empty flags = %+v, %v; want the zero policy", p, err)
+	}
+	for _, bad := range [][2]string{{"bin/sh", ""}, {"/no/such/program", ""}, {"", "A=B"}} {
+		if _, err := parseExecPolicy(bad[0], bad[1]); err == nil {
+			t.Errorf("parseExecPolicy(%q, %q) accepted", bad[0], bad[1])
+		}
 	}
 }
