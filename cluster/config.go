@@ -55,6 +55,13 @@ type Config struct {
 	AgentAddr string
 	// AgentTLS holds the cluster CA and this server's certificate.
 	AgentTLS *AgentTLS
+	// PeerTLS, if set, runs Raft over mutual TLS: servers accept and dial
+	// only servers with a certificate of the cluster CA, a server is
+	// added to the Raft configuration (or bootstrapped with) only after
+	// its certificate proved the node ID gossip announced for it, and a
+	// dialled server must prove the node ID the configuration has at its
+	// address. nil means plain TCP (docs/security.md).
+	PeerTLS *PeerTLS
 	// ClusterSecret, shared by every server, derives the keys of resume
 	// tokens and TLS session tickets, and signs server-to-server requests.
 	// At least 16 bytes; required with AgentAddr.

@@ -140,6 +140,25 @@ type raftMembership interface {
 	RemoveServer(id raft.ServerID, prevIndex uint64, timeout time.Duration) raft.IndexFuture
 }
 
+// peerVerifier proves a server's identity by its certificate before the
+// server takes part in Raft (tlsLayer); nil without Config.PeerTLS.
+type peerVerifier interface {
+	verify(addr raft.ServerAddress, id string) error
+	expectConfiguration(raft.Configuration)
+}
+
+// verifyPeer checks, if v is set, that the server at addr holds the
+// certificate of node ID id. Gossip metadata alone never makes a voter.
+func verifyPeer(v peerVerifier, addr, id string) error {
+	if v == nil {
+		return nil
+	}
+	if err := v.verify(raft.ServerAddress(addr), id); err != nil {
+		return fmt.Errorf("identity of %s at %s not proven: %w", id, addr, err)
+	}
+	return nil
+}
+
 // memberSource lists the servers gossip knows (eventDelegate).
 type memberSource interface {
 	members() []member
@@ -154,6 +173,7 @@ type membershipReconciler struct {
 	clock        Clock
 	raft         raftMembership
 	gossip       memberSource
+	peers        peerVerifier // nil without PeerTLS
 	events       <-chan struct{}
 	interval     time.Duration
 	applyTimeout time.Duration
@@ -162,8 +182,17 @@ type membershipReconciler struct {
 func (s *Server) membership() *membershipReconciler {
 	return &membershipReconciler{
 		logger: s.logger, self: s.config.NodeID, clock: s.clock, raft: s.raft, gossip: s.gossip,
+		peers:  s.peerVerifier(),
 		events: s.eventCh, interval: s.config.ReconcileInterval, applyTimeout: s.config.ApplyTimeout,
 	}
+}
+
+// peerVerifier returns the Raft TLS layer, or nil without PeerTLS.
+func (s *Server) peerVerifier() peerVerifier {
+	if s.rparts == nil || s.rparts.tls == nil {
+		return nil
+	}
+	return s.rparts.tls
 }
 
 func (r *membershipReconciler) Name() string { return "membership" }
@@ -192,6 +221,9 @@ func (r *membershipReconciler) reconcile() {
 		r.logger.Warn("read raft configuration", "error", err)
 		return
 	}
+	if r.peers != nil {
+		r.peers.expectConfiguration(f.Configuration())
+	}
 	inConfig := map[string]raft.Server{}
 	for _, srv := range f.Configuration().Servers {
 		inConfig[string(srv.ID)] = srv
@@ -200,11 +232,19 @@ func (r *membershipReconciler) reconcile() {
 		srv, known := inConfig[m.ID]
 		switch {
 		case m.State == memberlist.StateAlive && !known && !m.Leaving:
+			if err := verifyPeer(r.peers, m.RaftAddr, m.ID); err != nil {
+				r.logger.Warn("not adding server", "peer", m.ID, "error", err)
+				continue
+			}
 			r.logger.Info("adding server to the raft configuration", "peer", m.ID, "raft", m.RaftAddr)
 			if err := r.raft.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, r.applyTimeout).Error(); err != nil {
 				r.logger.Warn("add server", "peer", m.ID, "error", err)
 			}
 		case m.State == memberlist.StateAlive && known && string(srv.Address) != m.RaftAddr:
+			if err := verifyPeer(r.peers, m.RaftAddr, m.ID); err != nil {
+				r.logger.Warn("not moving server", "peer", m.ID, "error", err)
+				continue
+			}
 			r.logger.Info("server changed its raft address", "peer", m.ID, "old", srv.Address, "new", m.RaftAddr)
 			if err := r.raft.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, r.applyTimeout).Error(); err != nil {
 				r.logger.Warn("update server address", "peer", m.ID, "error", err)
@@ -275,6 +315,14 @@ func (s *Server) tryBootstrap(ctx context.Context) (bool, error) {
 		if st.LastIndex > 0 {
 			s.logger.Info("found a server with raft state, waiting to be added to its cluster", "peer", m.ID)
 			return true, nil
+		}
+	}
+	for _, m := range alive {
+		if m.ID == s.config.NodeID {
+			continue
+		}
+		if err := verifyPeer(s.peerVerifier(), m.RaftAddr, m.ID); err != nil {
+			return false, err
 		}
 	}
 	slices.SortFunc(alive, func(a, b member) int { return strings.Compare(a.ID, b.ID) })

@@ -39,9 +39,10 @@ type LocalOptions struct {
 	// Agents makes every server serve device agents over QUIC on
 	// loopback, with a certificate from CA and ClusterSecret.
 	Agents bool
-	// CA issues the servers' certificates with Agents; nil means a new CA
-	// (see Local.CA). ClusterSecret is the shared secret; nil means a
-	// random one.
+	// CA issues the servers' certificates, with which they run Raft over
+	// mutual TLS (Config.PeerTLS) and serve agents; nil means a new CA
+	// (see Local.CA). ClusterSecret is the shared secret with Agents; nil
+	// means a random one.
 	CA            *pki.CA
 	ClusterSecret []byte
 	// Logger returns the logger of the server with the given node ID; nil
@@ -58,9 +59,10 @@ type LocalOptions struct {
 // scenarios and 'meteor dev' build their clusters with it. It is safe for
 // concurrent use.
 type Local struct {
-	opts    LocalOptions
-	ca      *pki.CA
-	secret  []byte
+	opts      LocalOptions
+	ca        *pki.CA
+	secret    []byte
+	gossipKey []byte
 	configs []Config // addresses resolved after each server's first start
 
 	mu      sync.Mutex
@@ -80,15 +82,16 @@ func StartLocal(ctx context.Context, opts LocalOptions) (*Local, error) {
 	if opts.IDPrefix == "" {
 		opts.IDPrefix = "s"
 	}
-	l := &Local{opts: opts, ca: opts.CA, secret: opts.ClusterSecret}
-	if opts.Agents {
-		if l.ca == nil {
-			ca, err := pki.NewCA("meteor local cluster", 24*time.Hour)
-			if err != nil {
-				return nil, fmt.Errorf("local cluster: %w", err)
-			}
-			l.ca = ca
+	l := &Local{opts: opts, ca: opts.CA, secret: opts.ClusterSecret, gossipKey: make([]byte, 32)}
+	rand.Read(l.gossipKey)
+	if l.ca == nil {
+		ca, err := pki.NewCA("meteor local cluster", 24*time.Hour)
+		if err != nil {
+			return nil, fmt.Errorf("local cluster: %w", err)
 		}
+		l.ca = ca
+	}
+	if opts.Agents {
 		if l.secret == nil {
 			l.secret = make([]byte, 32)
 			rand.Read(l.secret)
@@ -121,11 +124,13 @@ func (l *Local) config(i int) (Config, error) {
 		return net.JoinHostPort("127.0.0.1", strconv.Itoa(l.opts.BasePort+10*i+off))
 	}
 	c.HTTPAddr, c.RaftAddr, c.GossipAddr = port(0), port(1), port(2)
+	cert, err := l.ca.IssueServer(c.NodeID, []string{"127.0.0.1"})
+	if err != nil {
+		return c, err
+	}
+	c.PeerTLS = &PeerTLS{CAs: l.ca.Pool(), Certificate: cert}
+	c.GossipKey = l.gossipKey
 	if l.opts.Agents {
-		cert, err := l.ca.IssueServer(c.NodeID, []string{"127.0.0.1"})
-		if err != nil {
-			return c, err
-		}
 		c.AgentAddr = port(3)
 		c.AgentTLS = &AgentTLS{ClientCAs: l.ca.Pool(), Certificate: cert}
 		c.ClusterSecret = l.secret
@@ -317,9 +322,12 @@ func (l *Local) Alive() []int {
 	return out
 }
 
-// CA returns the CA that issued the servers' agent certificates, and
-// issues devices' (nil without Agents).
+// CA returns the CA that issued the servers' certificates, and issues
+// devices'.
 func (l *Local) CA() *pki.CA { return l.ca }
+
+// GossipKey returns the key the servers encrypt gossip with.
+func (l *Local) GossipKey() []byte { return l.gossipKey }
 
 // ClusterSecret returns the servers' shared secret (nil without Agents).
 func (l *Local) ClusterSecret() []byte { return l.secret }

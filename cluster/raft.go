@@ -121,7 +121,10 @@ type raftParts struct {
 	raft      *raft.Raft
 	store     *raftboltdb.BoltStore
 	transport *raft.NetworkTransport
-	hasState  bool
+	// tls is the mutual-TLS layer under the transport; nil without
+	// Config.PeerTLS.
+	tls      *tlsLayer
+	hasState bool
 }
 
 func (s *Server) setupRaft() (*raftParts, error) {
@@ -152,6 +155,10 @@ func (s *Server) setupRaft() (*raftParts, error) {
 	var layer raft.StreamLayer = tcpLayer{ln}
 	if s.config.RaftLayer != nil {
 		layer = s.config.RaftLayer(s.config.NodeID, ln)
+	}
+	if s.config.PeerTLS != nil {
+		p.tls = newTLSLayer(layer, s.config.PeerTLS)
+		layer = p.tls
 	}
 	p.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: layer, MaxPool: 3, Timeout: 10 * time.Second,

@@ -61,12 +61,21 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 				cfg.GossipKey = k
 			}
 			cfg.FSM.HistoryLimit = historyLimit
-			if cfg.AgentAddr != "" {
+			if cfg.AgentAddr != "" || certFile != "" {
+				// A server certificate serves agents and runs Raft over
+				// mutual TLS with the other servers.
 				t, secret, err := loadAgentTLS(caFile, certFile, keyFile, secretFile)
 				if err != nil {
-					return fmt.Errorf("--agent-addr: %w", err)
+					if cfg.AgentAddr != "" {
+						return fmt.Errorf("--agent-addr: %w", err)
+					}
+					return err
 				}
-				cfg.AgentTLS, cfg.ClusterSecret = t, secret
+				cfg.ClusterSecret = secret
+				cfg.PeerTLS = &cluster.PeerTLS{CAs: t.ClientCAs, Certificate: t.Certificate}
+				if cfg.AgentAddr != "" {
+					cfg.AgentTLS = t
+				}
 			} else if tlsDir != "" || cmd.Flags().Changed("cluster-secret-file") {
 				secret, err := readSecret(secretFile)
 				if err != nil {
@@ -114,7 +123,7 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 	f.StringVar(&cfg.AgentAddr, "agent-addr", "", "UDP address to serve device agents on (QUIC); needs the TLS flags below")
 	f.StringVar(&tlsDir, "tls-dir", "", "directory from 'meteor tls init': takes ca.pem, server-<node-id>.pem and its key, cluster.secret and gossip.key from it (flags naming a file override)")
 	f.StringVar(&caFile, "ca-file", "pki/ca.pem", "cluster CA certificate (PEM), which signs device certificates")
-	f.StringVar(&certFile, "cert-file", "", "this server's certificate (PEM), from 'meteor ca issue-server'")
+	f.StringVar(&certFile, "cert-file", "", "this server's certificate (PEM), from 'meteor tls init' or 'meteor ca issue-server': it serves agents and runs Raft over mutual TLS")
 	f.StringVar(&keyFile, "key-file", "", "this server's private key (PEM)")
 	f.StringVar(&secretFile, "cluster-secret-file", "pki/cluster.secret", "cluster secret shared by all servers (from 'meteor ca init')")
 	f.DurationVar(&cfg.PullInterval, "pull-interval", cfg.PullInterval, "how often agents are told to pull even without a push")
