@@ -81,7 +81,7 @@ type DeviceRecord struct {
 	LabelsIndex      uint64 `json:"labels_index,omitempty"`
 
 	CreateIndex uint64 `json:"create_index"`
-	ModifyIndex uint64            `json:"modify_index"`
+	ModifyIndex uint64 `json:"modify_index"`
 	// Revision is the cluster revision of the last change to the device's
 	// labels (which changes its desired state).
 	Revision  uint64 `json:"revision"`
