@@ -129,6 +129,15 @@ func (f *FSM) audit(txn *memdb.Txn, index uint64, t int64, actor Actor, action, 
 	return setMeta(txn, metaAuditCount, n)
 }
 
+// audited records a successful change in the audit log (see audit) and
+// returns its result.
+func (f *FSM) audited(txn *memdb.Txn, index uint64, t int64, actor Actor, action, target, summary string) (ApplyResult, error) {
+	if err := f.audit(txn, index, t, actor, action, target, summary); err != nil {
+		return ApplyResult{}, err
+	}
+	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+}
+
 func (f *FSM) applyMemberChange(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
 	var req MemberChangeRequest
 	if err := json.Unmarshal(body, &req); err != nil {
@@ -144,8 +153,5 @@ func (f *FSM) applyMemberChange(txn *memdb.Txn, index uint64, body []byte) (Appl
 	if req.Outcome != "" {
 		summary += ": " + req.Outcome
 	}
-	if err := f.audit(txn, index, req.Time, req.Actor, "member-"+req.Change, "member/"+req.Member, summary); err != nil {
-		return ApplyResult{}, err
-	}
-	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+	return f.audited(txn, index, req.Time, req.Actor, "member-"+req.Change, "member/"+req.Member, summary)
 }

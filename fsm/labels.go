@@ -73,10 +73,7 @@ func (f *FSM) applySetDeviceLabels(txn *memdb.Txn, index uint64, body []byte) (A
 		return ApplyResult{}, err
 	}
 	summary := fmt.Sprintf("labels %v", labels)
-	if err := f.audit(txn, index, req.Time, req.Actor, "set-device-labels", "device/"+req.ID, summary); err != nil {
-		return ApplyResult{}, err
-	}
-	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+	return f.audited(txn, index, req.Time, req.Actor, "set-device-labels", "device/"+req.ID, summary)
 }
 
 // setControlLabels makes labels the device's control-plane labels,

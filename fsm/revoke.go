@@ -59,10 +59,7 @@ func (f *FSM) applyRevokeDevice(txn *memdb.Txn, index uint64, body []byte) (Appl
 	if err := txn.Insert(tableRevoked, rec); err != nil {
 		return ApplyResult{}, err
 	}
-	if err := f.audit(txn, index, req.Time, req.Actor, "revoke-device", "device/"+req.ID, req.Reason); err != nil {
-		return ApplyResult{}, err
-	}
-	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+	return f.audited(txn, index, req.Time, req.Actor, "revoke-device", "device/"+req.ID, req.Reason)
 }
 
 func (f *FSM) applyUnrevokeDevice(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
@@ -81,10 +78,7 @@ func (f *FSM) applyUnrevokeDevice(txn *memdb.Txn, index uint64, body []byte) (Ap
 		return ApplyResult{}, err
 	}
 	summary := fmt.Sprintf("revoked at index %d", raw.(*RevokedDevice).Index)
-	if err := f.audit(txn, index, req.Time, req.Actor, "unrevoke-device", "device/"+req.ID, summary); err != nil {
-		return ApplyResult{}, err
-	}
-	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+	return f.audited(txn, index, req.Time, req.Actor, "unrevoke-device", "device/"+req.ID, summary)
 }
 
 // DeviceRevoked reports whether a device is revoked, with the revocation.
@@ -102,14 +96,5 @@ func (r *Read) DeviceRevoked(ws memdb.WatchSet, id string) (bool, *RevokedDevice
 
 // RevokedDevices lists every revocation, ordered by device ID.
 func (r *Read) RevokedDevices(ws memdb.WatchSet) ([]*RevokedDevice, error) {
-	it, err := r.txn.Get(tableRevoked, "id")
-	if err != nil {
-		return nil, fmt.Errorf("list revoked devices: %w", err)
-	}
-	r.watch(ws, it.WatchCh())
-	var out []*RevokedDevice
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		out = append(out, raw.(*RevokedDevice))
-	}
-	return out, nil
+	return readAll[*RevokedDevice](r, ws, tableRevoked)
 }

@@ -148,14 +148,19 @@ func (r *Read) Intent(ws memdb.WatchSet, name string) (*IntentRecord, error) {
 
 // Intents returns every current intent, ordered by name.
 func (r *Read) Intents(ws memdb.WatchSet) ([]*IntentRecord, error) {
-	it, err := r.txn.Get(tableIntents, "id")
+	return readAll[*IntentRecord](r, ws, tableIntents)
+}
+
+// readAll returns every record of table, in "id" order.
+func readAll[T any](r *Read, ws memdb.WatchSet, table string) ([]T, error) {
+	it, err := r.txn.Get(table, "id")
 	if err != nil {
-		return nil, fmt.Errorf("list intents: %w", err)
+		return nil, fmt.Errorf("list %s: %w", table, err)
 	}
 	r.watch(ws, it.WatchCh())
-	var out []*IntentRecord
+	var out []T
 	for raw := it.Next(); raw != nil; raw = it.Next() {
-		out = append(out, raw.(*IntentRecord))
+		out = append(out, raw.(T))
 	}
 	return out, nil
 }
@@ -228,16 +233,7 @@ func (r *Read) Device(ws memdb.WatchSet, id string) (*DeviceRecord, error) {
 
 // Devices returns every device, ordered by ID.
 func (r *Read) Devices(ws memdb.WatchSet) ([]*DeviceRecord, error) {
-	it, err := r.txn.Get(tableDevices, "id")
-	if err != nil {
-		return nil, fmt.Errorf("list devices: %w", err)
-	}
-	r.watch(ws, it.WatchCh())
-	var out []*DeviceRecord
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		out = append(out, raw.(*DeviceRecord))
-	}
-	return out, nil
+	return readAll[*DeviceRecord](r, ws, tableDevices)
 }
 
 // IntentsFor returns the current intents whose selector matches labels,

@@ -150,10 +150,7 @@ func (f *FSM) applyCreateToken(txn *memdb.Txn, index uint64, body []byte) (Apply
 		return ApplyResult{}, err
 	}
 	summary := fmt.Sprintf("%s token %q", req.Policy, req.Name)
-	if err := f.audit(txn, index, req.Time, req.Actor, "create-token", "token/"+req.Accessor, summary); err != nil {
-		return ApplyResult{}, err
-	}
-	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+	return f.audited(txn, index, req.Time, req.Actor, "create-token", "token/"+req.Accessor, summary)
 }
 
 func (f *FSM) applyRevokeToken(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
@@ -173,10 +170,7 @@ func (f *FSM) applyRevokeToken(txn *memdb.Txn, index uint64, body []byte) (Apply
 		return ApplyResult{}, err
 	}
 	summary := fmt.Sprintf("%s token %q", tok.Policy, tok.Name)
-	if err := f.audit(txn, index, req.Time, req.Actor, "revoke-token", "token/"+req.Accessor, summary); err != nil {
-		return ApplyResult{}, err
-	}
-	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+	return f.audited(txn, index, req.Time, req.Actor, "revoke-token", "token/"+req.Accessor, summary)
 }
 
 func (f *FSM) applyUseEnrollToken(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
@@ -258,14 +252,13 @@ func (r *Read) token(ws memdb.WatchSet, index, key string) (*TokenRecord, error)
 
 // Tokens lists every token without its secret hash, ordered by accessor.
 func (r *Read) Tokens(ws memdb.WatchSet) ([]TokenInfo, error) {
-	it, err := r.txn.Get(tableTokens, "id")
+	recs, err := readAll[*TokenRecord](r, ws, tableTokens)
 	if err != nil {
-		return nil, fmt.Errorf("list tokens: %w", err)
+		return nil, err
 	}
-	r.watch(ws, it.WatchCh())
-	var out []TokenInfo
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		out = append(out, raw.(*TokenRecord).TokenInfo)
+	out := make([]TokenInfo, len(recs))
+	for i, rec := range recs {
+		out[i] = rec.TokenInfo
 	}
 	return out, nil
 }
