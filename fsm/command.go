@@ -29,6 +29,21 @@ const (
 	// DeviceSessionBatchType records several device session events in one
 	// entry, in order, each as DeviceSessionType would.
 	DeviceSessionBatchType MessageType = 7
+	// CreateTokenType creates an operator or enroll token.
+	CreateTokenType MessageType = 8
+	// RevokeTokenType deletes a token.
+	RevokeTokenType MessageType = 9
+	// UseEnrollTokenType spends one use of an enroll token, enrolling a
+	// device with the token's labels.
+	UseEnrollTokenType MessageType = 10
+	// SetDeviceLabelsType sets a device's control-plane labels.
+	SetDeviceLabelsType MessageType = 11
+	// RevokeDeviceType revokes a device.
+	RevokeDeviceType MessageType = 12
+	// UnrevokeDeviceType undoes a device's revocation.
+	UnrevokeDeviceType MessageType = 13
+	// AuditMemberChangeType records a membership change in the audit log.
+	AuditMemberChangeType MessageType = 14
 
 	// IgnoreUnknownTypeFlag marks a command that older servers may skip
 	// rather than panic on. Set it only on commands whose loss cannot make
@@ -51,6 +66,20 @@ func (t MessageType) String() string {
 		return "status-batch"
 	case DeviceSessionBatchType:
 		return "device-session-batch"
+	case CreateTokenType:
+		return "create-token"
+	case RevokeTokenType:
+		return "revoke-token"
+	case UseEnrollTokenType:
+		return "use-enroll-token"
+	case SetDeviceLabelsType:
+		return "set-device-labels"
+	case RevokeDeviceType:
+		return "revoke-device"
+	case UnrevokeDeviceType:
+		return "unrevoke-device"
+	case AuditMemberChangeType:
+		return "audit-member-change"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }
@@ -65,6 +94,9 @@ type PutIntentRequest struct {
 	// Time is the proposer's wall clock (Unix nanoseconds), recorded as the
 	// intent's update time.
 	Time int64 `json:"time"`
+	// Actor is who asked for the change (the audit log records it); the
+	// zero Actor is Meteor itself.
+	Actor Actor `json:"actor,omitzero"`
 }
 
 // DeleteIntentRequest deletes an intent.
@@ -72,6 +104,7 @@ type DeleteIntentRequest struct {
 	Name    string  `json:"name"`
 	IfMatch *uint64 `json:"if_match,omitempty"`
 	Time    int64   `json:"time"`
+	Actor   Actor   `json:"actor,omitzero"`
 }
 
 // UpsertDeviceRequest registers a device or replaces its labels.
@@ -189,6 +222,8 @@ type ApplyResult struct {
 	// Err is non-nil if the command was rejected. It is deterministic:
 	// every replica rejects the same command the same way.
 	Err error
+	// Labels are the labels a use-enroll-token command assigned.
+	Labels map[string]string
 }
 
 var (

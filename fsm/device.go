@@ -3,7 +3,6 @@ package fsm
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -69,13 +68,24 @@ func (f *FSM) applySession(txn *memdb.Txn, index uint64, req *DeviceSessionReque
 		}
 		rec.Connected = false
 	} else {
+		revoked, err := txn.First(tableRevoked, "id", req.ID)
+		if err != nil {
+			return ApplyResult{}, err
+		}
+		if revoked != nil {
+			return rejected(txn, fmt.Errorf("device %q: %w", req.ID, ErrDeviceRevoked))
+		}
 		rec.SessionID, rec.Server, rec.Conn, rec.Connected = req.SessionID, req.Server, req.Conn, true
-		if req.Labels != nil && !maps.Equal(rec.Labels, req.Labels) || cur == nil {
+		changed := false
+		if req.Labels != nil {
+			changed = reportLabels(rec, req.Labels)
+		}
+		if changed || cur == nil {
 			rev, err := nextRevision(txn)
 			if err != nil {
 				return ApplyResult{}, err
 			}
-			rec.Labels, rec.Revision = maps.Clone(req.Labels), rev
+			rec.Revision = rev
 		}
 	}
 	rec.AckedRevision = max(rec.AckedRevision, req.AckedRevision)

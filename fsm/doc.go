@@ -1,5 +1,8 @@
 // Package fsm is Meteor's replicated state machine: the intents operators
-// applied (with a bounded revision history) and the devices the fleet knows.
+// applied (with a bounded revision history), the devices the fleet knows,
+// and the security state: operator and enroll tokens (stored as hashes of
+// their secrets; policies and scopes are package fsm/acl), the audit log
+// of operator changes, devices' control-plane labels, and revoked devices.
 //
 // Every server holds one FSM replica and feeds it the same committed log in
 // the same order; Apply is deterministic, so replicas never diverge. The

@@ -21,6 +21,14 @@ var handlers = map[MessageType]handler{
 	StatusBatchType:   (*FSM).applyStatusBatch,
 
 	DeviceSessionBatchType: (*FSM).applyDeviceSessionBatch,
+
+	CreateTokenType:       (*FSM).applyCreateToken,
+	RevokeTokenType:       (*FSM).applyRevokeToken,
+	UseEnrollTokenType:    (*FSM).applyUseEnrollToken,
+	SetDeviceLabelsType:   (*FSM).applySetDeviceLabels,
+	RevokeDeviceType:      (*FSM).applyRevokeDevice,
+	UnrevokeDeviceType:    (*FSM).applyUnrevokeDevice,
+	AuditMemberChangeType: (*FSM).applyMemberChange,
 }
 
 // Apply applies one committed command at Raft index index. It panics on a
@@ -113,6 +121,7 @@ type putIntentWire struct {
 	Intent  json.RawMessage `json:"intent"`
 	IfMatch *uint64         `json:"if_match,omitempty"`
 	Time    int64           `json:"time"`
+	Actor   Actor           `json:"actor,omitzero"`
 }
 
 func (f *FSM) applyPutIntent(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
@@ -123,7 +132,7 @@ func (f *FSM) applyPutIntent(txn *memdb.Txn, index uint64, body []byte) (ApplyRe
 	if len(w.Intent) == 0 || string(w.Intent) == "null" {
 		return rejected(txn, fmt.Errorf("put intent: no intent in request"))
 	}
-	req := PutIntentRequest{IfMatch: w.IfMatch, Time: w.Time}
+	req := PutIntentRequest{IfMatch: w.IfMatch, Time: w.Time, Actor: w.Actor}
 	if err := json.Unmarshal(w.Intent, &req.Intent); err != nil {
 		return ApplyResult{}, fmt.Errorf("decode intent: %w", err)
 	}
@@ -166,6 +175,13 @@ func (f *FSM) applyPutIntent(txn *memdb.Txn, index uint64, body []byte) (ApplyRe
 	if err := f.appendHistory(txn, &HistoryRecord{Name: name, Revision: rev, Doc: doc, Index: index, Time: req.Time}); err != nil {
 		return ApplyResult{}, err
 	}
+	summary := fmt.Sprintf("revision %d", rev)
+	if cur == nil {
+		summary = fmt.Sprintf("created at revision %d", rev)
+	}
+	if err := f.audit(txn, index, req.Time, req.Actor, "put-intent", "intent/"+name, summary); err != nil {
+		return ApplyResult{}, err
+	}
 	return ApplyResult{Revision: rev}, nil
 }
 
@@ -196,6 +212,10 @@ func (f *FSM) applyDeleteIntent(txn *memdb.Txn, index uint64, body []byte) (Appl
 		return ApplyResult{}, err
 	}
 	if err := f.appendHistory(txn, &HistoryRecord{Name: req.Name, Revision: rev, Deleted: true, Index: index, Time: req.Time}); err != nil {
+		return ApplyResult{}, err
+	}
+	summary := fmt.Sprintf("deleted at revision %d (was revision %d)", rev, cur.Revision)
+	if err := f.audit(txn, index, req.Time, req.Actor, "delete-intent", "intent/"+req.Name, summary); err != nil {
 		return ApplyResult{}, err
 	}
 	return ApplyResult{Revision: rev}, nil
@@ -260,9 +280,18 @@ func (f *FSM) applyUpsertDevice(txn *memdb.Txn, index uint64, body []byte) (Appl
 	if err != nil {
 		return ApplyResult{}, err
 	}
-	rec := &DeviceRecord{ID: req.ID, Labels: maps.Clone(req.Labels), CreateIndex: index, ModifyIndex: index, UpdatedAt: req.Time}
+	rec := &DeviceRecord{ID: req.ID, Labels: maps.Clone(req.Labels), ReportedLabels: maps.Clone(req.Labels), CreateIndex: index, ModifyIndex: index, UpdatedAt: req.Time}
 	if raw != nil {
 		cur := raw.(*DeviceRecord)
+		if cur.LabelsControlled {
+			// The control plane's labels stand; the device's are facts.
+			c := *cur
+			c.ReportedLabels, c.ModifyIndex, c.UpdatedAt = maps.Clone(req.Labels), index, req.Time
+			if err := txn.Insert(tableDevices, &c); err != nil {
+				return ApplyResult{}, err
+			}
+			return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+		}
 		if maps.Equal(cur.Labels, req.Labels) {
 			return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
 		}

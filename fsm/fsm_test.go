@@ -169,13 +169,13 @@ func TestUnknownCommand(t *testing.T) {
 }
 
 // randomLog builds a reproducible sequence of commands touching a handful of
-// intents and devices, including rejected ones.
+// intents, devices and tokens, including rejected ones.
 func randomLog(t testing.TB, seed uint64, n int) [][]byte {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	var log [][]byte
 	for i := range n {
 		name := fmt.Sprintf("intent-%d", rng.IntN(6))
-		switch rng.IntN(7) {
+		switch rng.IntN(13) {
 		case 0, 1:
 			in := testIntent(name, fmt.Sprintf("v%d", i))
 			in.Selector = map[string]string{"region": []string{"eu", "us"}[rng.IntN(2)]}
@@ -192,6 +192,8 @@ func randomLog(t testing.TB, seed uint64, n int) [][]byte {
 				Status: []string{"pending", "converged", "failed"}[rng.IntN(3)], Full: true,
 				Resources: []ResourceStatus{{Key: name + "/motd", AppliedDigest: fmt.Sprint(i), Effective: "ok"}},
 			}}}))
+		case 7, 8, 9, 10, 11, 12:
+			log = append(log, securityCommand(t, rng, i))
 		default:
 			log = append(log, mustEncode(t, UpsertDeviceType, &UpsertDeviceRequest{
 				ID: fmt.Sprintf("dev-%d", rng.IntN(20)), Labels: map[string]string{"site": fmt.Sprint(rng.IntN(3)), "region": "eu"}, Time: int64(i),

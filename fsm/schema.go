@@ -15,6 +15,9 @@ const (
 	tableDevices  = "devices"
 	tableTimeline = "timeline"
 	tableMeta     = "meta"
+	tableTokens   = "tokens"
+	tableAudit    = "audit"
+	tableRevoked  = "revoked_devices"
 )
 
 // IntentRecord is the current version of an intent.
@@ -63,10 +66,22 @@ func (h *HistoryRecord) Intent() (*intent.Intent, error) {
 // DeviceRecord is a device the cluster knows: its labels, its session and
 // what its agent last reported.
 type DeviceRecord struct {
-	ID          string            `json:"id"`
-	Labels      map[string]string `json:"labels,omitempty"`
-	CreateIndex uint64            `json:"create_index"`
-	ModifyIndex uint64            `json:"modify_index"`
+	ID string `json:"id"`
+	// Labels are the device's labels: the control plane's once
+	// LabelsControlled, else what the device reported (see labels.go and
+	// SelectionLabels).
+	Labels map[string]string `json:"labels,omitempty"`
+	// ReportedLabels are the labels the device's agent last reported: facts
+	// it asserts about itself, not trusted for selection. Empty on records
+	// from before the field, whose Labels hold what was reported.
+	ReportedLabels map[string]string `json:"reported_labels,omitempty"`
+	// LabelsControlled says Labels were set by the control plane (an
+	// operator or the device's enrollment), at Raft index LabelsIndex.
+	LabelsControlled bool   `json:"labels_controlled,omitempty"`
+	LabelsIndex      uint64 `json:"labels_index,omitempty"`
+
+	CreateIndex uint64 `json:"create_index"`
+	ModifyIndex uint64 `json:"modify_index"`
 	// Revision is the cluster revision of the last change to the device's
 	// labels (which changes its desired state).
 	Revision  uint64 `json:"revision"`
@@ -130,6 +145,9 @@ type metaRecord struct {
 const (
 	metaRevision = "revision"
 	metaIndex    = "index"
+	// metaAuditCount is the number of audit records, derived from the
+	// audit table (Restore counts them): not part of the snapshot.
+	metaAuditCount = "audit_count"
 )
 
 func schema() *memdb.DBSchema {
@@ -162,6 +180,25 @@ func schema() *memdb.DBSchema {
 					&memdb.StringFieldIndex{Field: "Device"},
 					&memdb.UintFieldIndex{Field: "Seq"},
 				}}},
+			},
+		},
+		tableTokens: {
+			Name: tableTokens,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id":          {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Accessor"}},
+				"secret_hash": {Name: "secret_hash", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "SecretHash"}},
+			},
+		},
+		tableAudit: {
+			Name: tableAudit,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.UintFieldIndex{Field: "Index"}},
+			},
+		},
+		tableRevoked: {
+			Name: tableRevoked,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "ID"}},
 			},
 		},
 		tableMeta: {

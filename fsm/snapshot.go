@@ -22,6 +22,10 @@ const (
 	SnapshotVersion = 1
 )
 
+// snapshotTables are the tables a snapshot holds, in order. A table added
+// later goes last, so older snapshots remain a prefix of the format.
+var snapshotTables = []string{tableIntents, tableHistory, tableDevices, tableTimeline, tableTokens, tableAudit, tableRevoked}
+
 type snapshotHeader struct {
 	Format       string `json:"format"`
 	Version      int    `json:"version"`
@@ -36,6 +40,11 @@ type snapshotEntry struct {
 	History  *HistoryRecord `json:"history,omitempty"`
 	Device   *DeviceRecord  `json:"device,omitempty"`
 	Timeline *TimelineEntry `json:"timeline,omitempty"`
+	// Tokens, the audit log and revocations came after version 1's
+	// first tables; a snapshot without them restores to none.
+	Token   *TokenRecord   `json:"token,omitempty"`
+	Audit   *AuditRecord   `json:"audit,omitempty"`
+	Revoked *RevokedDevice `json:"revoked_device,omitempty"`
 }
 
 // Snapshot is a point-in-time copy of the state, cheap to take (memdb is
@@ -63,7 +72,7 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	if err := enc.Encode(hdr); err != nil {
 		return cw.n, fmt.Errorf("write snapshot header: %w", err)
 	}
-	for _, table := range []string{tableIntents, tableHistory, tableDevices, tableTimeline} {
+	for _, table := range snapshotTables {
 		it, err := s.txn.Get(table, "id")
 		if err != nil {
 			return cw.n, fmt.Errorf("snapshot %s: %w", table, err)
@@ -79,6 +88,12 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 				e.Device = r
 			case *TimelineEntry:
 				e.Timeline = r
+			case *TokenRecord:
+				e.Token = r
+			case *AuditRecord:
+				e.Audit = r
+			case *RevokedDevice:
+				e.Revoked = r
 			}
 			if err := enc.Encode(&e); err != nil {
 				return cw.n, fmt.Errorf("write snapshot %s: %w", table, err)
@@ -153,6 +168,7 @@ func (f *FSM) Restore(r io.Reader) error {
 	if err := setMeta(txn, metaRevision, hdr.Revision); err != nil {
 		return err
 	}
+	var audits uint64
 	for n := 0; ; n++ {
 		var e snapshotEntry
 		err := dec.Decode(&e)
@@ -173,12 +189,22 @@ func (f *FSM) Restore(r io.Reader) error {
 			table, obj = tableDevices, e.Device
 		case e.Timeline != nil:
 			table, obj = tableTimeline, e.Timeline
+		case e.Token != nil:
+			table, obj = tableTokens, e.Token
+		case e.Audit != nil:
+			table, obj = tableAudit, e.Audit
+			audits++
+		case e.Revoked != nil:
+			table, obj = tableRevoked, e.Revoked
 		default:
 			return fmt.Errorf("restore snapshot: entry %d: empty or of an unknown kind", n)
 		}
 		if err := txn.Insert(table, obj); err != nil {
 			return fmt.Errorf("restore snapshot: entry %d: %w", n, err)
 		}
+	}
+	if err := setMeta(txn, metaAuditCount, audits); err != nil {
+		return err
 	}
 	txn.Commit()
 

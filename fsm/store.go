@@ -16,6 +16,9 @@ type Config struct {
 	// TimelineLimit is how many status transitions are kept per device;
 	// the same on every server. Zero means DefaultTimelineLimit.
 	TimelineLimit int
+	// AuditLimit is how many audit records are kept (the newest); the
+	// same on every server. Zero means DefaultAuditLimit.
+	AuditLimit int
 }
 
 // DefaultHistoryLimit is the default number of revisions kept per intent.
@@ -24,9 +27,12 @@ const DefaultHistoryLimit = 16
 // DefaultTimelineLimit is the default number of transitions kept per device.
 const DefaultTimelineLimit = 64
 
+// DefaultAuditLimit is the default number of audit records kept.
+const DefaultAuditLimit = 10000
+
 // DefaultConfig returns the default FSM configuration.
 func DefaultConfig() Config {
-	return Config{HistoryLimit: DefaultHistoryLimit, TimelineLimit: DefaultTimelineLimit}
+	return Config{HistoryLimit: DefaultHistoryLimit, TimelineLimit: DefaultTimelineLimit, AuditLimit: DefaultAuditLimit}
 }
 
 // Validate checks the configuration.
@@ -37,6 +43,9 @@ func (c Config) Validate() error {
 	if c.TimelineLimit < 0 || c.TimelineLimit > 100000 {
 		return fmt.Errorf("timeline limit %d: must be between 1 and 100000 (0 means the default, %d)", c.TimelineLimit, DefaultTimelineLimit)
 	}
+	if c.AuditLimit < 0 || c.AuditLimit > 1000000 {
+		return fmt.Errorf("audit limit %d: must be between 1 and 1000000 (0 means the default, %d)", c.AuditLimit, DefaultAuditLimit)
+	}
 	return nil
 }
 
@@ -46,6 +55,7 @@ func (c Config) Validate() error {
 type FSM struct {
 	historyLimit  int
 	timelineLimit int
+	auditLimit    int
 
 	mu sync.RWMutex // guards db and abandonCh, swapped by Restore
 	db *memdb.MemDB
@@ -65,11 +75,14 @@ func New(cfg Config) (*FSM, error) {
 	if cfg.TimelineLimit == 0 {
 		cfg.TimelineLimit = DefaultTimelineLimit
 	}
+	if cfg.AuditLimit == 0 {
+		cfg.AuditLimit = DefaultAuditLimit
+	}
 	db, err := memdb.NewMemDB(schema())
 	if err != nil {
 		return nil, fmt.Errorf("create state store: %w", err)
 	}
-	return &FSM{historyLimit: cfg.HistoryLimit, timelineLimit: cfg.TimelineLimit, db: db, abandonCh: make(chan struct{})}, nil
+	return &FSM{historyLimit: cfg.HistoryLimit, timelineLimit: cfg.TimelineLimit, auditLimit: cfg.AuditLimit, db: db, abandonCh: make(chan struct{})}, nil
 }
 
 func (f *FSM) current() (*memdb.MemDB, chan struct{}) {
@@ -135,14 +148,19 @@ func (r *Read) Intent(ws memdb.WatchSet, name string) (*IntentRecord, error) {
 
 // Intents returns every current intent, ordered by name.
 func (r *Read) Intents(ws memdb.WatchSet) ([]*IntentRecord, error) {
-	it, err := r.txn.Get(tableIntents, "id")
+	return readAll[*IntentRecord](r, ws, tableIntents)
+}
+
+// readAll returns every record of table, in "id" order.
+func readAll[T any](r *Read, ws memdb.WatchSet, table string) ([]T, error) {
+	it, err := r.txn.Get(table, "id")
 	if err != nil {
-		return nil, fmt.Errorf("list intents: %w", err)
+		return nil, fmt.Errorf("list %s: %w", table, err)
 	}
 	r.watch(ws, it.WatchCh())
-	var out []*IntentRecord
+	var out []T
 	for raw := it.Next(); raw != nil; raw = it.Next() {
-		out = append(out, raw.(*IntentRecord))
+		out = append(out, raw.(T))
 	}
 	return out, nil
 }
@@ -215,16 +233,7 @@ func (r *Read) Device(ws memdb.WatchSet, id string) (*DeviceRecord, error) {
 
 // Devices returns every device, ordered by ID.
 func (r *Read) Devices(ws memdb.WatchSet) ([]*DeviceRecord, error) {
-	it, err := r.txn.Get(tableDevices, "id")
-	if err != nil {
-		return nil, fmt.Errorf("list devices: %w", err)
-	}
-	r.watch(ws, it.WatchCh())
-	var out []*DeviceRecord
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		out = append(out, raw.(*DeviceRecord))
-	}
-	return out, nil
+	return readAll[*DeviceRecord](r, ws, tableDevices)
 }
 
 // IntentsFor returns the current intents whose selector matches labels,
