@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func TestResourceBodyCanonical(t *testing.T) {
@@ -66,4 +67,33 @@ func TestResourceKey(t *testing.T) {
 			t.Errorf("SplitResourceKey(%q) = %q, %q, %v; want %q, %q, %v", tt.key, name, id, ok, tt.name, tt.id, tt.ok)
 		}
 	}
+}
+
+// FuzzDecodeResourceBody checks that DecodeResourceBody never panics and
+// that a decoded body's canonical encoding decodes to the same body (up to
+// empty against nil lists and maps) and encodes to the same bytes.
+func FuzzDecodeResourceBody(f *testing.F) {
+	f.Add([]byte(`{"intent":"pos","resource":{"id":"motd","type":"file","spec":{"path":"/etc/motd","n":1.5,"l":[1,"a",null]}}}`))
+	f.Add([]byte(`{"intent":"","resource":{"id":"","type":"","spec":null,"requires":[]}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := DecodeResourceBody(data)
+		if err != nil {
+			return
+		}
+		enc, err := b.Canonical()
+		if err != nil {
+			t.Fatalf("Canonical of a decoded body: %v", err)
+		}
+		back, err := DecodeResourceBody(enc)
+		if err != nil {
+			t.Fatalf("canonical bytes do not decode: %v\n%s", err, enc)
+		}
+		again, err := back.Canonical()
+		if err != nil || string(again) != string(enc) {
+			t.Fatalf("canonical encoding is not stable:\n%s\n%s", enc, again)
+		}
+		if diff := cmp.Diff(b, back, cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("round trip (-first +second):\n%s", diff)
+		}
+	})
 }
