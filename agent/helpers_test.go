@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -56,7 +55,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 // body encodes a resource of an intent the way servers do.
 func body(t testing.TB, intentName string, r intent.Resource) []byte {
 	t.Helper()
-	b, err := json.Marshal(ResourceBody{Intent: intentName, Resource: r})
+	b, err := (&intent.ResourceBody{Intent: intentName, Resource: r}).Canonical()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,13 +66,13 @@ func body(t testing.TB, intentName string, r intent.Resource) []byte {
 func desired(t testing.TB, intentName string, rev uint64, r intent.Resource) journal.DesiredResource {
 	b := body(t, intentName, r)
 	d := wire.DigestOf(b)
-	return journal.DesiredResource{Key: ResourceKey(intentName, r.ID), Digest: hex.EncodeToString(d[:]), Revision: rev, Body: b}
+	return journal.DesiredResource{Key: intent.ResourceKey(intentName, r.ID), Digest: hex.EncodeToString(d[:]), Revision: rev, Body: b}
 }
 
 // upsert returns a Delta upsert for r of intentName at revision rev.
 func upsert(t testing.TB, intentName string, rev uint64, r intent.Resource) wire.Upsert {
 	b := body(t, intentName, r)
-	return wire.Upsert{Key: ResourceKey(intentName, r.ID), Digest: wire.DigestOf(b), Revision: rev, Body: b}
+	return wire.Upsert{Key: intent.ResourceKey(intentName, r.ID), Digest: wire.DigestOf(b), Revision: rev, Body: b}
 }
 
 func fileRes(id, path, content string, requires ...string) intent.Resource {

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,24 +9,6 @@ import (
 	"github.com/meteor-edge/meteor/agent/journal"
 	"github.com/meteor-edge/meteor/fsm/intent"
 )
-
-// ResourceBody is the body of a resource in a Delta upsert: canonical JSON
-// {"intent":"<name>","resource":<intent.Resource>}. The resource key is
-// "<intent>/<resource id>" and Upsert.Digest is the SHA-256 of the body
-// bytes (wire.DigestOf).
-type ResourceBody struct {
-	Intent   string          `json:"intent"`
-	Resource intent.Resource `json:"resource"`
-}
-
-// ResourceKey returns the key of resource id of intent name.
-func ResourceKey(intentName, id string) string { return intentName + "/" + id }
-
-// splitKey splits a resource key into intent name and resource ID.
-func splitKey(key string) (intentName, id string, ok bool) {
-	intentName, id, ok = strings.Cut(key, "/")
-	return intentName, id, ok && intentName != "" && id != ""
-}
 
 // errBadBody marks a desired resource the agent cannot decode. It is
 // terminal: the same body fails the same way every time.
@@ -49,12 +30,12 @@ type item struct {
 // decodeItem decodes a journaled desired resource.
 func decodeItem(d journal.DesiredResource) *item {
 	it := &item{key: d.Key, digest: d.Digest, revision: d.Revision}
-	var b ResourceBody
-	if err := json.Unmarshal(d.Body, &b); err != nil {
+	b, err := intent.DecodeResourceBody(d.Body)
+	if err != nil {
 		it.err = fmt.Errorf("resource %q: %w: %v", d.Key, errBadBody, err)
 		return it
 	}
-	name, id, ok := splitKey(d.Key)
+	name, id, ok := intent.SplitResourceKey(d.Key)
 	switch {
 	case !ok:
 		it.err = fmt.Errorf("resource key %q: %w: want <intent>/<resource id>", d.Key, errBadBody)
@@ -63,7 +44,7 @@ func decodeItem(d journal.DesiredResource) *item {
 	}
 	it.res = b.Resource
 	for _, r := range b.Resource.Requires {
-		it.requires = append(it.requires, ResourceKey(name, r))
+		it.requires = append(it.requires, intent.ResourceKey(name, r))
 	}
 	slices.Sort(it.requires)
 	it.requires = slices.Compact(it.requires)

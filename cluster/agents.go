@@ -358,7 +358,7 @@ func (a *agentServer) redirects() []string {
 func appliedOf(in []wire.AppliedResource) []scheduler.Applied {
 	out := make([]scheduler.Applied, len(in))
 	for i, r := range in {
-		out[i] = scheduler.Applied{Key: r.Key, Digest: scheduler.Digest(r.Digest)}
+		out[i] = scheduler.Applied{Key: r.Key, Digest: wire.Digest(r.Digest)}
 	}
 	return out
 }

@@ -35,12 +35,12 @@ type agentSession struct {
 	acked        uint64     // highest desired revision the agent journaled
 	reportSeq    uint64     // highest report seq durably applied
 	inventory    []scheduler.Applied
-	notified     uint64           // revision of the last Notify or Delta sent
-	fp           scheduler.Digest // fingerprint of the desired state last sent; zero: none yet
-	registered   bool             // the session is committed and receives pushes
-	registeredAt time.Time        // when it registered (local monotonic clock)
-	notifying    bool             // a Notify is being written (notify)
-	notifyRev    uint64           // the revision the next Notify names
+	notified     uint64      // revision of the last Notify or Delta sent
+	fp           wire.Digest // fingerprint of the desired state last sent; zero: none yet
+	registered   bool        // the session is committed and receives pushes
+	registeredAt time.Time   // when it registered (local monotonic clock)
+	notifying    bool        // a Notify is being written (notify)
+	notifyRev    uint64      // the revision the next Notify names
 	// recordedOnce is set once sessionSync committed this connection as
 	// connected, and recorded is the highest acknowledged revision it
 	// committed. attemptedOnce and attempted are the same for commits
@@ -409,7 +409,7 @@ func (sess *agentSession) handleReport(ctx context.Context, m *wire.Report) erro
 // the state the Welcome was computed from.
 func (sess *agentSession) register(welcome *fsm.Read) {
 	sess.mu.Lock()
-	pulled := sess.fp != (scheduler.Digest{})
+	pulled := sess.fp != (wire.Digest{})
 	sess.mu.Unlock()
 	var base *scheduler.DesiredState
 	if !pulled {
@@ -423,7 +423,7 @@ func (sess *agentSession) register(welcome *fsm.Read) {
 		}
 	}
 	sess.mu.Lock()
-	if base != nil && sess.fp == (scheduler.Digest{}) {
+	if base != nil && sess.fp == (wire.Digest{}) {
 		sess.notified, sess.fp = base.Revision, base.Fingerprint()
 	}
 	sess.registered, sess.registeredAt = true, sess.a.clock.Mono()

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/wire"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -25,7 +25,7 @@ const (
 
 var testClassOf = map[string]string{fw: "network-policy", motd: "config", pkg: "package"}
 
-func digestOf(key string) Digest { return sha256.Sum256([]byte(key)) }
+func digestOf(key string) wire.Digest { return wire.DigestOf([]byte(key)) }
 
 func hexOf(key string) string { d := digestOf(key); return hex.EncodeToString(d[:]) }
 

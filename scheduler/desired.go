@@ -1,43 +1,29 @@
 package scheduler
 
 import (
-	"bytes"
 	"crypto/sha256"
-	"encoding/json"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/fsm/intent"
+	"github.com/meteor-edge/meteor/wire"
 )
-
-// Digest is the SHA-256 of a resource's body: what the device compares to
-// decide whether it holds the desired version.
-type Digest [32]byte
 
 // Resource is one resource of a device's desired state.
 type Resource struct {
-	// Key is "<intent>/<resource id>", unique on a device.
+	// Key is intent.ResourceKey(Intent, Resource.ID), unique on a device.
 	Key    string
 	Intent string
 	// Revision is the revision of the intent version it comes from.
 	Revision uint64
 	Resource intent.Resource
-	// Body is the canonical JSON {"intent": name, "resource": resource}
-	// sent to the agent; Digest is its SHA-256.
+	// Body is the canonical encoding of the intent.ResourceBody sent to
+	// the agent; Digest is wire.DigestOf(Body), what the device compares
+	// to decide whether it holds this version.
 	Body   []byte
-	Digest Digest
-}
-
-// Key returns the device-wide key of resource id of intent name.
-func Key(intentName, resourceID string) string { return intentName + "/" + resourceID }
-
-// Body is what a resource's wire body decodes to.
-type Body struct {
-	Intent   string          `json:"intent"`
-	Resource intent.Resource `json:"resource"`
+	Digest wire.Digest
 }
 
 // DesiredState is everything a device should hold, at one cluster revision.
@@ -50,13 +36,13 @@ type DesiredState struct {
 
 // Fingerprint summarises the state's keys and digests, to tell cheaply
 // whether a device's desired state changed between two revisions.
-func (d *DesiredState) Fingerprint() Digest {
+func (d *DesiredState) Fingerprint() wire.Digest {
 	h := sha256.New()
 	for _, r := range d.Resources {
 		h.Write([]byte(r.Key))
 		h.Write(r.Digest[:])
 	}
-	var out Digest
+	var out wire.Digest
 	h.Sum(out[:0])
 	return out
 }
@@ -107,13 +93,14 @@ func (p *Planner) resources(rec *fsm.IntentRecord) ([]*Resource, error) {
 	}
 	rs = make([]*Resource, 0, len(rec.Intent.Resources))
 	for _, r := range rec.Intent.Resources {
-		body, err := encodeBody(rec.Name, r)
+		b := intent.ResourceBody{Intent: rec.Name, Resource: r}
+		body, err := b.Canonical()
 		if err != nil {
-			return nil, fmt.Errorf("intent %q resource %q: %w", rec.Name, r.ID, err)
+			return nil, err
 		}
 		rs = append(rs, &Resource{
-			Key: Key(rec.Name, r.ID), Intent: rec.Name, Revision: rec.Revision,
-			Resource: r, Body: body, Digest: sha256.Sum256(body),
+			Key: b.Key(), Intent: rec.Name, Revision: rec.Revision,
+			Resource: r, Body: body, Digest: wire.DigestOf(body),
 		})
 	}
 	p.mu.Lock()
@@ -128,31 +115,10 @@ func (p *Planner) resources(rec *fsm.IntentRecord) ([]*Resource, error) {
 	return rs, nil
 }
 
-func encodeBody(name string, r intent.Resource) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(Body{Intent: name, Resource: r}); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
-}
-
-// DecodeBody decodes a resource body as sent to agents.
-func DecodeBody(b []byte) (*Body, error) {
-	var out Body
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&out); err != nil {
-		return nil, fmt.Errorf("decode resource body: %w", err)
-	}
-	return &out, nil
-}
-
 // Applied is what a device reports holding for one resource.
 type Applied struct {
 	Key    string
-	Digest Digest
+	Digest wire.Digest
 }
 
 // Delta is the minimum corrective action for a device: the resources it
@@ -167,7 +133,7 @@ type Delta struct {
 
 // ComputeDelta compares a desired state with what the device holds.
 func ComputeDelta(d *DesiredState, applied []Applied) Delta {
-	have := make(map[string]Digest, len(applied))
+	have := make(map[string]wire.Digest, len(applied))
 	for _, a := range applied {
 		have[a.Key] = a.Digest
 	}

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"testing"
 
@@ -9,6 +8,7 @@ import (
 
 	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/fsm/intent"
+	"github.com/meteor-edge/meteor/wire"
 )
 
 func put(t *testing.T, f *fsm.FSM, idx uint64, in *intent.Intent) {
@@ -55,10 +55,10 @@ func TestDesiredSelectsByLabels(t *testing.T) {
 		t.Fatalf("revision %d", d.Revision)
 	}
 	r := d.Resources[1]
-	if r.Digest != sha256.Sum256(r.Body) || r.Revision != 1 {
+	if r.Digest != wire.DigestOf(r.Body) || r.Revision != 1 {
 		t.Fatalf("resource %+v", r)
 	}
-	body, err := DecodeBody(r.Body)
+	body, err := intent.DecodeResourceBody(r.Body)
 	if err != nil || body.Intent != "eu-net" || body.Resource.ID != "a" {
 		t.Fatalf("body %+v %v", body, err)
 	}

@@ -43,7 +43,7 @@ const (
 // is reported as io.ErrUnexpectedEOF instead.
 var ErrMalformed = errors.New("wire: malformed message")
 
-// Digest is a SHA-256 digest of a resource's canonical body.
+// Digest is the SHA-256 digest of a resource body (DigestOf).
 type Digest [32]byte
 
 // SessionID identifies a session; the zero value means "no session yet".

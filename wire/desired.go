@@ -5,7 +5,9 @@ import (
 	"fmt"
 )
 
-// DigestOf returns the digest of a resource body: SHA-256 of its bytes.
+// DigestOf returns the digest of a resource body (the canonical encoding
+// of an intent.ResourceBody): SHA-256 of its bytes. It is the one
+// definition; the scheduler and agents compute digests with it.
 func DigestOf(body []byte) Digest { return sha256.Sum256(body) }
 
 // Notify tells the agent that its desired revision is now Revision. It is
@@ -78,10 +80,10 @@ func (m *Pull) Decode(payload []byte) error {
 
 // Upsert is one resource the agent must bring to the given body.
 type Upsert struct {
-	Key      string // "intent/resourceID"
+	Key      string // "<intent>/<resource id>" (intent.ResourceKey)
 	Digest   Digest // DigestOf(Body)
 	Revision uint64 // desired revision that last changed this resource
-	Body     []byte // canonical JSON of the resource, with its intent name; opaque to wire
+	Body     []byte // canonical encoding of an intent.ResourceBody; opaque to wire
 }
 
 const upsertMinLen = 1 + len(Digest{}) + 1 + 1

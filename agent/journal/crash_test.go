@@ -2,9 +2,7 @@ package journal_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -18,6 +16,7 @@ import (
 	"github.com/meteor-edge/meteor/agent/driver"
 	"github.com/meteor-edge/meteor/agent/journal"
 	"github.com/meteor-edge/meteor/fsm/intent"
+	"github.com/meteor-edge/meteor/wire"
 )
 
 // The crash tests run a five-step apply in a child process (this test
@@ -42,12 +41,13 @@ func fiveFiles(t testing.TB) []journal.DesiredResource {
 		r := intent.Resource{ID: fmt.Sprintf("f%d", i), Type: "file", Spec: map[string]any{
 			"path": fmt.Sprintf("/etc/app/%d.conf", i), "content": fmt.Sprintf("setting=%d\n", i),
 		}}
-		body, err := json.Marshal(r)
+		b := intent.ResourceBody{Intent: "app", Resource: r}
+		body, err := b.Canonical()
 		if err != nil {
 			t.Fatal(err)
 		}
-		sum := sha256.Sum256(body)
-		out = append(out, journal.DesiredResource{Key: r.ID, Digest: hex.EncodeToString(sum[:]), Revision: 1, Body: body})
+		sum := wire.DigestOf(body)
+		out = append(out, journal.DesiredResource{Key: b.Key(), Digest: hex.EncodeToString(sum[:]), Revision: 1, Body: body})
 	}
 	return out
 }
@@ -136,12 +136,12 @@ func call(hook func(string, int), event string, n int) {
 }
 
 func decode(reg *driver.Registry, d journal.DesiredResource) (intent.Resource, driver.Driver, error) {
-	var r intent.Resource
-	if err := json.Unmarshal(d.Body, &r); err != nil {
-		return r, nil, fmt.Errorf("decode %q: %w", d.Key, err)
+	b, err := intent.DecodeResourceBody(d.Body)
+	if err != nil {
+		return intent.Resource{}, nil, fmt.Errorf("decode %q: %w", d.Key, err)
 	}
-	drv, err := reg.Lookup(r.Type)
-	return r, drv, err
+	drv, err := reg.Lookup(b.Resource.Type)
+	return b.Resource, drv, err
 }
 
 // TestHelperProcess is the child: it runs the five-step apply and exits

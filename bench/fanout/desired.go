@@ -2,13 +2,11 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/meteor-edge/meteor/fsm/intent"
-	"github.com/meteor-edge/meteor/scheduler"
 )
 
 // The desired state of every device: one intent selecting the whole fleet,
@@ -57,16 +55,11 @@ func resource(version, pad int) intent.Resource {
 }
 
 // resourceBody encodes the resource as the server sends it to agents: the
-// JSON of scheduler.Body without HTML escaping or a trailing newline. The
-// MQTT devices receive the same bytes.
+// canonical encoding of its intent.ResourceBody. The MQTT devices receive
+// the same bytes.
 func resourceBody(version, pad int) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(scheduler.Body{Intent: intentName, Resource: resource(version, pad)}); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	b := intent.ResourceBody{Intent: intentName, Resource: resource(version, pad)}
+	return b.Canonical()
 }
 
 // desired makes the documents of each version, every body bodySize bytes

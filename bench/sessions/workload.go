@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"strings"
 
 	"github.com/meteor-edge/meteor/fsm/intent"
-	"github.com/meteor-edge/meteor/scheduler"
 )
 
 // The intent every device of a run matches, and the label it selects on.
@@ -22,7 +19,7 @@ func deviceLabels() map[string]string { return map[string]string{labelKey: label
 
 func resourceID(i int) string { return fmt.Sprintf("r%02d", i) }
 
-func resourceKey(i int) string { return scheduler.Key(intentName, resourceID(i)) }
+func resourceKey(i int) string { return intent.ResourceKey(intentName, resourceID(i)) }
 
 // fileContent is a small configuration file for resource id at version,
 // padded with comment text to pad extra bytes. Versions are written with a
@@ -49,15 +46,10 @@ func fileResource(i, version, pad int) intent.Resource {
 }
 
 // resourceBody encodes a resource as the server sends it to agents: the
-// JSON of scheduler.Body without HTML escaping or a trailing newline.
+// canonical encoding of its intent.ResourceBody.
 func resourceBody(r intent.Resource) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(scheduler.Body{Intent: intentName, Resource: r}); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	b := intent.ResourceBody{Intent: intentName, Resource: r}
+	return b.Canonical()
 }
 
 // padFor returns the padding that makes resource i's body bodySize bytes.

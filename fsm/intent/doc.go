@@ -1,7 +1,11 @@
 // Package intent owns the intent document model: the Intent and Resource
 // types, parsing of intent documents written in YAML or JSON, validation, and
 // the canonical encodings (Canonical, Digest) that the rest of the control
-// plane compares and stores.
+// plane compares and stores. It also owns the resource body, the one form in
+// which servers send a resource to a device and agents journal it
+// (ResourceBody, its Canonical encoding and DecodeResourceBody), and the
+// device-wide resource key (ResourceKey, SplitResourceKey). Servers and
+// agents both import this package, so neither defines its own.
 //
 // An intent is what an operator applies: a named set of resources that the
 // devices matching its selector must hold, and a rollout strategy that is
