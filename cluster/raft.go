@@ -116,6 +116,27 @@ func (t tcpLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn
 	return net.DialTimeout("tcp", string(addr), timeout)
 }
 
+// noPipeline is the Raft transport without pipelined replication, which
+// hashicorp/raft v1.7.3 can deadlock in: when a follower answers an
+// AppendEntries with Success=false (or a newer term), pipelineDecode
+// returns and nothing reads the pipeline's responses any more; the next
+// pipelined send then blocks on the full in-flight channel, and the
+// pipeline is closed only after that send returns. Replication to that
+// follower stops for good while heartbeats still flow, and Raft's
+// Shutdown waits on the stuck goroutine forever (seen in TestGrowAndShrink
+// when a leader left under load). Without pipelining, each AppendEntries
+// waits for its answer; a busy leader still sends up to MaxAppendEntries
+// entries in each.
+type noPipeline struct {
+	*raft.NetworkTransport
+}
+
+// AppendEntriesPipeline declines, so Raft replicates one request at a
+// time.
+func (noPipeline) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
 // raftParts are what setupRaft builds, so Shutdown can close them.
 type raftParts struct {
 	raft      *raft.Raft
@@ -202,7 +223,7 @@ func (s *Server) setupRaft() (*raftParts, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raft log cache: %w", err)
 	}
-	p.raft, err = raft.NewRaft(rc, &raftFSM{state: s.fsm, logger: s.logger.Named("fsm")}, logs, store, snaps, p.transport)
+	p.raft, err = raft.NewRaft(rc, &raftFSM{state: s.fsm, logger: s.logger.Named("fsm")}, logs, store, snaps, noPipeline{p.transport})
 	if err != nil {
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
