@@ -278,6 +278,13 @@ func TestACLPolicies(t *testing.T) {
 		}
 		c.waitConverged()
 	}
+	if _, err := tokenClient(c.follower(), eu).ListIntents(ctx, api.ReadOptions{}); !isCode(err, api.CodeForbidden) {
+		t.Errorf("scoped token lists every intent: %v, want forbidden", err)
+	}
+	enroll := c.token(api.CreateTokenRequest{Name: "store", Policy: acl.PolicyEnroll, EnrollLabels: map[string]string{"region": "eu"}, Uses: 1}).Secret
+	if _, err := tokenClient(c.follower(), enroll).ListIntents(ctx, api.ReadOptions{}); !isCode(err, api.CodeUnauthenticated) {
+		t.Errorf("enroll token on the API: %v, want unauthenticated", err)
+	}
 	in, err := admin.GetIntent(ctx, "us-web", api.ReadOptions{})
 	if err != nil || in.Intent.Selector["region"] != "us" {
 		t.Fatalf("us-web after the refused writes: %+v, %v", in, err)

@@ -312,18 +312,36 @@ func (h *httpAPI) allowIntentChange(p *principal, a acl.Action, name string, sel
 }
 
 func (h *httpAPI) writeResult(w http.ResponseWriter, r *http.Request, name string, t fsm.MessageType, req any) {
-	res, index, err := h.propose.apply(r.Context(), t, req)
-	if err == nil {
-		err = res.Err
-	}
-	if err != nil {
-		writeError(w, toAPIError(err))
+	res, index, ok := h.commit(w, r.Context(), t, req)
+	if !ok {
 		return
 	}
 	w.Header().Set("ETag", strconv.Quote(strconv.FormatUint(res.Revision, 10)))
 	w.Header().Set(api.HeaderRevision, strconv.FormatUint(res.Revision, 10))
-	w.Header().Set(api.HeaderIndex, strconv.FormatUint(index, 10))
 	writeJSON(w, http.StatusOK, api.WriteResponse{Name: name, Revision: res.Revision, Index: index})
+}
+
+// commit commits a command for a request and sets the index header; if
+// the command failed or was rejected it answers the request instead and
+// returns false.
+func (h *httpAPI) commit(w http.ResponseWriter, ctx context.Context, t fsm.MessageType, req any) (fsm.ApplyResult, uint64, bool) {
+	res, index, err := applied(ctx, h.propose, t, req)
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return res, index, false
+	}
+	w.Header().Set(api.HeaderIndex, strconv.FormatUint(index, 10))
+	return res, index, true
+}
+
+// applied commits a command through p and returns the state machine's
+// rejection, if any, as the error.
+func applied(ctx context.Context, p proposer, t fsm.MessageType, req any) (fsm.ApplyResult, uint64, error) {
+	res, index, err := p.apply(ctx, t, req)
+	if err == nil {
+		err = res.Err
+	}
+	return res, index, err
 }
 
 func (h *httpAPI) handleGetIntent(w http.ResponseWriter, r *http.Request) {

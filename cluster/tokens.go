@@ -49,15 +49,9 @@ func (h *httpAPI) handleCreateToken(w http.ResponseWriter, r *http.Request) {
 	if ttl > 0 {
 		cmd.ExpiresAt = now + int64(ttl)
 	}
-	res, index, err := h.propose.apply(r.Context(), fsm.CreateTokenType, cmd)
-	if err == nil {
-		err = res.Err
-	}
-	if err != nil {
-		writeError(w, toAPIError(err))
+	if _, _, ok := h.commit(w, r.Context(), fsm.CreateTokenType, cmd); !ok {
 		return
 	}
-	w.Header().Set(api.HeaderIndex, strconv.FormatUint(index, 10))
 	writeJSON(w, http.StatusOK, api.CreateTokenResponse{Secret: tok.Secret, Token: api.Token{
 		Accessor: tok.Accessor, Name: req.Name, Policy: req.Policy, Scope: req.Scope,
 		EnrollLabels: req.EnrollLabels, MaxUses: req.Uses, ExpiresAt: unixTime(cmd.ExpiresAt),
@@ -87,15 +81,9 @@ func (h *httpAPI) handleListTokens(w http.ResponseWriter, r *http.Request) {
 func (h *httpAPI) handleRevokeToken(w http.ResponseWriter, r *http.Request) {
 	accessor := r.PathValue("accessor")
 	cmd := &fsm.RevokeTokenRequest{Accessor: accessor, Actor: principalOf(r.Context()).actor(), Time: h.clock.Now().UnixNano()}
-	res, index, err := h.propose.apply(r.Context(), fsm.RevokeTokenType, cmd)
-	if err == nil {
-		err = res.Err
-	}
-	if err != nil {
-		writeError(w, toAPIError(err))
+	if _, _, ok := h.commit(w, r.Context(), fsm.RevokeTokenType, cmd); !ok {
 		return
 	}
-	w.Header().Set(api.HeaderIndex, strconv.FormatUint(index, 10))
 	writeJSON(w, http.StatusOK, map[string]string{"revoked": accessor})
 }
 
@@ -139,11 +127,7 @@ func (h *httpAPI) auditMember(r *http.Request, change, member string, outcome er
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.ApplyTimeout)
 	defer cancel()
-	res, _, err := h.propose.apply(ctx, fsm.AuditMemberChangeType, req)
-	if err == nil {
-		err = res.Err
-	}
-	if err != nil {
+	if _, _, err := applied(ctx, h.propose, fsm.AuditMemberChangeType, req); err != nil {
 		h.logger.Error("record member change in the audit log", "change", change, "server", member, "error", err)
 	}
 }
@@ -175,13 +159,10 @@ func (b *bootstrapToken) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	res, _, err := b.propose.apply(ctx, fsm.CreateTokenType, &fsm.CreateTokenRequest{
+	_, _, err = applied(ctx, b.propose, fsm.CreateTokenType, &fsm.CreateTokenRequest{
 		Accessor: tok.Accessor, SecretHash: b.hash, Name: BootstrapTokenName,
 		Policy: acl.PolicyAdmin, Time: b.clock.Now().UnixNano(),
 	})
-	if err == nil {
-		err = res.Err
-	}
 	if err != nil && !errors.Is(err, fsm.ErrExists) {
 		return fmt.Errorf("create the bootstrap admin token: %w", err)
 	}
