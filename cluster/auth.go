@@ -256,8 +256,10 @@ func (h *httpAPI) authorize(action acl.Action, next http.HandlerFunc) http.Handl
 		if apiErr != nil {
 			if apiErr.StatusCode == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="meteor"`)
+				// Refusals past the rate limit are not logged: they
+				// would let a guesser fill the log.
+				h.logger.Warn("refused request", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "error", apiErr.Message)
 			}
-			h.logger.Warn("refused request", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "error", apiErr.Message)
 			writeError(w, apiErr)
 			return
 		}

@@ -119,10 +119,12 @@ func (h *httpAPI) handler() http.Handler {
 	mux.HandleFunc("GET /v1/internal/self", h.fromServer(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.admin.self()) }))
 	mux.HandleFunc("GET /v1/internal/state-hash", h.fromServer(h.handleStateHash))
 	if h.cfg.EnableDebug {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		// Profiles show the server's memory and goroutines: admins only.
+		debug := func(next http.HandlerFunc) http.HandlerFunc { return h.authorize(acl.ActionManageMembers, next) }
+		mux.HandleFunc("/debug/pprof/", debug(pprof.Index))
+		mux.HandleFunc("/debug/pprof/profile", debug(pprof.Profile))
+		mux.HandleFunc("/debug/pprof/symbol", debug(pprof.Symbol))
+		mux.HandleFunc("/debug/pprof/trace", debug(pprof.Trace))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &api.Error{StatusCode: http.StatusNotFound, Code: api.CodeNotFound, Message: fmt.Sprintf("no such endpoint: %s %s (see docs/api.md)", r.Method, r.URL.Path)})

@@ -30,6 +30,8 @@ type peerClient struct {
 	hc     *http.Client
 	self   string // this server's node ID
 	secret []byte // Config.ClusterSecret, signs request bodies
+	// now is the server's wall clock, which stamps signed requests.
+	now func() time.Time
 }
 
 func newPeerClient(cfg *Config) *peerClient {
@@ -41,7 +43,7 @@ func newPeerClient(cfg *Config) *peerClient {
 	if scheme == "" {
 		scheme = "http"
 	}
-	return &peerClient{scheme: scheme, hc: hc, self: cfg.NodeID, secret: cfg.ClusterSecret}
+	return &peerClient{scheme: scheme, hc: hc, self: cfg.NodeID, secret: cfg.ClusterSecret, now: serverClock(cfg).Now}
 }
 
 // base is the URL of the server whose HTTP API is at addr.
@@ -72,7 +74,7 @@ type signingTransport struct {
 func (t signingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set(headerForwarded, t.p.self)
-	t.p.signForwarded(r, fsm.Actor{}, time.Now())
+	t.p.signForwarded(r, fsm.Actor{}, t.p.now())
 	return t.next.RoundTrip(r)
 }
 
@@ -109,7 +111,7 @@ func (p *peerClient) status(ctx context.Context, addr string) (*selfStatus, erro
 		return nil, err
 	}
 	req.Header.Set(headerForwarded, p.self)
-	p.signForwarded(req, fsm.Actor{}, time.Now())
+	p.signForwarded(req, fsm.Actor{}, p.now())
 	resp, err := p.hc.Do(req)
 	if err != nil {
 		return nil, err
