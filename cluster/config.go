@@ -154,6 +154,13 @@ type Config struct {
 	// (the membership reconciler); see LeaderWorker.
 	LeaderWorkers []LeaderWorker
 
+	// ACL, if set, authenticates operator requests: every endpoint but
+	// the liveness probe (/v1/healthz) and the signed internal ones needs
+	// a token whose policy and scope allow it (docs/security.md,
+	// "Operators"). It needs ClusterSecret, which signs what servers
+	// forward to each other. nil means no authentication.
+	ACL *ACLConfig
+
 	// EnableDebug serves Go's profiling endpoints under /debug/pprof/ on
 	// the HTTP API. Leave it off on untrusted networks.
 	EnableDebug bool
@@ -244,6 +251,14 @@ func (c *Config) Validate() error {
 		}
 		if c.TicketPeriod < time.Minute || c.TokenLifetime < c.TicketPeriod || c.PullInterval <= 0 || c.LagWait <= 0 || c.SessionCheckInterval <= 0 {
 			errs = append(errs, errors.New("agent timings: ticket period at least 1m, token lifetime at least the ticket period, pull interval, session check interval and lag wait positive"))
+		}
+	}
+	if c.ACL != nil {
+		if err := c.ACL.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if len(c.ClusterSecret) < 16 {
+			errs = append(errs, errors.New("acl: authenticating operators needs a cluster secret of at least 16 bytes, the same on every server (--cluster-secret-file): it signs the requests servers forward"))
 		}
 	}
 	if c.PeerScheme != "" && c.PeerScheme != "http" && c.PeerScheme != "https" {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/fsm/acl"
 	"github.com/meteor-edge/meteor/scheduler"
 	"github.com/meteor-edge/meteor/wire"
 )
@@ -50,6 +51,8 @@ type httpAPI struct {
 	reports reportIngester
 	peers   *peerClient
 	planner *scheduler.Planner
+	// auth authenticates operator requests; nil when Config.ACL is nil.
+	auth *authenticator
 
 	leaveOnce sync.Once
 }
@@ -91,29 +94,37 @@ type reportIngester interface {
 
 func (h *httpAPI) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("PUT /v1/intents/{name}", h.handlePutIntent)
-	mux.HandleFunc("DELETE /v1/intents/{name}", h.handleDeleteIntent)
-	mux.HandleFunc("GET /v1/intents", h.reader(h.handleListIntents))
-	mux.HandleFunc("GET /v1/intents/{name}", h.reader(h.handleGetIntent))
-	mux.HandleFunc("GET /v1/devices", h.reader(h.handleListDevices))
-	mux.HandleFunc("GET /v1/devices/{id}", h.reader(h.handleGetDevice))
-	mux.HandleFunc("GET /v1/devices/{id}/timeline", h.reader(h.handleTimeline))
-	mux.HandleFunc("GET /v1/intents/{name}/progress", h.reader(h.handleIntentProgress))
-	mux.HandleFunc("GET /v1/status", h.reader(h.handleFleetStatus))
-	mux.HandleFunc("GET /v1/cluster/members", h.handleMembers)
-	mux.HandleFunc("GET /v1/cluster/ownership", h.handleOwnership)
-	mux.HandleFunc("DELETE /v1/cluster/members/{id}", h.onLeader(h.handleRemoveMember))
-	mux.HandleFunc("POST /v1/cluster/leave", h.handleLeave)
-	mux.HandleFunc("GET /v1/health", h.handleHealth)
+	read := func(next http.HandlerFunc) http.HandlerFunc { return h.authorize(acl.ActionRead, h.reader(next)) }
+	mux.HandleFunc("PUT /v1/intents/{name}", h.authorize("", h.scopedOnLeader(h.handlePutIntent)))
+	mux.HandleFunc("DELETE /v1/intents/{name}", h.authorize("", h.scopedOnLeader(h.handleDeleteIntent)))
+	mux.HandleFunc("GET /v1/intents", read(h.handleListIntents))
+	mux.HandleFunc("GET /v1/intents/{name}", read(h.handleGetIntent))
+	mux.HandleFunc("GET /v1/devices", read(h.handleListDevices))
+	mux.HandleFunc("GET /v1/devices/{id}", read(h.handleGetDevice))
+	mux.HandleFunc("GET /v1/devices/{id}/timeline", read(h.handleTimeline))
+	mux.HandleFunc("GET /v1/intents/{name}/progress", read(h.handleIntentProgress))
+	mux.HandleFunc("GET /v1/status", read(h.handleFleetStatus))
+	mux.HandleFunc("GET /v1/cluster/members", h.authorize(acl.ActionRead, h.handleMembers))
+	mux.HandleFunc("GET /v1/cluster/ownership", h.authorize(acl.ActionRead, h.handleOwnership))
+	mux.HandleFunc("DELETE /v1/cluster/members/{id}", h.authorize(acl.ActionManageMembers, h.onLeader(h.handleRemoveMember)))
+	mux.HandleFunc("POST /v1/cluster/leave", h.authorize(acl.ActionManageMembers, h.handleLeave))
+	mux.HandleFunc("GET /v1/health", h.authorize(acl.ActionRead, h.handleHealth))
+	mux.HandleFunc("GET /v1/healthz", h.handleHealthz)
+	mux.HandleFunc("POST /v1/tokens", h.authorize(acl.ActionManageTokens, h.handleCreateToken))
+	mux.HandleFunc("GET /v1/tokens", h.authorize(acl.ActionManageTokens, h.reader(h.handleListTokens)))
+	mux.HandleFunc("DELETE /v1/tokens/{accessor}", h.authorize(acl.ActionManageTokens, h.handleRevokeToken))
+	mux.HandleFunc("GET /v1/audit", h.authorize(acl.ActionReadAudit, h.reader(h.handleAudit)))
 	mux.HandleFunc("POST /v1/internal/apply", h.handleInternalApply)
 	mux.HandleFunc("POST /v1/internal/report", h.handleInternalReport)
-	mux.HandleFunc("GET /v1/internal/self", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.admin.self()) })
-	mux.HandleFunc("GET /v1/internal/state-hash", h.handleStateHash)
+	mux.HandleFunc("GET /v1/internal/self", h.fromServer(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.admin.self()) }))
+	mux.HandleFunc("GET /v1/internal/state-hash", h.fromServer(h.handleStateHash))
 	if h.cfg.EnableDebug {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		// Profiles show the server's memory and goroutines: admins only.
+		debug := func(next http.HandlerFunc) http.HandlerFunc { return h.authorize(acl.ActionManageMembers, next) }
+		mux.HandleFunc("/debug/pprof/", debug(pprof.Index))
+		mux.HandleFunc("/debug/pprof/profile", debug(pprof.Profile))
+		mux.HandleFunc("/debug/pprof/symbol", debug(pprof.Symbol))
+		mux.HandleFunc("/debug/pprof/trace", debug(pprof.Trace))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &api.Error{StatusCode: http.StatusNotFound, Code: api.CodeNotFound, Message: fmt.Sprintf("no such endpoint: %s %s (see docs/api.md)", r.Method, r.URL.Path)})
@@ -132,6 +143,20 @@ func (h *httpAPI) onLeader(next http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		h.forward(w, r)
+	}
+}
+
+// scopedOnLeader runs an intent change by a scoped token on the leader,
+// whose replica has every committed change, so the scope is checked
+// against the intent as it stands (allowIntentChange); a follower forwards
+// the request. Other changes are served here.
+func (h *httpAPI) scopedOnLeader(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if principalOf(r.Context()).scoped() && !h.node.IsLeader() {
+			h.forward(w, r)
+			return
+		}
+		next(w, r)
 	}
 }
 
@@ -178,6 +203,11 @@ func (h *httpAPI) forward(w http.ResponseWriter, r *http.Request) {
 			pr.SetURL(target)
 			pr.Out.Host = r.Host
 			pr.Out.Header.Set(headerForwarded, h.cfg.NodeID)
+			if h.auth != nil {
+				// This server authenticated the caller: the leader
+				// takes the actor from the signed request.
+				h.peers.signForwarded(pr.Out, principalOf(r.Context()).actor(), h.clock.Now())
+			}
 		},
 		Transport: h.peers.hc.Transport,
 		ModifyResponse: func(resp *http.Response) error {
@@ -223,7 +253,12 @@ func (h *httpAPI) handlePutIntent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("%v", err))
 		return
 	}
-	h.writeResult(w, r, name, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: in, IfMatch: ifMatch, Time: h.clock.Now().UnixNano()})
+	p := principalOf(r.Context())
+	if err := h.allowIntentChange(p, acl.ActionWriteIntent, name, in.Selector, &ifMatch); err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	h.writeResult(w, r, name, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: in, IfMatch: ifMatch, Time: h.clock.Now().UnixNano(), Actor: p.actor()})
 }
 
 func (h *httpAPI) handleDeleteIntent(w http.ResponseWriter, r *http.Request) {
@@ -233,22 +268,82 @@ func (h *httpAPI) handleDeleteIntent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("%v", err))
 		return
 	}
-	h.writeResult(w, r, name, fsm.DeleteIntentType, &fsm.DeleteIntentRequest{Name: name, IfMatch: ifMatch, Time: h.clock.Now().UnixNano()})
+	p := principalOf(r.Context())
+	if err := h.allowIntentChange(p, acl.ActionDeleteIntent, name, nil, &ifMatch); err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	h.writeResult(w, r, name, fsm.DeleteIntentType, &fsm.DeleteIntentRequest{Name: name, IfMatch: ifMatch, Time: h.clock.Now().UnixNano(), Actor: p.actor()})
+}
+
+// allowIntentChange checks that p may make change a to intent name: a put
+// carries the new selector, a delete nil. A token without a scope needs
+// only its policy. A scoped token must cover the new selector and the
+// stored intent's, as this server's replica has it; the write is then
+// made conditional on that revision (ifMatch), so the leader cannot apply
+// it to a version of the intent that was not checked. Such a request is
+// served on the leader (scopedOnLeader), where the replica is current.
+func (h *httpAPI) allowIntentChange(p *principal, a acl.Action, name string, selector map[string]string, ifMatch **uint64) error {
+	if !p.scoped() {
+		return p.allowIntent(a, selector)
+	}
+	put := a == acl.ActionWriteIntent
+	if put {
+		if err := p.allowIntent(a, selector); err != nil {
+			return err
+		}
+	}
+	var checked uint64 // 0: the intent does not exist
+	rec, err := h.state.Read().Intent(nil, name)
+	switch {
+	case errors.Is(err, fsm.ErrNotFound) && put:
+	case err != nil:
+		return err
+	default:
+		if err := p.allowIntent(a, rec.Intent.Selector); err != nil {
+			return err
+		}
+		checked = rec.Revision
+	}
+	if *ifMatch != nil && **ifMatch != checked {
+		return &api.Error{StatusCode: http.StatusConflict, Code: api.CodeConflict, CurrentRevision: &checked,
+			Message: fmt.Sprintf("intent %q: If-Match %d, but this server checked the token's scope against revision %d", name, **ifMatch, checked)}
+	}
+	*ifMatch = &checked
+	return nil
 }
 
 func (h *httpAPI) writeResult(w http.ResponseWriter, r *http.Request, name string, t fsm.MessageType, req any) {
-	res, index, err := h.propose.apply(r.Context(), t, req)
-	if err == nil {
-		err = res.Err
-	}
-	if err != nil {
-		writeError(w, toAPIError(err))
+	res, index, ok := h.commit(w, r.Context(), t, req)
+	if !ok {
 		return
 	}
 	w.Header().Set("ETag", strconv.Quote(strconv.FormatUint(res.Revision, 10)))
 	w.Header().Set(api.HeaderRevision, strconv.FormatUint(res.Revision, 10))
-	w.Header().Set(api.HeaderIndex, strconv.FormatUint(index, 10))
 	writeJSON(w, http.StatusOK, api.WriteResponse{Name: name, Revision: res.Revision, Index: index})
+}
+
+// commit commits a command for a request and sets the index header; if
+// the command failed or was rejected it answers the request instead and
+// returns false.
+func (h *httpAPI) commit(w http.ResponseWriter, ctx context.Context, t fsm.MessageType, req any) (fsm.ApplyResult, uint64, bool) {
+	res, index, err := applied(ctx, h.propose, t, req)
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return res, index, false
+	}
+	w.Header().Set(api.HeaderIndex, strconv.FormatUint(index, 10))
+	return res, index, true
+}
+
+// applied commits a command through p and returns the state machine's
+// rejection, if any, as the error.
+func applied(ctx context.Context, p proposer, t fsm.MessageType, req any) (fsm.ApplyResult, uint64, error) {
+	res, index, err := p.apply(ctx, t, req)
+	if err == nil {
+		err = res.Err
+	}
+	return res, index, err
 }
 
 func (h *httpAPI) handleGetIntent(w http.ResponseWriter, r *http.Request) {
@@ -313,6 +408,17 @@ func (h *httpAPI) setReadHeaders(w http.ResponseWriter, read *fsm.Read) {
 	w.Header().Set(api.HeaderIndex, strconv.FormatUint(read.Index(), 10))
 }
 
+// handleHealthz is the liveness probe, open with the ACL on too: it tells
+// only whether this server knows a leader and is a member.
+func (h *httpAPI) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	ok := h.admin.self().Healthy
+	code := http.StatusOK
+	if !ok {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, map[string]bool{"ok": ok})
+}
+
 func (h *httpAPI) handleHealth(w http.ResponseWriter, r *http.Request) {
 	st := h.admin.self()
 	code := http.StatusOK
@@ -329,7 +435,9 @@ func (h *httpAPI) handleRemoveMember(w http.ResponseWriter, r *http.Request) {
 		writeError(w, toAPIError(fmt.Errorf("server %q is not in the Raft configuration: %w", id, fsm.ErrNotFound)))
 		return
 	}
-	if err := h.admin.removeServer(id); err != nil {
+	err := h.admin.removeServer(id)
+	h.auditMember(r, "remove", id, err)
+	if err != nil {
 		writeError(w, toAPIError(err))
 		return
 	}
@@ -341,6 +449,7 @@ func (h *httpAPI) handleRemoveMember(w http.ResponseWriter, r *http.Request) {
 // the Raft configuration and shuts down (Server.Leave).
 func (h *httpAPI) handleLeave(w http.ResponseWriter, r *http.Request) {
 	h.leaveOnce.Do(func() {
+		h.auditMember(r, "leave", h.cfg.NodeID, nil)
 		go func() {
 			if err := h.admin.Leave(30 * time.Second); err != nil {
 				h.logger.Error("leave", "error", err)

@@ -63,7 +63,7 @@ type Local struct {
 	ca        *pki.CA
 	secret    []byte
 	gossipKey []byte
-	configs []Config // addresses resolved after each server's first start
+	configs   []Config // addresses resolved after each server's first start
 
 	mu      sync.Mutex
 	servers []*Server // guarded by mu; nil while a server is down

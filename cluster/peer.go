@@ -30,6 +30,8 @@ type peerClient struct {
 	hc     *http.Client
 	self   string // this server's node ID
 	secret []byte // Config.ClusterSecret, signs request bodies
+	// now is the server's wall clock, which stamps signed requests.
+	now func() time.Time
 }
 
 func newPeerClient(cfg *Config) *peerClient {
@@ -41,15 +43,39 @@ func newPeerClient(cfg *Config) *peerClient {
 	if scheme == "" {
 		scheme = "http"
 	}
-	return &peerClient{scheme: scheme, hc: hc, self: cfg.NodeID, secret: cfg.ClusterSecret}
+	return &peerClient{scheme: scheme, hc: hc, self: cfg.NodeID, secret: cfg.ClusterSecret, now: serverClock(cfg).Now}
 }
 
 // base is the URL of the server whose HTTP API is at addr.
 func (p *peerClient) base(addr string) *url.URL { return &url.URL{Scheme: p.scheme, Host: addr} }
 
-// api returns an API client for the server at addr.
+// api returns an API client for the server at addr. Its requests are
+// signed as this server's own (signForwarded), so a server with the ACL
+// on takes them from a server of the cluster, without a token.
 func (p *peerClient) api(addr string) *api.Client {
-	return api.NewClient(p.base(addr).String(), p.hc)
+	hc := *p.hc
+	hc.Transport = signingTransport{p: p, next: p.transport()}
+	return api.NewClient(p.base(addr).String(), &hc)
+}
+
+func (p *peerClient) transport() http.RoundTripper {
+	if p.hc.Transport != nil {
+		return p.hc.Transport
+	}
+	return http.DefaultTransport
+}
+
+// signingTransport signs each request as the server's own.
+type signingTransport struct {
+	p    *peerClient
+	next http.RoundTripper
+}
+
+func (t signingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(headerForwarded, t.p.self)
+	t.p.signForwarded(r, fsm.Actor{}, t.p.now())
+	return t.next.RoundTrip(r)
 }
 
 func (p *peerClient) close() { p.hc.CloseIdleConnections() }
@@ -84,6 +110,8 @@ func (p *peerClient) status(ctx context.Context, addr string) (*selfStatus, erro
 	if err != nil {
 		return nil, err
 	}
+	req.Header.Set(headerForwarded, p.self)
+	p.signForwarded(req, fsm.Actor{}, p.now())
 	resp, err := p.hc.Do(req)
 	if err != nil {
 		return nil, err

@@ -150,9 +150,15 @@ func New(cfg Config) (*Server, error) {
 		ready:   &s.readyForReads,
 		workers: append([]LeaderWorker{s.membership()}, cfg.LeaderWorkers...),
 	}
+	if cfg.ACL != nil && cfg.ACL.BootstrapTokenHash != "" {
+		s.leadership.workers = append(s.leadership.workers, &bootstrapToken{hash: cfg.ACL.BootstrapTokenHash, state: s.fsm, propose: s, clock: s.clock})
+	}
 	s.api = &httpAPI{
 		cfg: &s.config, logger: s.logger, clock: s.clock, state: s.fsm, propose: s, node: s, admin: s,
 		owners: s.gossip, reports: s.status, peers: s.peers, planner: s.devicePlanner(),
+	}
+	if cfg.ACL != nil {
+		s.api.auth = newAuthenticator(cfg.ACL, s.fsm, s.clock, s.peers)
 	}
 	s.httpSrv = &http.Server{Handler: s.api.handler(), ReadHeaderTimeout: 10 * time.Second}
 

@@ -22,6 +22,9 @@ type Client struct {
 	// RetryNoLeader, when positive, retries requests answered with
 	// no_leader (which certainly had no effect) for up to this long.
 	RetryNoLeader time.Duration
+	// Token, if set, is the secret sent as "Authorization: Bearer" on
+	// every request (servers with the ACL on require one).
+	Token string
 }
 
 // NewClient returns a client for the server at addr ("host:port" or a URL).
@@ -195,6 +198,9 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, q url.Value
 	for k, v := range h {
 		req.Header[k] = v
 	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return 0, nil, fmt.Errorf("%s %s: %w (is a Meteor server listening at %s? set --addr or METEOR_ADDR)", method, path, err, c.base)
@@ -205,6 +211,14 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, q url.Value
 		return 0, nil, fmt.Errorf("%s %s: read response: %w", method, path, err)
 	}
 	return resp.StatusCode, data, nil
+}
+
+func jsonBody(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode request: %w", err)
+	}
+	return b, nil
 }
 
 func decodeError(method, path string, status int, data []byte) *Error {

@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -153,8 +152,11 @@ func parseExecPolicy(execAllow, execEnvAllow string) (driver.ExecPolicy, error) 
 	return p, nil
 }
 
-// parseLabelFlag parses "k=v,k2=v2".
-func parseLabelFlag(s string) (map[string]string, error) {
+// parseLabelFlag parses "k=v,k2=v2" given to --labels.
+func parseLabelFlag(s string) (map[string]string, error) { return parseKVFlag("--labels", s) }
+
+// parseKVFlag parses "k=v,k2=v2" given to flag.
+func parseKVFlag(flag, s string) (map[string]string, error) {
 	out := map[string]string{}
 	if strings.TrimSpace(s) == "" {
 		return out, nil
@@ -162,10 +164,10 @@ func parseLabelFlag(s string) (map[string]string, error) {
 	for _, kv := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("--labels: %q is not key=value", kv)
+			return nil, fmt.Errorf("%s: %q is not key=value", flag, kv)
 		}
 		if _, dup := out[k]; dup {
-			return nil, errors.New("--labels: label " + k + " given twice")
+			return nil, fmt.Errorf("%s: label %s given twice", flag, k)
 		}
 		out[k] = v
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -36,9 +37,30 @@ func main() {
 type globals struct {
 	addr   string
 	output string
+	// token is the operator token (--token, METEOR_TOKEN), or read from
+	// tokenFile (--token-file) before a command runs.
+	token     string
+	tokenFile string
 }
 
-func (g *globals) client() *api.Client { return api.NewClient(g.addr, nil) }
+func (g *globals) client() *api.Client {
+	c := api.NewClient(g.addr, nil)
+	c.Token = g.token
+	return c
+}
+
+// loadToken reads --token-file, unless --token gave the token.
+func (g *globals) loadToken(explicit bool) error {
+	if g.tokenFile == "" || explicit {
+		return nil
+	}
+	b, err := os.ReadFile(g.tokenFile)
+	if err != nil {
+		return fmt.Errorf("--token-file: %w", err)
+	}
+	g.token = strings.TrimSpace(string(b))
+	return nil
+}
 
 func newRootCmd() *cobra.Command {
 	g := &globals{}
@@ -51,7 +73,7 @@ func newRootCmd() *cobra.Command {
 			if g.output != "table" && g.output != "json" {
 				return fmt.Errorf("-o %q: must be table or json", g.output)
 			}
-			return nil
+			return g.loadToken(cmd.Flags().Changed("token"))
 		},
 	}
 	defAddr := os.Getenv("METEOR_ADDR")
@@ -60,6 +82,8 @@ func newRootCmd() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&g.addr, "addr", defAddr, "HTTP address of any Meteor server (env METEOR_ADDR)")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
+	root.PersistentFlags().StringVar(&g.token, "token", os.Getenv("METEOR_TOKEN"), "operator token sent to the server (env METEOR_TOKEN); servers with the ACL on require one")
+	root.PersistentFlags().StringVar(&g.tokenFile, "token-file", "", "file holding the operator token, such as admin.token from 'meteor tls init' (used unless --token is given)")
 	root.AddCommand(
 		newServerCmd(),
 		newAgentCmd(),
@@ -70,6 +94,8 @@ func newRootCmd() *cobra.Command {
 		newMembersCmd(g),
 		newHealthCmd(g),
 		newStatusCmd(g),
+		newTokenCmd(g),
+		newAuditCmd(g),
 		newCACmd(),
 		newTLSCmd(),
 		newChaosCmd(),

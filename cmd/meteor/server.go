@@ -15,7 +15,8 @@ import (
 func newServerCmd() *cobra.Command {
 	cfg := cluster.DefaultConfig()
 	var join, gossipKey, logLevel string
-	var caFile, certFile, keyFile, secretFile, tlsDir string
+	var caFile, certFile, keyFile, secretFile, tlsDir, adminHashFile string
+	var aclOn bool
 	var historyLimit int
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -45,6 +46,11 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 				set("cert-file", &certFile, "server-"+cfg.NodeID+".pem")
 				set("key-file", &keyFile, "server-"+cfg.NodeID+"-key.pem")
 				set("cluster-secret-file", &secretFile, clusterSecret)
+				if !cmd.Flags().Changed("admin-token-hash-file") {
+					if p := filepath.Join(tlsDir, adminTokenHashFile); fileExists(p) {
+						adminHashFile = p
+					}
+				}
 				if gossipKey == "" {
 					k, err := readGossipKey(filepath.Join(tlsDir, gossipKeyFile))
 					if err != nil {
@@ -82,6 +88,18 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 					return err
 				}
 				cfg.ClusterSecret = secret
+			}
+			if adminHashFile != "" {
+				hash, err := readAdminTokenHash(adminHashFile)
+				if err != nil {
+					return err
+				}
+				cfg.ACL = &cluster.ACLConfig{BootstrapTokenHash: hash}
+			} else if aclOn {
+				cfg.ACL = &cluster.ACLConfig{}
+			}
+			if cfg.ACL == nil && !cfg.Dev {
+				fmt.Fprintln(os.Stderr, "WARNING: the HTTP API authenticates no one: anyone who reaches it can change intents and members. Start from 'meteor tls init' (--tls-dir with admin-token.sha256) or pass --acl.")
 			}
 			if cfg.Dev {
 				if cfg.NodeID == "" {
@@ -121,10 +139,12 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 	f.DurationVar(&cfg.ApplyTimeout, "apply-timeout", cfg.ApplyTimeout, "how long a write waits to be committed")
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries between Raft snapshots")
 	f.StringVar(&cfg.AgentAddr, "agent-addr", "", "UDP address to serve device agents on (QUIC); needs the TLS flags below")
-	f.StringVar(&tlsDir, "tls-dir", "", "directory from 'meteor tls init': takes ca.pem, server-<node-id>.pem and its key, cluster.secret and gossip.key from it (flags naming a file override)")
+	f.StringVar(&tlsDir, "tls-dir", "", "directory from 'meteor tls init': takes ca.pem, server-<node-id>.pem and its key, cluster.secret, gossip.key and admin-token.sha256 from it (flags naming a file override)")
 	f.StringVar(&caFile, "ca-file", "pki/ca.pem", "cluster CA certificate (PEM), which signs device certificates")
 	f.StringVar(&certFile, "cert-file", "", "this server's certificate (PEM), from 'meteor tls init' or 'meteor ca issue-server': it serves agents and runs Raft over mutual TLS")
 	f.StringVar(&keyFile, "key-file", "", "this server's private key (PEM)")
+	f.StringVar(&adminHashFile, "admin-token-hash-file", "", "file with the SHA-256 of the first admin token (admin-token.sha256 from 'meteor tls init', which --tls-dir takes): switches on token authentication of the HTTP API")
+	f.BoolVar(&aclOn, "acl", false, "require tokens on the HTTP API even without --admin-token-hash-file (a cluster that has its tokens already)")
 	f.StringVar(&secretFile, "cluster-secret-file", "pki/cluster.secret", "cluster secret shared by all servers (from 'meteor ca init')")
 	f.DurationVar(&cfg.PullInterval, "pull-interval", cfg.PullInterval, "how often agents are told to pull even without a push")
 	f.BoolVar(&cfg.EnableDebug, "enable-debug", false, "serve Go profiling endpoints under /debug/pprof/ on the HTTP API")

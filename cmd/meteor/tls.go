@@ -14,10 +14,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meteor-edge/meteor/cluster"
+	"github.com/meteor-edge/meteor/fsm/acl"
 )
 
-// gossipKeyFile is the gossip encryption key in a TLS directory.
-const gossipKeyFile = "gossip.key"
+// Files of a TLS directory: the gossip encryption key, the first admin
+// token's secret (for the operator) and its hash (for the servers).
+const (
+	gossipKeyFile      = "gossip.key"
+	adminTokenFile     = "admin.token"
+	adminTokenHashFile = "admin-token.sha256"
+)
 
 func newTLSCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -29,13 +35,17 @@ func newTLSCmd() *cobra.Command {
 	var validFor time.Duration
 	initCmd := &cobra.Command{
 		Use:   "init",
-		Short: "Create the cluster CA, a certificate per server, the cluster secret and the gossip key",
+		Short: "Create the cluster CA, a certificate per server, the cluster secret, the gossip key and the first admin token",
 		Long: `Create, in --dir, everything a new cluster's servers start from:
 
   ca.pem, ca-key.pem            the cluster CA (keep ca-key.pem offline afterwards)
   server-<id>.pem, -key.pem     a certificate per server, carrying its node ID
   cluster.secret                derives resume-token and session-ticket keys
   gossip.key                    encrypts gossip between the servers
+  admin.token                   the first admin token's secret, for operators
+                                (meteor --token-file DIR/admin.token ...)
+  admin-token.sha256            its hash: servers create the token from it and
+                                require tokens on the HTTP API
 
 Every file holding a secret is written with mode 0600, and nothing is
 overwritten. Give each server the directory (or its own files) with
@@ -102,17 +112,58 @@ func initTLS(out io.Writer, dir string, ids, hosts []string, validFor time.Durat
 		return err
 	}
 	fmt.Fprintf(out, "created %s in %s\n", gossipKeyFile, dir)
+	return writeAdminToken(out, dir)
+}
+
+// writeAdminToken generates the first admin token: its secret in
+// admin.token, its hash in admin-token.sha256, both of mode 0600.
+func writeAdminToken(out io.Writer, dir string) error {
+	tok, err := acl.Generate(rand.Reader)
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct{ name, content string }{
+		{adminTokenFile, tok.Secret}, {adminTokenHashFile, acl.HashSecret(tok.Secret)},
+	} {
+		if err := writePrivateFile(filepath.Join(dir, f.name), f.content+"\n"); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "created %s and %s in %s (keep %s like a password; servers need only the hash)\n", adminTokenFile, adminTokenHashFile, dir, adminTokenFile)
 	return nil
 }
 
-// writeSecretFile writes b base64-encoded to a new file of mode 0600.
-func writeSecretFile(path string, b []byte) error {
+// writePrivateFile writes s to a new file of mode 0600.
+func writePrivateFile(path, s string) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = f.WriteString(base64.StdEncoding.EncodeToString(b) + "\n")
+	_, err = f.WriteString(s)
 	return errors.Join(err, f.Close())
+}
+
+// readAdminTokenHash reads admin-token.sha256 written by 'meteor tls init'.
+func readAdminTokenHash(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("admin token hash file: %w", err)
+	}
+	h := strings.TrimSpace(string(b))
+	if !acl.ValidSecretHash(h) {
+		return "", fmt.Errorf("admin token hash file %s: not a hex SHA-256", path)
+	}
+	return h, nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// writeSecretFile writes b base64-encoded to a new file of mode 0600.
+func writeSecretFile(path string, b []byte) error {
+	return writePrivateFile(path, base64.StdEncoding.EncodeToString(b)+"\n")
 }
 
 // readGossipKey reads a gossip key file written by 'meteor tls init'.

@@ -5,9 +5,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/meteor-edge/meteor/fsm/acl"
 	"github.com/meteor-edge/meteor/wire"
 )
 
@@ -19,7 +21,7 @@ func TestTLSInit(t *testing.T) {
 	if err := initTLS(io.Discard, dir, ids, []string{"127.0.0.1"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{caKeyFile, clusterSecret, gossipKeyFile, "server-eu-1-key.pem"} {
+	for _, name := range []string{caKeyFile, clusterSecret, gossipKeyFile, "server-eu-1-key.pem", adminTokenFile, adminTokenHashFile} {
 		fi, err := os.Stat(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
@@ -49,6 +51,18 @@ func TestTLSInit(t *testing.T) {
 	}
 	if k, err := readGossipKey(filepath.Join(dir, gossipKeyFile)); err != nil || len(k) != 32 {
 		t.Errorf("gossip key of %d bytes: %v", len(k), err)
+	}
+	// The admin token's secret and the hash the servers read match.
+	secret, err := os.ReadFile(filepath.Join(dir, adminTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := acl.CheckSecretFormat(strings.TrimSpace(string(secret))); err != nil {
+		t.Errorf("admin token: %v", err)
+	}
+	hash, err := readAdminTokenHash(filepath.Join(dir, adminTokenHashFile))
+	if err != nil || hash != acl.HashSecret(strings.TrimSpace(string(secret))) {
+		t.Errorf("admin token hash %q (%v) is not the secret's", hash, err)
 	}
 	// Nothing is overwritten, and a bad node ID is refused before
 	// anything is written.

@@ -1,0 +1,289 @@
+package cluster
+
+import (
+	"context"
+	"crypto/hmac"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/fsm/acl"
+)
+
+// ACLConfig switches on the authentication of operator requests (see
+// Config.ACL and docs/security.md, "Operators").
+type ACLConfig struct {
+	// BootstrapTokenHash, if set, is the hash (acl.HashSecret) of the
+	// first admin token's secret (`meteor tls init` writes both). The
+	// leader creates that token when the cluster has no token at all.
+	BootstrapTokenHash string
+	// FailedAuthRate is how many failed authentications per second a
+	// remote IP may make after its burst (FailedAuthBurst) before it is
+	// answered 429; zero means 1 per second with a burst of 10.
+	FailedAuthRate  rate.Limit
+	FailedAuthBurst int
+}
+
+// Validate checks the ACL configuration.
+func (c *ACLConfig) Validate() error {
+	if c.BootstrapTokenHash != "" && !acl.ValidSecretHash(c.BootstrapTokenHash) {
+		return errors.New("acl: the bootstrap token hash is not a hex SHA-256 (admin-token.sha256 from 'meteor tls init')")
+	}
+	if c.FailedAuthRate < 0 || c.FailedAuthBurst < 0 {
+		return errors.New("acl: the failed-authentication rate and burst must not be negative")
+	}
+	return nil
+}
+
+// Headers of a request one server forwards to another's public API (a
+// follower's read or member change proxied to the leader, a leaving
+// server asking the leader to remove it). The signature (headerSignature)
+// covers them all, so a request without a valid one carries no actor.
+const (
+	// headerActor is the accessor of the token the forwarding server
+	// verified; empty means the server itself.
+	headerActor = "X-Meteor-Actor"
+	// headerSignedAt is when the forwarding server signed (Unix nanoseconds).
+	headerSignedAt = "X-Meteor-Signed-At"
+)
+
+// signedRequestMaxAge bounds how far a forwarded request's signing time may
+// be from the receiving server's clock, which bounds its replay.
+const signedRequestMaxAge = time.Minute
+
+// maxFailureLimiters bounds the remote IPs whose failed authentications
+// are counted; beyond it the counts start over.
+const maxFailureLimiters = 10000
+
+// principal is who a request is from, once authenticated: a token, or a
+// server of this cluster (a signed forwarded request without an actor). A
+// nil *principal is an unauthenticated request on a server without ACL,
+// which may do everything, as the zero (system) actor.
+type principal struct {
+	token  *fsm.TokenInfo
+	server string
+}
+
+type principalKey struct{}
+
+// principalOf returns the principal the authentication stored in ctx.
+func principalOf(ctx context.Context) *principal {
+	p, _ := ctx.Value(principalKey{}).(*principal)
+	return p
+}
+
+// actor is who the audit log records.
+func (p *principal) actor() fsm.Actor {
+	if p == nil || p.token == nil {
+		return fsm.Actor{}
+	}
+	return fsm.Actor{Accessor: p.token.Accessor, Name: p.token.Name}
+}
+
+// scoped reports whether the principal is a token with a scope.
+func (p *principal) scoped() bool { return p != nil && p.token != nil && len(p.token.Scope) > 0 }
+
+// allow checks an action on the whole cluster (acl.Grant.Allow).
+func (p *principal) allow(a acl.Action) error {
+	if p == nil || p.token == nil {
+		return nil
+	}
+	return p.refusal(a, p.token.Grant().Allow(a))
+}
+
+// allowIntent checks an action on an intent with this selector.
+func (p *principal) allowIntent(a acl.Action, selector map[string]string) error {
+	if p == nil || p.token == nil {
+		return nil
+	}
+	return p.refusal(a, p.token.Grant().AllowIntent(a, selector))
+}
+
+func (p *principal) refusal(a acl.Action, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeForbidden,
+		Message: fmt.Sprintf("token %s (policy %s) may not %s: %v", p.token.Accessor, p.token.Policy, a, err)}
+}
+
+// authenticator verifies the credentials of operator requests: a bearer
+// token looked up by its hash in the local replica, or a forwarded request
+// signed by another server. It counts failed attempts per remote IP.
+//
+// Its failure limiters are guarded by mu; everything else is read-only.
+type authenticator struct {
+	cfg   *ACLConfig
+	state stateReader
+	clock Clock
+	peers *peerClient
+
+	mu       sync.Mutex
+	failures map[string]*rate.Limiter // by remote IP; guarded by mu
+}
+
+func newAuthenticator(cfg *ACLConfig, state stateReader, clock Clock, peers *peerClient) *authenticator {
+	return &authenticator{cfg: cfg, state: state, clock: clock, peers: peers, failures: map[string]*rate.Limiter{}}
+}
+
+// authenticate returns the request's principal, or the error to answer:
+// 401 without valid credentials, 429 once the remote IP failed too often.
+func (a *authenticator) authenticate(r *http.Request) (*principal, *api.Error) {
+	p, err := a.verify(r)
+	if err == nil {
+		return p, nil
+	}
+	if !a.limiter(r.RemoteAddr).Allow() {
+		return nil, &api.Error{StatusCode: http.StatusTooManyRequests, Code: api.CodeRateLimited,
+			Message: "too many failed authentications from this address: slow down", RetryAfterMS: 1000}
+	}
+	return nil, &api.Error{StatusCode: http.StatusUnauthorized, Code: api.CodeUnauthenticated,
+		Message: err.Error() + " (send Authorization: Bearer TOKEN; meteor takes --token, --token-file or METEOR_TOKEN)"}
+}
+
+func (a *authenticator) verify(r *http.Request) (*principal, error) {
+	if r.Header.Get(headerSignature) != "" {
+		return a.verifySigned(r)
+	}
+	secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return nil, errors.New("this request carries no token")
+	}
+	secret = strings.TrimSpace(secret)
+	if err := acl.CheckSecretFormat(secret); err != nil {
+		return nil, fmt.Errorf("bad token: %w", err)
+	}
+	rec, err := a.state.Read().TokenBySecretHash(nil, acl.HashSecret(secret))
+	if err != nil {
+		return nil, errors.New("unknown or revoked token")
+	}
+	return a.valid(&rec.TokenInfo)
+}
+
+func (a *authenticator) valid(tok *fsm.TokenInfo) (*principal, error) {
+	if tok.Expired(a.clock.Now().UnixNano()) {
+		return nil, fmt.Errorf("token %s expired at %s", tok.Accessor, time.Unix(0, tok.ExpiresAt).UTC().Format(time.RFC3339))
+	}
+	if tok.Policy == acl.PolicyEnroll {
+		return nil, fmt.Errorf("token %s is an enroll token: it enrolls devices and calls no API", tok.Accessor)
+	}
+	return &principal{token: tok}, nil
+}
+
+// verifySigned checks a request another server forwarded (signForwarded):
+// its signature, its age, and the actor's token in this replica.
+func (a *authenticator) verifySigned(r *http.Request) (*principal, error) {
+	got, err := hex.DecodeString(r.Header.Get(headerSignature))
+	want, _ := hex.DecodeString(a.peers.sign([]byte(forwardedString(r))))
+	if err != nil || !hmac.Equal(got, want) {
+		return nil, errors.New("bad forwarded-request signature")
+	}
+	at, err := strconv.ParseInt(r.Header.Get(headerSignedAt), 10, 64)
+	if age := a.clock.Now().Sub(time.Unix(0, at)); err != nil || age > signedRequestMaxAge || age < -signedRequestMaxAge {
+		return nil, errors.New("forwarded request signed too long ago, or by a server whose clock is off")
+	}
+	accessor := r.Header.Get(headerActor)
+	if accessor == "" {
+		return &principal{server: r.Header.Get(headerForwarded)}, nil
+	}
+	rec, err := a.state.Read().Token(nil, accessor)
+	if err != nil {
+		return nil, fmt.Errorf("token %s of the forwarded request: unknown or revoked", accessor)
+	}
+	return a.valid(&rec.TokenInfo)
+}
+
+// forwardedString is what a forwarded request's signature covers.
+func forwardedString(r *http.Request) string {
+	return strings.Join([]string{"forwarded", r.Method, r.URL.RequestURI(),
+		r.Header.Get(headerForwarded), r.Header.Get(headerActor), r.Header.Get(headerSignedAt)}, "\n")
+}
+
+// signForwarded signs a request this server sends to another's public API
+// on behalf of actor (the zero Actor: the server itself). The request's
+// URL and headerForwarded must be set.
+func (p *peerClient) signForwarded(r *http.Request, actor fsm.Actor, now time.Time) {
+	r.Header.Del("Authorization")
+	r.Header.Set(headerActor, actor.Accessor)
+	r.Header.Set(headerSignedAt, strconv.FormatInt(now.UnixNano(), 10))
+	r.Header.Set(headerSignature, p.sign([]byte(forwardedString(r))))
+}
+
+func (a *authenticator) limiter(remote string) *rate.Limiter {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l, ok := a.failures[host]
+	if !ok {
+		if len(a.failures) >= maxFailureLimiters {
+			clear(a.failures)
+		}
+		r, b := a.cfg.FailedAuthRate, a.cfg.FailedAuthBurst
+		if r == 0 {
+			r, b = 1, 10
+		}
+		l = rate.NewLimiter(r, max(b, 1))
+		a.failures[host] = l
+	}
+	return l
+}
+
+// authorize wraps an operator endpoint: with the ACL on it authenticates
+// the request, checks action on the whole cluster (unless action is empty:
+// the handler checks an intent's selector itself) and stores the
+// principal in the request's context. With the ACL off it lets every
+// request through.
+func (h *httpAPI) authorize(action acl.Action, next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h.auth == nil {
+			next(w, r)
+			return
+		}
+		p, apiErr := h.auth.authenticate(r)
+		if apiErr != nil {
+			if apiErr.StatusCode == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="meteor"`)
+				// Refusals past the rate limit are not logged: they
+				// would let a guesser fill the log.
+				h.logger.Warn("refused request", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "error", apiErr.Message)
+			}
+			writeError(w, apiErr)
+			return
+		}
+		if action != "" {
+			if err := p.allow(action); err != nil {
+				h.logger.Warn("forbidden request", "method", r.Method, "path", r.URL.Path, "actor", p.actor().String(), "error", err)
+				writeError(w, toAPIError(err))
+				return
+			}
+		}
+		next(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+	}
+}
+
+// fromServer wraps an internal read: with the ACL on, only a request
+// another server signed (peerClient.status) is served.
+func (h *httpAPI) fromServer(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h.auth != nil {
+			if p, err := h.auth.verifySigned(r); err != nil || p.token != nil {
+				writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeForbidden, Message: "internal endpoint: servers only (a request signed with the cluster secret)"})
+				return
+			}
+		}
+		next(w, r)
+	}
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meteor-edge/meteor/cluster"
+	"github.com/meteor-edge/meteor/cluster/api"
+)
+
+// run runs the meteor command line with args and returns its output.
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetOut(&out)
+	root.SetErr(io.Discard)
+	err := root.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+// TestTokenCommands: the admin token 'meteor tls init' writes works from a
+// --token-file on a server started with its hash; it creates an operator
+// token whose secret works from --token; the token is listed, shows in
+// the audit log with what it did, and is revoked.
+func TestTokenCommands(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pki")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeAdminToken(io.Discard, dir); err != nil {
+		t.Fatal(err)
+	}
+	hash, err := readAdminTokenHash(filepath.Join(dir, adminTokenHashFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := cluster.StartLocal(ctx, cluster.LocalOptions{Servers: 1, Dir: t.TempDir(), Configure: func(_ int, c *cluster.Config) {
+		c.ClusterSecret = bytes.Repeat([]byte{7}, 32)
+		c.ACL = &cluster.ACLConfig{BootstrapTokenHash: hash}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	addr := l.HTTPAddr(0)
+	adminFile := filepath.Join(dir, adminTokenFile)
+
+	if _, err := run(t, "--addr", addr, "token", "list"); err == nil || !strings.Contains(err.Error(), "no token") {
+		t.Fatalf("token list without a token: %v, want unauthenticated", err)
+	}
+	var list api.TokenList
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := run(t, "--addr", addr, "--token-file", adminFile, "-o", "json", "token", "list")
+		if err == nil {
+			if err := json.Unmarshal([]byte(out), &list); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("admin token from the file never worked: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // the leader creates it just after the election
+	}
+	if len(list.Tokens) != 1 || list.Tokens[0].Name != cluster.BootstrapTokenName {
+		t.Fatalf("tokens %+v, want the bootstrap admin token", list.Tokens)
+	}
+
+	out, err := run(t, "--addr", addr, "--token-file", adminFile, "-o", "json", "token", "create", "--policy", "operator", "--name", "ci", "--ttl", "1h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created api.CreateTokenResponse
+	if err := json.Unmarshal([]byte(out), &created); err != nil || created.Secret == "" || created.Token.ExpiresAt == nil {
+		t.Fatalf("token create: %s (%v)", out, err)
+	}
+	if _, err := run(t, "--addr", addr, "--token", created.Secret, "token", "list"); err == nil || !strings.Contains(err.Error(), "manage-tokens") {
+		t.Fatalf("operator lists tokens: %v, want forbidden", err)
+	}
+	out, err = run(t, "--addr", addr, "--token", created.Secret, "audit", "--actor", "ci")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(out, "\n") != 1 {
+		t.Fatalf("audit of ci before it did anything:\n%s", out)
+	}
+	out, err = run(t, "--addr", addr, "--token-file", adminFile, "audit", "--target", "token/"+created.Token.Accessor)
+	if err != nil || !strings.Contains(out, "create-token") || !strings.Contains(out, cluster.BootstrapTokenName) {
+		t.Fatalf("audit of the token: %v\n%s", err, out)
+	}
+	if _, err := run(t, "--addr", addr, "--token-file", adminFile, "token", "revoke", created.Token.Accessor); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, "--addr", addr, "--token", created.Secret, "audit"); err == nil || !strings.Contains(err.Error(), "revoked") {
+		t.Fatalf("revoked token: %v, want unauthenticated", err)
+	}
+}
