@@ -1,11 +1,14 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -183,8 +186,12 @@ func (a *authenticator) valid(tok *fsm.TokenInfo) (*principal, error) {
 // verifySigned checks a request another server forwarded (signForwarded):
 // its signature, its age, and the actor's token in this replica.
 func (a *authenticator) verifySigned(r *http.Request) (*principal, error) {
+	digest, err := bodyDigest(r)
+	if err != nil {
+		return nil, fmt.Errorf("forwarded request: %w", err)
+	}
 	got, err := hex.DecodeString(r.Header.Get(headerSignature))
-	want, _ := hex.DecodeString(a.peers.sign([]byte(forwardedString(r))))
+	want, _ := hex.DecodeString(a.peers.sign([]byte(forwardedString(r, digest))))
 	if err != nil || !hmac.Equal(got, want) {
 		return nil, errors.New("bad forwarded-request signature")
 	}
@@ -203,20 +210,48 @@ func (a *authenticator) verifySigned(r *http.Request) (*principal, error) {
 	return a.valid(&rec.TokenInfo)
 }
 
-// forwardedString is what a forwarded request's signature covers.
-func forwardedString(r *http.Request) string {
+// forwardedString is what a forwarded request's signature covers: its
+// method, URL, forwarding server, actor, signing time and body (digest,
+// from bodyDigest), so that none of them can be changed in transit.
+func forwardedString(r *http.Request, digest string) string {
 	return strings.Join([]string{"forwarded", r.Method, r.URL.RequestURI(),
-		r.Header.Get(headerForwarded), r.Header.Get(headerActor), r.Header.Get(headerSignedAt)}, "\n")
+		r.Header.Get(headerForwarded), r.Header.Get(headerActor), r.Header.Get(headerSignedAt), digest}, "\n")
+}
+
+// bodyDigest reads r's body (at most maxBodyBytes), puts it back for
+// whoever reads it next, and returns its hex SHA-256.
+func bodyDigest(r *http.Request) (string, error) {
+	var body []byte
+	if r.Body != nil && r.Body != http.NoBody {
+		b, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+		r.Body.Close()
+		if err != nil {
+			return "", fmt.Errorf("read body: %w", err)
+		}
+		if len(b) > maxBodyBytes {
+			return "", fmt.Errorf("body over %d bytes", maxBodyBytes)
+		}
+		body = b
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		r.ContentLength = int64(len(b))
+	}
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // signForwarded signs a request this server sends to another's public API
 // on behalf of actor (the zero Actor: the server itself). The request's
-// URL and headerForwarded must be set.
-func (p *peerClient) signForwarded(r *http.Request, actor fsm.Actor, now time.Time) {
+// URL and headerForwarded must be set; its body is read and put back.
+func (p *peerClient) signForwarded(r *http.Request, actor fsm.Actor, now time.Time) error {
+	digest, err := bodyDigest(r)
+	if err != nil {
+		return err
+	}
 	r.Header.Del("Authorization")
 	r.Header.Set(headerActor, actor.Accessor)
 	r.Header.Set(headerSignedAt, strconv.FormatInt(now.UnixNano(), 10))
-	r.Header.Set(headerSignature, p.sign([]byte(forwardedString(r))))
+	r.Header.Set(headerSignature, p.sign([]byte(forwardedString(r, digest))))
+	return nil
 }
 
 func (a *authenticator) limiter(remote string) *rate.Limiter {

@@ -568,5 +568,22 @@ func TestACLIgnoresForgedForwarding(t *testing.T) {
 	if code, _, _ := call(t, leader, "", "POST", "/v1/internal/apply", cmd, map[string]string{headerSignature: strings.Repeat("ab", 32)}); code != http.StatusForbidden {
 		t.Errorf("forged internal apply: %d, want 403", code)
 	}
+	// A request a server really signed, for a harmless body, carries that
+	// signature to no other body: someone on the path cannot swap it.
+	signed, err := http.NewRequest("PUT", "http://"+leader.HTTPAddr()+"/v1/intents/web", bytes.NewReader(putDoc(t, simpleIntent("web", "harmless"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed.Header.Set(headerForwarded, c.follower().ID())
+	if err := c.follower().peers.signForwarded(signed, fsm.Actor{}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	swapped := map[string]string{}
+	for _, k := range []string{headerForwarded, headerActor, headerSignedAt, headerSignature} {
+		swapped[k] = signed.Header.Get(k)
+	}
+	if code, _, _ := call(t, leader, "", "PUT", "/v1/intents/web", doc, swapped); code != http.StatusUnauthorized {
+		t.Errorf("a signed request with its body swapped: %d, want 401", code)
+	}
 	c.checkUnchanged(t, c.voters())
 }

@@ -206,7 +206,11 @@ func (h *httpAPI) forward(w http.ResponseWriter, r *http.Request) {
 			if h.auth != nil {
 				// This server authenticated the caller: the leader
 				// takes the actor from the signed request.
-				h.peers.signForwarded(pr.Out, principalOf(r.Context()).actor(), h.clock.Now())
+				if err := h.peers.signForwarded(pr.Out, principalOf(r.Context()).actor(), h.clock.Now()); err != nil {
+					// Unsigned, the leader refuses it (401).
+					h.logger.Warn("forward: cannot sign the request", "error", err)
+					pr.Out.Header.Del(headerSignature)
+				}
 			}
 		},
 		Transport: h.peers.hc.Transport,

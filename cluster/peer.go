@@ -74,7 +74,9 @@ type signingTransport struct {
 func (t signingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set(headerForwarded, t.p.self)
-	t.p.signForwarded(r, fsm.Actor{}, t.p.now())
+	if err := t.p.signForwarded(r, fsm.Actor{}, t.p.now()); err != nil {
+		return nil, err
+	}
 	return t.next.RoundTrip(r)
 }
 
@@ -111,7 +113,9 @@ func (p *peerClient) status(ctx context.Context, addr string) (*selfStatus, erro
 		return nil, err
 	}
 	req.Header.Set(headerForwarded, p.self)
-	p.signForwarded(req, fsm.Actor{}, p.now())
+	if err := p.signForwarded(req, fsm.Actor{}, p.now()); err != nil {
+		return nil, err
+	}
 	resp, err := p.hc.Do(req)
 	if err != nil {
 		return nil, err
