@@ -61,6 +61,10 @@ func (l *leadership) Run(ctx context.Context) error {
 	var term sync.WaitGroup
 	stepDown := func() {
 		if stop != nil {
+			// Linearizable reads stop at once, before the workers are
+			// waited for: should leadership come back meanwhile, its
+			// term's barrier must run again before reads are served.
+			l.ready.Store(false)
 			stop()
 			term.Wait()
 			stop = nil
@@ -144,7 +148,6 @@ type raftMembership interface {
 // server takes part in Raft (tlsLayer); nil without Config.PeerTLS.
 type peerVerifier interface {
 	verify(addr raft.ServerAddress, id string) error
-	expectConfiguration(raft.Configuration)
 }
 
 // verifyPeer checks, if v is set, that the server at addr holds the
@@ -220,9 +223,6 @@ func (r *membershipReconciler) reconcile() {
 	if err := f.Error(); err != nil {
 		r.logger.Warn("read raft configuration", "error", err)
 		return
-	}
-	if r.peers != nil {
-		r.peers.expectConfiguration(f.Configuration())
 	}
 	inConfig := map[string]raft.Server{}
 	for _, srv := range f.Configuration().Servers {

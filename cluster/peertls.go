@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -75,20 +75,28 @@ func peerServerID(cs tls.ConnectionState) (string, error) {
 // (plain TCP, or a fault-injecting one in tests). Both ends must present a
 // server certificate of the cluster CA; a dialled server must present the
 // certificate of the node ID the Raft configuration has at that address,
-// once that is known (expect).
+// once the Raft node is running (watch), and an explicitly verified one
+// that of the ID it was verified for.
 type tlsLayer struct {
 	raft.StreamLayer
 	tls *PeerTLS
 
-	mu  sync.Mutex
-	ids map[raft.ServerAddress]string // Raft address -> node ID
+	// config reads the Raft node's latest configuration; nil until the
+	// node runs (raft's dials start inside raft.NewRaft).
+	config atomic.Pointer[configSource]
+}
+
+// configSource is the Raft node's configuration (*raft.Raft; reading it
+// does not wait for Raft's main loop).
+type configSource interface {
+	GetConfiguration() raft.ConfigurationFuture
 }
 
 // handshakeTimeout bounds a TLS handshake between servers.
 const handshakeTimeout = 10 * time.Second
 
 func newTLSLayer(inner raft.StreamLayer, p *PeerTLS) *tlsLayer {
-	return &tlsLayer{StreamLayer: inner, tls: p, ids: map[raft.ServerAddress]string{}}
+	return &tlsLayer{StreamLayer: inner, tls: p}
 }
 
 // Accept returns the next connection; its handshake (and the check of the
@@ -124,36 +132,35 @@ func (l *tlsLayer) dial(addr raft.ServerAddress, wantID string, timeout time.Dur
 }
 
 // verify dials addr and checks that the server there holds the
-// certificate of node ID id; on success it expects that ID at addr from
-// then on. A server is added to the Raft configuration only after this.
+// certificate of node ID id. A server is added to the Raft configuration
+// only after this; from then on Dial expects that ID at addr.
 func (l *tlsLayer) verify(addr raft.ServerAddress, id string) error {
 	c, err := l.dial(addr, id, handshakeTimeout)
 	if err != nil {
 		return err
 	}
-	c.Close()
-	l.expect(addr, id)
-	return nil
+	return c.Close()
 }
 
-// expect records the node ID the server at addr must prove.
-func (l *tlsLayer) expect(addr raft.ServerAddress, id string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.ids[addr] = id
-}
+// watch makes Dial expect, at each address, the node ID of the Raft
+// configuration src holds.
+func (l *tlsLayer) watch(src configSource) { l.config.Store(&src) }
 
-// expectConfiguration records the node IDs of a Raft configuration.
-func (l *tlsLayer) expectConfiguration(cfg raft.Configuration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, s := range cfg.Servers {
-		l.ids[s.Address] = string(s.ID)
-	}
-}
-
+// expected returns the node ID the configuration has at addr, or "" (any
+// server of the cluster) if it has none or the node is not running yet.
 func (l *tlsLayer) expected(addr raft.ServerAddress) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.ids[addr]
+	src := l.config.Load()
+	if src == nil {
+		return ""
+	}
+	f := (*src).GetConfiguration()
+	if f.Error() != nil {
+		return ""
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.Address == addr {
+			return string(s.ID)
+		}
+	}
+	return ""
 }

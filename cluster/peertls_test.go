@@ -92,11 +92,28 @@ func TestRaftTLSBetweenServers(t *testing.T) {
 	if err := other.verify(addr, "s9"); !errors.Is(err, ErrWrongPeer) {
 		t.Errorf("verify under another ID: %v, want ErrWrongPeer", err)
 	}
-	other.expectConfiguration(raft.Configuration{Servers: []raft.Server{{ID: "s7", Address: addr}}})
+	other.watch(fixedConfig{Servers: []raft.Server{{ID: "s7", Address: addr}}})
 	if _, err := other.Dial(addr, time.Second); !errors.Is(err, ErrWrongPeer) {
 		t.Errorf("dial a server configured as s7: %v, want ErrWrongPeer", err)
 	}
+	other.watch(fixedConfig{Servers: []raft.Server{{ID: "s1", Address: addr}}})
+	c2, err := other.Dial(addr, time.Second)
+	if err != nil {
+		t.Fatalf("dial s1 where the configuration has it: %v", err)
+	}
+	c2.Close()
 }
+
+// fixedConfig is a Raft configuration source that never changes.
+type fixedConfig raft.Configuration
+
+func (c fixedConfig) GetConfiguration() raft.ConfigurationFuture { return configFuture(c) }
+
+type configFuture raft.Configuration
+
+func (configFuture) Error() error                        { return nil }
+func (configFuture) Index() uint64                       { return 0 }
+func (c configFuture) Configuration() raft.Configuration { return raft.Configuration(c) }
 
 // TestRaftTLSRefusesOutsiders: plaintext, no certificate, a device
 // certificate and a server certificate of another CA are all refused by a

@@ -227,6 +227,9 @@ func (s *Server) setupRaft() (*raftParts, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
+	if p.tls != nil {
+		p.tls.watch(p.raft)
+	}
 	ok = true
 	return p, nil
 }

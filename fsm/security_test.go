@@ -61,6 +61,8 @@ func (a *applier) refused(typ MessageType, req any, want any) {
 		if res.Err == nil || !strings.Contains(res.Err.Error(), w) {
 			a.t.Fatalf("%s: err %v, want one containing %q", typ, res.Err, w)
 		}
+	default:
+		a.t.Fatalf("%s: want %T: give an error or a string", typ, want)
 	}
 	if res.Labels != nil {
 		a.t.Fatalf("%s: a refused command assigned labels %v", typ, res.Labels)
@@ -208,11 +210,15 @@ func TestEnrollmentToken(t *testing.T) {
 	many, req := newToken(t, acl.PolicyEnroll, "unlimited")
 	a.ok(CreateTokenType, req)
 	a.ok(RevokeDeviceType, &RevokeDeviceRequest{ID: "stolen", Actor: admin})
-	a.refused(UseEnrollTokenType, &UseEnrollTokenRequest{SecretHash: acl.HashSecret(many.Secret), Device: "stolen"}, ErrDeviceRevoked)
+	a.refused(UseEnrollTokenType, &UseEnrollTokenRequest{SecretHash: acl.HashSecret(many.Secret), Device: "stolen", Time: 500}, ErrDeviceRevoked)
 	a.refused(UseEnrollTokenType, &UseEnrollTokenRequest{SecretHash: acl.HashSecret(many.Secret)}, "empty device ID")
+	// Without the proposer's time expiry cannot be judged; an enrolled
+	// device is not taken over by another enrollment.
+	a.refused(UseEnrollTokenType, &UseEnrollTokenRequest{SecretHash: acl.HashSecret(many.Secret), Device: "d9"}, "no proposer time")
+	a.refused(UseEnrollTokenType, &UseEnrollTokenRequest{SecretHash: acl.HashSecret(many.Secret), Device: "d1", Time: 500}, ErrExists)
 	// Without a limit a token enrolls any number of devices.
 	for _, id := range []string{"d6", "d7", "d8"} {
-		a.ok(UseEnrollTokenType, &UseEnrollTokenRequest{SecretHash: acl.HashSecret(many.Secret), Device: id})
+		a.ok(UseEnrollTokenType, &UseEnrollTokenRequest{SecretHash: acl.HashSecret(many.Secret), Device: id, Time: 500})
 	}
 }
 
@@ -426,7 +432,7 @@ func TestSecurityStateSnapshot(t *testing.T) {
 	tok, req := newToken(t, acl.PolicyEnroll, "e")
 	req.EnrollLabels, req.MaxUses = map[string]string{"region": "eu"}, 3
 	a.ok(CreateTokenType, req)
-	a.ok(UseEnrollTokenType, &UseEnrollTokenRequest{SecretHash: acl.HashSecret(tok.Secret), Device: "d1"})
+	a.ok(UseEnrollTokenType, &UseEnrollTokenRequest{SecretHash: acl.HashSecret(tok.Secret), Device: "d1", Time: 1})
 	a.ok(RevokeDeviceType, &RevokeDeviceRequest{ID: "d2", Reason: "lost", Actor: alice})
 	a.ok(AuditMemberChangeType, &MemberChangeRequest{Change: "add", Member: "s4", Actor: admin})
 	a.ok(PutIntentType, &PutIntentRequest{Intent: testIntent("web", "x"), Actor: alice})

@@ -192,6 +192,10 @@ func (f *FSM) applyUseEnrollToken(txn *memdb.Txn, index uint64, body []byte) (Ap
 	switch {
 	case cur.Policy != acl.PolicyEnroll:
 		return rejected(txn, fmt.Errorf("enroll device %q: token %s: %w: a %s token cannot enroll", req.Device, cur.Accessor, acl.ErrForbidden, cur.Policy))
+	case req.Time <= 0:
+		// Expiry is judged at the proposer's time; a command without one
+		// would never find a token expired.
+		return rejected(txn, fmt.Errorf("enroll device %q: the command carries no proposer time", req.Device))
 	case cur.Expired(req.Time):
 		return rejected(txn, fmt.Errorf("enroll device %q: token %s: %w", req.Device, cur.Accessor, ErrTokenExpired))
 	case cur.Exhausted():
@@ -203,6 +207,14 @@ func (f *FSM) applyUseEnrollToken(txn *memdb.Txn, index uint64, body []byte) (Ap
 	}
 	if revoked != nil {
 		return rejected(txn, fmt.Errorf("enroll device %q: %w", req.Device, ErrDeviceRevoked))
+	}
+	// An enrollment token brings new devices in; it does not take over a
+	// device the control plane already labelled (an operator re-labels
+	// that one with set-device-labels).
+	if dev, err := txn.First(tableDevices, "id", req.Device); err != nil {
+		return ApplyResult{}, err
+	} else if dev != nil && dev.(*DeviceRecord).LabelsControlled {
+		return rejected(txn, fmt.Errorf("enroll device %q: %w: the device is enrolled already", req.Device, ErrExists))
 	}
 	tok := *cur
 	tok.Uses++

@@ -119,14 +119,11 @@ func (s Scope) CoversDevice(labels map[string]string) bool {
 // (a scope value "*" accepts any value, "*" included). A selector that
 // omits a scoped label, or says "*" where the scope names a value, could
 // select devices outside the scope and is not covered.
+//
+// That is the selector rule itself, applied to the intent's selector as
+// if it were a device's labels.
 func (s Scope) CoversSelector(selector map[string]string) bool {
-	for key, want := range s {
-		got, ok := selector[key]
-		if !ok || (want != "*" && got != want) {
-			return false
-		}
-	}
-	return true
+	return s.CoversDevice(selector)
 }
 
 // Grant is what a token is allowed: its policy, narrowed by its scope.
@@ -225,12 +222,10 @@ func CheckDeviceLabels(labels map[string]string) error {
 func checkLabels(what string, labels map[string]string, wildcard bool) error {
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		v := labels[k]
-		switch {
-		case k == "" || len(k) > 317:
-			return fmt.Errorf("%s key %q: must be 1 to 317 characters", what, k)
-		case len(v) > 63:
-			return fmt.Errorf("%s %s: value must be at most 63 characters", what, k)
-		case v == "*" && !wildcard:
+		if err := intent.CheckLabel(k, v); err != nil {
+			return fmt.Errorf("%s %w", what, err)
+		}
+		if v == "*" && !wildcard {
 			return fmt.Errorf("%s %s: value must be concrete, not \"*\"", what, k)
 		}
 	}

@@ -111,6 +111,9 @@ func TestValidateGrant(t *testing.T) {
 		{"labels on operator", PolicyOperator, nil, map[string]string{"region": "eu"}, "only an enroll token"},
 		{"wildcard label", PolicyEnroll, nil, map[string]string{"region": "*"}, "concrete"},
 		{"empty key", PolicyRead, map[string]string{"": "x"}, nil, "key"},
+		// Labels no selector could match are refused as selectors refuse them.
+		{"bad key", PolicyRead, map[string]string{"Region!": "eu"}, nil, "invalid label key"},
+		{"bad value", PolicyEnroll, nil, map[string]string{"site": "store 42"}, "invalid label value"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := ValidateGrant(tc.p, tc.scope, tc.labels)

@@ -304,6 +304,19 @@ func dnsLabelMsg(s string) string {
 	return ""
 }
 
+// CheckLabel checks a label as selectors do (labelKeyMsg, labelValueMsg),
+// for the other places labels are written: token scopes, enrollment and
+// device labels.
+func CheckLabel(key, value string) error {
+	if msg := labelKeyMsg(key); msg != "" {
+		return fmt.Errorf("%q: %s", key, msg)
+	}
+	if msg := labelValueMsg(value); msg != "" {
+		return fmt.Errorf("%s=%q: %s", key, value, msg)
+	}
+	return nil
+}
+
 // labelKeyMsg checks a selector key like a Kubernetes label key: an
 // optional DNS subdomain prefix and '/', then a name of at most 63 of
 // A-Z, a-z, 0-9, '.', '_' and '-', starting and ending with a letter or
