@@ -153,8 +153,11 @@ func (p ExecPolicy) compile() execRules {
 			if err != nil {
 				continue
 			}
+			// Only the listed name: a listed link to a multi-call
+			// binary (busybox) allows that applet, not the binary under
+			// its own name, which would run any applet.
 			if r.programs[resolved] == nil {
-				r.programs[resolved] = map[string]bool{filepath.Base(resolved): true}
+				r.programs[resolved] = map[string]bool{}
 			}
 			r.programs[resolved][filepath.Base(prog)] = true
 		}

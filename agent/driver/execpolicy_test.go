@@ -151,4 +151,26 @@ func TestExecAllowChecksResolvedPath(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(evil, "pwned")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a refused program ran: %v", err)
 	}
+
+	// A listed link to a multi-call binary allows the applet it names,
+	// not the binary under its own name (busybox sh -c ...).
+	multi := filepath.Join(dir, "multi", "busybox")
+	if err := os.MkdirAll(filepath.Dir(multi), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile(trueResolved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(multi, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	applet := link(t, multi, filepath.Join(dir, "applets", "test"))
+	d = NewExec(Config{Logger: testLogger(t), ExecPolicy: ExecPolicy{Programs: []string{applet}}})
+	if err := run(applet, nil); err != nil {
+		t.Errorf("the listed applet link refused: %v", err)
+	}
+	if err := run(multi, nil); !errors.Is(err, ErrNotAllowed) {
+		t.Errorf("the multi-call binary under its own name: %v, want ErrNotAllowed", err)
+	}
 }
