@@ -49,9 +49,15 @@ func (g *globals) client() *api.Client {
 	return c
 }
 
-// loadToken reads --token-file, unless --token gave the token.
+// loadToken settles the token: --token, else --token-file, else
+// METEOR_TOKEN (read here, not as the flag's default, which --help would
+// print).
 func (g *globals) loadToken(explicit bool) error {
-	if g.tokenFile == "" || explicit {
+	if explicit {
+		return nil
+	}
+	if g.tokenFile == "" {
+		g.token = os.Getenv("METEOR_TOKEN")
 		return nil
 	}
 	b, err := os.ReadFile(g.tokenFile)
@@ -82,7 +88,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&g.addr, "addr", defAddr, "HTTP address of any Meteor server (env METEOR_ADDR)")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
-	root.PersistentFlags().StringVar(&g.token, "token", os.Getenv("METEOR_TOKEN"), "operator token sent to the server (env METEOR_TOKEN); servers with the ACL on require one")
+	root.PersistentFlags().StringVar(&g.token, "token", "", "operator token sent to the server (env METEOR_TOKEN); servers with the ACL on require one")
 	root.PersistentFlags().StringVar(&g.tokenFile, "token-file", "", "file holding the operator token, such as admin.token from 'meteor tls init' (used unless --token is given)")
 	root.AddCommand(
 		newServerCmd(),

@@ -51,6 +51,10 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 						adminHashFile = p
 					}
 				}
+				// A secure set-up stays secure: without the bootstrap
+				// hash (needed only until the first token exists) the
+				// API still demands tokens.
+				aclOn = true
 				if gossipKey == "" {
 					k, err := readGossipKey(filepath.Join(tlsDir, gossipKeyFile))
 					if err != nil {

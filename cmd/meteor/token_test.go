@@ -107,3 +107,19 @@ func TestTokenCommands(t *testing.T) {
 		t.Fatalf("revoked token: %v, want unauthenticated", err)
 	}
 }
+
+// TestHelpDoesNotShowTheToken: METEOR_TOKEN is the token's last source,
+// and never printed as a flag's default by --help.
+func TestHelpDoesNotShowTheToken(t *testing.T) {
+	t.Setenv("METEOR_TOKEN", "mtk_do-not-print-me")
+	root := newRootCmd()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs([]string{"token", "list", "--help"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "do-not-print-me") {
+		t.Fatalf("--help shows the token:\n%s", out.String())
+	}
+}
