@@ -96,10 +96,6 @@ func (h *httpAPI) handleInternalApply(w http.ResponseWriter, r *http.Request) {
 	t := fsm.MessageType(data[0])
 	switch t {
 	case fsm.PutIntentType, fsm.DeleteIntentType:
-		if h.auth != nil && len(h.cfg.ClusterSecret) == 0 {
-			writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "with the ACL on, forwarded intent changes need a cluster secret shared by all servers"})
-			return
-		}
 	case fsm.CreateTokenType, fsm.RevokeTokenType, fsm.AuditMemberChangeType, fsm.DeviceSessionType, fsm.DeviceSessionBatchType, fsm.UpsertDeviceType, fsm.StatusBatchType:
 		if len(h.cfg.ClusterSecret) == 0 {
 			writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "device commands need a cluster secret shared by all servers (--cluster-secret-file)"})

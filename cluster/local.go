@@ -65,8 +65,11 @@ type Local struct {
 	gossipKey []byte
 	configs   []Config // addresses resolved after each server's first start
 
-	mu      sync.Mutex
-	servers []*Server // guarded by mu; nil while a server is down
+	// starting serializes Add and Restart, so that two calls never pick
+	// the same index or start one server twice.
+	starting sync.Mutex
+	mu       sync.Mutex
+	servers  []*Server // guarded by mu; nil while a server is down
 }
 
 // StartLocal starts opts.Servers servers, which form a cluster together,
@@ -155,6 +158,8 @@ func (l *Local) config(i int) (Config, error) {
 // Add starts one more server, which joins the running ones; StartLocal
 // starts the first ones with it. It returns the new server's index.
 func (l *Local) Add() (int, error) {
+	l.starting.Lock()
+	defer l.starting.Unlock()
 	l.mu.Lock()
 	i := len(l.configs)
 	l.mu.Unlock()
@@ -197,10 +202,10 @@ func (l *Local) Stop(i int) error {
 	l.servers[i] = nil
 	l.mu.Unlock()
 	if s == nil {
-		return fmt.Errorf("local cluster: stop %s: not running", l.configs[i].NodeID)
+		return fmt.Errorf("local cluster: stop %s: not running", l.ID(i))
 	}
 	if err := s.Shutdown(); err != nil {
-		return fmt.Errorf("local cluster: stop %s: %w", l.configs[i].NodeID, err)
+		return fmt.Errorf("local cluster: stop %s: %w", l.ID(i), err)
 	}
 	return nil
 }
@@ -220,6 +225,8 @@ func (l *Local) Detach(i int) *Server {
 // Restart starts server i again from its data dir, with its addresses,
 // joining the running servers.
 func (l *Local) Restart(i int) (*Server, error) {
+	l.starting.Lock()
+	defer l.starting.Unlock()
 	l.mu.Lock()
 	running := l.servers[i] != nil
 	c := l.configs[i]
@@ -328,9 +335,6 @@ func (l *Local) CA() *pki.CA { return l.ca }
 
 // GossipKey returns the key the servers encrypt gossip with.
 func (l *Local) GossipKey() []byte { return l.gossipKey }
-
-// ClusterSecret returns the servers' shared secret (nil without Agents).
-func (l *Local) ClusterSecret() []byte { return l.secret }
 
 // AgentAddrs returns every server's agent address (the same across
 // restarts), or nil without Agents.

@@ -340,9 +340,6 @@ func (s *Server) inRaftConfig(id string) bool {
 // ID returns the node ID.
 func (s *Server) ID() string { return s.config.NodeID }
 
-// now reads the server's wall clock (Config.Now, Config.Clock).
-func (s *Server) now() time.Time { return s.clock.Now() }
-
 // leaderID returns the node ID of the leader this server knows, or "".
 func (s *Server) leaderID() string {
 	_, id := s.raft.LeaderWithID()
