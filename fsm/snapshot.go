@@ -94,6 +94,10 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 				e.Audit = r
 			case *RevokedDevice:
 				e.Revoked = r
+			default:
+				// A table in snapshotTables without its entry field
+				// would write empty entries that Restore refuses.
+				return cw.n, fmt.Errorf("snapshot %s: no snapshot entry for %T", table, raw)
 			}
 			if err := enc.Encode(&e); err != nil {
 				return cw.n, fmt.Errorf("write snapshot %s: %w", table, err)

@@ -112,13 +112,13 @@ func initCA(out io.Writer, dir string, validFor time.Duration) error {
 	if _, err := rand.Read(secret); err != nil {
 		return err
 	}
-	for name, data := range map[string][]byte{
-		caCertFile: certPEM, caKeyFile: keyPEM,
-		clusterSecret: []byte(base64.StdEncoding.EncodeToString(secret) + "\n"),
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+	for name, data := range map[string][]byte{caCertFile: certPEM, caKeyFile: keyPEM} {
+		if err := writePrivateFile(filepath.Join(dir, name), string(data)); err != nil {
 			return err
 		}
+	}
+	if err := writeSecretFile(filepath.Join(dir, clusterSecret), secret); err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "created %s, %s and %s in %s\n", caCertFile, caKeyFile, clusterSecret, dir)
 	return nil

@@ -86,7 +86,7 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 				if cfg.AgentAddr != "" {
 					cfg.AgentTLS = t
 				}
-			} else if tlsDir != "" || cmd.Flags().Changed("cluster-secret-file") {
+			} else if cmd.Flags().Changed("cluster-secret-file") {
 				secret, err := readSecret(secretFile)
 				if err != nil {
 					return err
