@@ -186,8 +186,18 @@ func (a *authenticator) valid(tok *fsm.TokenInfo) (*principal, error) {
 // verifySigned checks a request another server forwarded (signForwarded):
 // its signature, its age, and the actor's token in this replica.
 func (a *authenticator) verifySigned(r *http.Request) (*principal, error) {
-	if err := a.peers.verify(r, a.clock.Now()); err != nil {
-		return nil, err
+	digest, err := bodyDigest(r)
+	if err != nil {
+		return nil, fmt.Errorf("forwarded request: %w", err)
+	}
+	got, err := hex.DecodeString(r.Header.Get(headerSignature))
+	want, _ := hex.DecodeString(a.peers.sign([]byte(forwardedString(r, digest))))
+	if err != nil || !hmac.Equal(got, want) {
+		return nil, errors.New("bad forwarded-request signature")
+	}
+	at, err := strconv.ParseInt(r.Header.Get(headerSignedAt), 10, 64)
+	if age := a.clock.Now().Sub(time.Unix(0, at)); err != nil || age > signedRequestMaxAge || age < -signedRequestMaxAge {
+		return nil, errors.New("forwarded request signed too long ago, or by a server whose clock is off")
 	}
 	accessor := r.Header.Get(headerActor)
 	if accessor == "" {
@@ -198,26 +208,6 @@ func (a *authenticator) verifySigned(r *http.Request) (*principal, error) {
 		return nil, fmt.Errorf("token %s of the forwarded request: unknown or revoked", accessor)
 	}
 	return a.valid(&rec.TokenInfo)
-}
-
-// verify checks a request another server signed (signForwarded): its
-// signature over method, URL, headers and body, and that it was signed
-// within signedRequestMaxAge of now, which bounds its replay.
-func (p *peerClient) verify(r *http.Request, now time.Time) error {
-	digest, err := bodyDigest(r)
-	if err != nil {
-		return fmt.Errorf("forwarded request: %w", err)
-	}
-	got, err := hex.DecodeString(r.Header.Get(headerSignature))
-	want, _ := hex.DecodeString(p.sign([]byte(forwardedString(r, digest))))
-	if err != nil || !hmac.Equal(got, want) {
-		return errors.New("bad forwarded-request signature")
-	}
-	at, err := strconv.ParseInt(r.Header.Get(headerSignedAt), 10, 64)
-	if age := now.Sub(time.Unix(0, at)); err != nil || age > signedRequestMaxAge || age < -signedRequestMaxAge {
-		return errors.New("forwarded request signed too long ago, or by a server whose clock is off")
-	}
-	return nil
 }
 
 // forwardedString is what a forwarded request's signature covers: its
