@@ -130,13 +130,17 @@ type authenticator struct {
 	state stateReader
 	clock Clock
 	peers *peerClient
+	// mtls: the HTTP API speaks mutual TLS with the other servers
+	// (Config.PeerTLS), so a forwarded request must come from the server
+	// it names, over TLS (checkServerPeer).
+	mtls bool
 
 	mu       sync.Mutex
 	failures map[string]*rate.Limiter // by remote IP; guarded by mu
 }
 
-func newAuthenticator(cfg *ACLConfig, state stateReader, clock Clock, peers *peerClient) *authenticator {
-	return &authenticator{cfg: cfg, state: state, clock: clock, peers: peers, failures: map[string]*rate.Limiter{}}
+func newAuthenticator(cfg *ACLConfig, state stateReader, clock Clock, peers *peerClient, mtls bool) *authenticator {
+	return &authenticator{cfg: cfg, state: state, clock: clock, peers: peers, mtls: mtls, failures: map[string]*rate.Limiter{}}
 }
 
 // authenticate returns the request's principal, or the error to answer:
@@ -186,6 +190,9 @@ func (a *authenticator) valid(tok *fsm.TokenInfo) (*principal, error) {
 // verifySigned checks a request another server forwarded (signForwarded):
 // its signature, its age, and the actor's token in this replica.
 func (a *authenticator) verifySigned(r *http.Request) (*principal, error) {
+	if err := checkServerPeer(a.mtls, r); err != nil {
+		return nil, fmt.Errorf("forwarded request: %w", err)
+	}
 	digest, err := bodyDigest(r)
 	if err != nil {
 		return nil, fmt.Errorf("forwarded request: %w", err)
@@ -196,7 +203,12 @@ func (a *authenticator) verifySigned(r *http.Request) (*principal, error) {
 		return nil, errors.New("bad forwarded-request signature")
 	}
 	at, err := strconv.ParseInt(r.Header.Get(headerSignedAt), 10, 64)
-	if age := a.clock.Now().Sub(time.Unix(0, at)); err != nil || age > signedRequestMaxAge || age < -signedRequestMaxAge {
+	// Over mutual TLS no one but the servers sees or sends these requests,
+	// so their age is not checked: servers whose wall clocks are minutes
+	// apart (which Meteor tolerates) still forward to each other. Over
+	// plain HTTP, the window limits how long a captured request can be
+	// replayed.
+	if age := a.clock.Now().Sub(time.Unix(0, at)); err != nil || (!a.mtls && (age > signedRequestMaxAge || age < -signedRequestMaxAge)) {
 		return nil, errors.New("forwarded request signed too long ago, or by a server whose clock is off")
 	}
 	accessor := r.Header.Get(headerActor)
@@ -313,6 +325,10 @@ func (h *httpAPI) authorize(action acl.Action, next http.HandlerFunc) http.Handl
 // another server signed (peerClient.status) is served.
 func (h *httpAPI) fromServer(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if err := checkServerPeer(h.cfg.PeerTLS != nil, r); err != nil {
+			writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeForbidden, Message: "internal endpoint: " + err.Error()})
+			return
+		}
 		if h.auth != nil {
 			if p, err := h.auth.verifySigned(r); err != nil || p.token != nil {
 				writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeForbidden, Message: "internal endpoint: servers only (a request signed with the cluster secret)"})

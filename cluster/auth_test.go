@@ -87,7 +87,7 @@ func tokenClient(s *Server, token string) *api.Client {
 // headers, and returns the status, the decoded error body and the headers.
 func call(t *testing.T, s *Server, token, method, path string, body []byte, hdr map[string]string) (int, api.Error, http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+s.HTTPAddr()+path, bytes.NewReader(body))
+	req, err := http.NewRequest(method, s.HTTPURL()+path, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func call(t *testing.T, s *Server, token, method, path string, body []byte, hdr 
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := operatorClient(s).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestACLRefusesAnonymous(t *testing.T) {
 				t.Errorf("%s: bad token %s %s: %d, want 401", s.ID(), ep.method, ep.path, code)
 			}
 		}
-		resp, err := http.Get("http://" + s.HTTPAddr() + "/v1/healthz")
+		resp, err := operatorClient(s).Get(s.HTTPURL() + "/v1/healthz")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -570,7 +570,7 @@ func TestACLIgnoresForgedForwarding(t *testing.T) {
 	}
 	// A request a server really signed, for a harmless body, carries that
 	// signature to no other body: someone on the path cannot swap it.
-	signed, err := http.NewRequest("PUT", "http://"+leader.HTTPAddr()+"/v1/intents/web", bytes.NewReader(putDoc(t, simpleIntent("web", "harmless"))))
+	signed, err := http.NewRequest("PUT", leader.HTTPURL()+"/v1/intents/web", bytes.NewReader(putDoc(t, simpleIntent("web", "harmless"))))
 	if err != nil {
 		t.Fatal(err)
 	}

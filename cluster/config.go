@@ -60,7 +60,9 @@ type Config struct {
 	// added to the Raft configuration (or bootstrapped with) only after
 	// its certificate proved the node ID gossip announced for it, and a
 	// dialled server must prove the node ID the configuration has at its
-	// address. nil means plain TCP (docs/security.md).
+	// address. The HTTP API then speaks TLS with the same certificate, and
+	// its internal endpoints take only servers that present theirs. nil
+	// means plain TCP and HTTP (docs/security.md).
 	PeerTLS *PeerTLS
 	// ClusterSecret, shared by every server, derives the keys of resume
 	// tokens and TLS session tickets, and signs server-to-server requests.
@@ -143,11 +145,13 @@ type Config struct {
 
 	// PeerScheme is the scheme of the requests a server makes to other
 	// servers' HTTP APIs (forwarded writes and reads, forwarded reports,
-	// status): "http" or "https". "" means "http".
+	// status): "http" or "https". "" means "https" with PeerTLS (whose
+	// HTTP API then speaks TLS), "http" without.
 	PeerScheme string
 	// PeerClient makes those requests (its transport carries the TLS
-	// configuration for "https"); nil means a plain client that keeps up
-	// to 256 idle connections per server.
+	// configuration for "https"); nil means a client that keeps up to 256
+	// idle connections per server and, with PeerTLS, presents this
+	// server's certificate and trusts only servers of the cluster CA.
 	PeerClient *http.Client
 
 	// LeaderWorkers run while this server leads, after the server's own

@@ -75,6 +75,10 @@ func (h *httpAPI) readSigned(w http.ResponseWriter, r *http.Request) ([]byte, bo
 		writeError(w, badRequest("read request body: %v", err))
 		return nil, false
 	}
+	if err := checkServerPeer(h.cfg.PeerTLS != nil, r); err != nil {
+		writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeForbidden, Message: err.Error()})
+		return nil, false
+	}
 	got, err := hex.DecodeString(r.Header.Get(headerSignature))
 	want, _ := hex.DecodeString(h.peers.sign(body))
 	if err != nil || !hmac.Equal(got, want) {
@@ -82,6 +86,25 @@ func (h *httpAPI) readSigned(w http.ResponseWriter, r *http.Request) ([]byte, bo
 		return nil, false
 	}
 	return body, true
+}
+
+// checkServerPeer checks, on a server whose HTTP API speaks mutual TLS
+// with the other servers (mtls: Config.PeerTLS), that r came over TLS
+// from a server of the cluster whose certificate names the server the
+// request says it comes from (headerForwarded). Without mtls it checks
+// nothing: the cluster secret's signature is all there is.
+func checkServerPeer(mtls bool, r *http.Request) error {
+	if !mtls {
+		return nil
+	}
+	id := peerServerOf(r)
+	if id == "" {
+		return errors.New("servers only: present a server certificate of this cluster's CA")
+	}
+	if by := r.Header.Get(headerForwarded); by != id {
+		return fmt.Errorf("servers only: the certificate names server %q, the request says it comes from %q", id, by)
+	}
+	return nil
 }
 
 // handleInternalApply proposes a command forwarded by another server.

@@ -118,6 +118,7 @@ func (h *httpAPI) handler() http.Handler {
 	mux.HandleFunc("POST /v1/internal/report", h.handleInternalReport)
 	mux.HandleFunc("GET /v1/internal/self", h.fromServer(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.admin.self()) }))
 	mux.HandleFunc("GET /v1/internal/state-hash", h.fromServer(h.handleStateHash))
+	mux.HandleFunc("GET /v1/cluster/state-hash", h.authorize(acl.ActionRead, h.handleStateHash))
 	if h.cfg.EnableDebug {
 		// Profiles show the server's memory and goroutines: admins only.
 		debug := func(next http.HandlerFunc) http.HandlerFunc { return h.authorize(acl.ActionManageMembers, next) }

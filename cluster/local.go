@@ -3,9 +3,11 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/cluster/pki"
+	"github.com/meteor-edge/meteor/fsm/acl"
 )
 
 // LocalOptions configures a Local cluster.
@@ -45,6 +48,9 @@ type LocalOptions struct {
 	// means a random one.
 	CA            *pki.CA
 	ClusterSecret []byte
+	// ACL turns on token authentication of the HTTP API (Config.ACL),
+	// with a first admin token (Local.AdminToken) that Client uses.
+	ACL bool
 	// Logger returns the logger of the server with the given node ID; nil
 	// discards the logs.
 	Logger func(nodeID string) hclog.Logger
@@ -63,7 +69,9 @@ type Local struct {
 	ca        *pki.CA
 	secret    []byte
 	gossipKey []byte
-	configs   []Config // addresses resolved after each server's first start
+	configs   []Config  // addresses resolved after each server's first start
+	admin     acl.Token // the first admin token, with ACL
+	hc        *http.Client
 
 	// starting serializes Add and Restart, so that two calls never pick
 	// the same index or start one server twice.
@@ -94,7 +102,16 @@ func StartLocal(ctx context.Context, opts LocalOptions) (*Local, error) {
 		}
 		l.ca = ca
 	}
-	if opts.Agents {
+	l.hc = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: l.TLSConfig(), MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}}
+	if opts.ACL {
+		tok, err := acl.Generate(rand.Reader)
+		if err != nil {
+			return nil, fmt.Errorf("local cluster: %w", err)
+		}
+		l.admin = tok
+	}
+	if opts.Agents || opts.ACL {
 		if l.secret == nil {
 			l.secret = make([]byte, 32)
 			rand.Read(l.secret)
@@ -108,7 +125,35 @@ func StartLocal(ctx context.Context, opts LocalOptions) (*Local, error) {
 	if _, err := l.Leader(ctx); err != nil {
 		return nil, errors.Join(err, l.Close())
 	}
+	if opts.ACL {
+		if err := l.waitAdminToken(ctx); err != nil {
+			return nil, errors.Join(err, l.Close())
+		}
+	}
 	return l, nil
+}
+
+// waitAdminToken waits until every server's replica holds the first
+// admin token, which the leader creates once it leads.
+func (l *Local) waitAdminToken(ctx context.Context) error {
+	hash := acl.HashSecret(l.admin.Secret)
+	for {
+		missing := ""
+		for _, s := range l.Servers() {
+			if _, err := s.State().Read().TokenBySecretHash(nil, hash); err != nil {
+				missing = s.ID()
+				break
+			}
+		}
+		if missing == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("local cluster: the first admin token has not reached %s: %w", missing, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // config returns the configuration of a new server with index i.
@@ -136,7 +181,10 @@ func (l *Local) config(i int) (Config, error) {
 	if l.opts.Agents {
 		c.AgentAddr = port(3)
 		c.AgentTLS = &AgentTLS{ClientCAs: l.ca.Pool(), Certificate: cert}
-		c.ClusterSecret = l.secret
+	}
+	c.ClusterSecret = l.secret
+	if l.opts.ACL {
+		c.ACL = &ACLConfig{BootstrapTokenHash: acl.HashSecret(l.admin.Secret)}
 	}
 	c.Logger = hclog.NewNullLogger()
 	if l.opts.Logger != nil {
@@ -269,6 +317,7 @@ func (l *Local) Close() error {
 		})
 	}
 	wg.Wait()
+	l.hc.CloseIdleConnections()
 	return errors.Join(errs...)
 }
 
@@ -291,6 +340,29 @@ func (l *Local) ID(i int) string { return l.Config(i).NodeID }
 
 // HTTPAddr returns server i's HTTP address (the same across restarts).
 func (l *Local) HTTPAddr(i int) string { return l.Config(i).HTTPAddr }
+
+// HTTPURL returns the base URL of server i's HTTP API, which speaks TLS.
+func (l *Local) HTTPURL(i int) string { return "https://" + l.HTTPAddr(i) }
+
+// HTTPClient returns the HTTP client that trusts the servers' certificates
+// (OperatorTLS of the cluster CA), shared by every Client.
+func (l *Local) HTTPClient() *http.Client { return l.hc }
+
+// TLSConfig returns the TLS configuration of an operator's client of the
+// cluster (OperatorTLS of its CA).
+func (l *Local) TLSConfig() *tls.Config { return OperatorTLS(l.ca.Pool()) }
+
+// AdminToken returns the secret of the first admin token, with
+// LocalOptions.ACL; "" without.
+func (l *Local) AdminToken() string { return l.admin.Secret }
+
+// Client returns an API client for server i, trusting the cluster CA and
+// sending the admin token with ACL.
+func (l *Local) Client(i int) *api.Client {
+	c := api.NewClient(l.HTTPURL(i), l.hc)
+	c.Token = l.admin.Secret
+	return c
+}
 
 // Index returns the index of the server with the given node ID, or -1.
 func (l *Local) Index(id string) int {
@@ -355,11 +427,11 @@ func (l *Local) AgentAddrs() []string {
 // (api.HighestTerm) and the leader that server knows; its growth over a
 // period counts the elections held in it. It is 0 if no server answers.
 func (l *Local) Term(ctx context.Context) (uint64, string) {
-	var addrs []string
+	var clients []*api.Client
 	for _, i := range l.Alive() {
-		addrs = append(addrs, l.HTTPAddr(i))
+		clients = append(clients, l.Client(i))
 	}
-	term, leader, _ := api.HighestTerm(ctx, addrs)
+	term, leader, _ := api.HighestTerm(ctx, clients)
 	return term, leader
 }
 

@@ -35,13 +35,20 @@ type peerClient struct {
 }
 
 func newPeerClient(cfg *Config) *peerClient {
-	hc := cfg.PeerClient
-	if hc == nil {
-		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}
-	}
 	scheme := cfg.PeerScheme
 	if scheme == "" {
 		scheme = "http"
+		if cfg.PeerTLS != nil {
+			scheme = "https"
+		}
+	}
+	hc := cfg.PeerClient
+	if hc == nil {
+		if scheme == "https" && cfg.PeerTLS != nil {
+			hc = &http.Client{Transport: cfg.PeerTLS.apiTransport()}
+		} else {
+			hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}
+		}
 	}
 	return &peerClient{scheme: scheme, hc: hc, self: cfg.NodeID, secret: cfg.ClusterSecret, now: serverClock(cfg).Now}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -163,4 +164,69 @@ func (l *tlsLayer) expected(addr raft.ServerAddress) string {
 		}
 	}
 	return ""
+}
+
+// apiServerConfig is the TLS configuration of the HTTP API of a server
+// with PeerTLS. Operators connect without a certificate (they prove
+// themselves with a token); a client that presents one must present a
+// server certificate of the cluster CA, so a device certificate is
+// refused at the handshake. The internal endpoints and the requests
+// servers forward to each other require that certificate (peerServerOf).
+func (p *PeerTLS) apiServerConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{p.Certificate},
+		ClientAuth:   tls.VerifyClientCertIfGiven,
+		ClientCAs:    p.CAs,
+		NextProtos:   []string{"http/1.1"},
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return nil
+			}
+			_, err := peerServerID(cs)
+			return err
+		},
+	}
+}
+
+// apiTransport is the transport of a server's requests to the other
+// servers' HTTP APIs: it presents this server's certificate and trusts
+// only servers of the cluster CA.
+func (p *PeerTLS) apiTransport() *http.Transport {
+	return &http.Transport{
+		TLSClientConfig:     p.clientConfig(""),
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: handshakeTimeout,
+	}
+}
+
+// peerServerOf returns the node ID of the server certificate r's client
+// presented over TLS, or "" if the request came without one (or without
+// TLS).
+func peerServerOf(r *http.Request) string {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return ""
+	}
+	id, err := peerServerID(*r.TLS)
+	if err != nil {
+		return ""
+	}
+	return id
+}
+
+// OperatorTLS returns the TLS configuration with which an operator's
+// client trusts the servers of the cluster whose CA is cas: any server
+// certificate of that CA, whatever address it was reached at (every
+// server certificate names wire.ClusterServerName), and nothing else.
+func OperatorTLS(cas *x509.CertPool) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		RootCAs:    cas,
+		ServerName: wire.ClusterServerName,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			_, err := peerServerID(cs)
+			return err
+		},
+	}
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -117,6 +118,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("listen for HTTP on %s: %w", cfg.HTTPAddr, err)
 	}
 	s.httpAddr = s.httpLn.Addr().String()
+	if cfg.PeerTLS != nil {
+		s.httpLn = tls.NewListener(s.httpLn, cfg.PeerTLS.apiServerConfig())
+	}
 
 	if s.rparts, err = s.setupRaft(); err != nil {
 		return nil, err
@@ -158,9 +162,10 @@ func New(cfg Config) (*Server, error) {
 		owners: s.gossip, reports: s.status, peers: s.peers, planner: s.devicePlanner(),
 	}
 	if cfg.ACL != nil {
-		s.api.auth = newAuthenticator(cfg.ACL, s.fsm, s.clock, s.peers)
+		s.api.auth = newAuthenticator(cfg.ACL, s.fsm, s.clock, s.peers, cfg.PeerTLS != nil)
 	}
-	s.httpSrv = &http.Server{Handler: s.api.handler(), ReadHeaderTimeout: 10 * time.Second}
+	s.httpSrv = &http.Server{Handler: s.api.handler(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})}
 
 	ctx := s.ctx
 	s.started = true
@@ -348,6 +353,15 @@ func (s *Server) leaderID() string {
 
 // HTTPAddr returns the bound HTTP API address.
 func (s *Server) HTTPAddr() string { return s.httpAddr }
+
+// HTTPURL returns the base URL of the HTTP API: https:// when the server
+// has its certificate (Config.PeerTLS), http:// otherwise.
+func (s *Server) HTTPURL() string {
+	if s.config.PeerTLS != nil {
+		return "https://" + s.httpAddr
+	}
+	return "http://" + s.httpAddr
+}
 
 // AgentAddr returns the bound agent (QUIC) address, or "".
 func (s *Server) AgentAddr() string { return s.agentAddr }

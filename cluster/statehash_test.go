@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"testing"
 
@@ -18,10 +17,7 @@ func TestStateHashEndpoint(t *testing.T) {
 	want := c.waitConverged()
 	get := func(s *Server) fsm.StateHash {
 		t.Helper()
-		resp, err := http.Get(fmt.Sprintf("http://%s/v1/internal/state-hash", s.HTTPAddr()))
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := internalGet(t, s, s, "/v1/internal/state-hash")
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("%s: status %d", s.ID(), resp.StatusCode)

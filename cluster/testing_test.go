@@ -3,7 +3,9 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -202,7 +204,43 @@ func waitFor(t testing.TB, limit time.Duration, check func() error) {
 	t.Fatalf("condition not met after %s: %v", limit, err)
 }
 
-func client(s *Server) *api.Client { return api.NewClient(s.HTTPAddr(), nil) }
+// client returns an API client for s that trusts its cluster's CA.
+func client(s *Server) *api.Client { return api.NewClient(s.HTTPURL(), operatorClient(s)) }
+
+// operatorClients holds one HTTP client per cluster CA (operatorClient).
+var operatorClients sync.Map // *x509.CertPool -> *http.Client
+
+// operatorClient returns an HTTP client that trusts the servers of s's
+// cluster as an operator's would (OperatorTLS), presenting no
+// certificate; the default client for a server without TLS.
+func operatorClient(s *Server) *http.Client {
+	if s.config.PeerTLS == nil {
+		return http.DefaultClient
+	}
+	pool := s.config.PeerTLS.CAs
+	hc, _ := operatorClients.LoadOrStore(pool, &http.Client{Timeout: 30 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: OperatorTLS(pool), IdleConnTimeout: 10 * time.Second}})
+	return hc.(*http.Client)
+}
+
+// internalGet sends GET path to server to as server from would: over its
+// mutual TLS, naming itself, signed with the cluster secret.
+func internalGet(t testing.TB, from, to *Server, path string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, to.HTTPURL()+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(headerForwarded, from.ID())
+	if err := from.peers.signForwarded(req, fsm.Actor{}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := from.peers.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
 
 func simpleIntent(name, value string) *intent.Intent {
 	return &intent.Intent{

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +22,9 @@ import (
 	"github.com/meteor-edge/meteor/agent/sim"
 	"github.com/meteor-edge/meteor/chaos/hosts"
 	"github.com/meteor-edge/meteor/chaos/scenario"
+	"github.com/meteor-edge/meteor/cluster"
 	"github.com/meteor-edge/meteor/cluster/api"
+	meteorpki "github.com/meteor-edge/meteor/cluster/pki"
 	"github.com/meteor-edge/meteor/fsm/intent"
 )
 
@@ -59,6 +62,9 @@ type dockerCluster struct {
 	ips     []string
 	sim     string // fleet simulator container, "" until started
 	dir     string // build context: binary, Dockerfile, pki
+	// hc reaches the servers' HTTP APIs, which speak TLS: it trusts
+	// the cluster CA (cluster.OperatorTLS).
+	hc *http.Client
 }
 
 func docker(args ...string) (string, error) {
@@ -120,6 +126,15 @@ func startDockerCluster(t *testing.T, n int) *dockerCluster {
 	subnet := fmt.Sprintf("172.29.%d", 16+int(b[0])%200)
 	pki := filepath.Join(c.dir, "pki")
 	c.meteor("ca", "init", "--dir", pki)
+	caPEM, err := os.ReadFile(filepath.Join(pki, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := meteorpki.PoolFromPEM(caPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.hc = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cluster.OperatorTLS(pool)}}
 	var gossip []string
 	for i := range n {
 		c.names = append(c.names, fmt.Sprintf("meteor-%s-%d", c.tag, i+1))
@@ -200,13 +215,13 @@ func (c *dockerCluster) cleanup() {
 func (c *dockerCluster) addrs() []string {
 	out := make([]string, len(c.ips))
 	for i, ip := range c.ips {
-		out[i] = fmt.Sprintf("%s:%d", ip, httpPort)
+		out[i] = fmt.Sprintf("https://%s:%d", ip, httpPort)
 	}
 	return out
 }
 
 func (c *dockerCluster) client(i int) *api.Client {
-	cl := api.NewClient(c.addrs()[i], nil)
+	cl := api.NewClient(c.addrs()[i], c.hc)
 	cl.RetryNoLeader = 0
 	return cl
 }
@@ -318,6 +333,7 @@ func TestMultiHost(t *testing.T) {
 		changes <- err
 	}()
 	res, err := scenario.RunDeployment(ctx, c.addrs(), scenario.DeploymentOptions{
+		TLS: c.hc.Transport.(*http.Transport).TLSClientConfig,
 		Seed: seed, Duration: *durationFlag, MinOps: 100, Dir: reportDir, Log: logWriter{t}, Name: "docker-multi-host",
 		Driver: driver,
 		Plan: hosts.PlanConfig{

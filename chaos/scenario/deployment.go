@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,6 +46,14 @@ type DeploymentOptions struct {
 	CheckTimeout, RecheckTimeout time.Duration
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
+
+	// TLS, if set, is the client configuration for servers whose HTTP
+	// API speaks TLS (cluster.OperatorTLS of the cluster CA), and Token
+	// the operator token sent to servers with the ACL on (the checks
+	// read every server's state hash: a read token suffices, writes need
+	// operator).
+	TLS   *tls.Config
+	Token string
 
 	// Name is the scenario name in the Result and the report folder's
 	// name; "" means "deployment".
@@ -108,7 +118,7 @@ func (t deploymentTargets) Alive() []int {
 	return out
 }
 
-func (t deploymentTargets) HTTPAddr(i int) string { return t.addrs[i] }
+func (t deploymentTargets) HTTPURL(i int) string { return api.BaseURL(t.addrs[i]) }
 
 // CheckDeployment runs the scenarios' workload against a running cluster
 // (the HTTP addresses of its servers) while the operator injects faults
@@ -136,6 +146,15 @@ func RunDeployment(ctx context.Context, addrs []string, opts DeploymentOptions) 
 	}
 	if opts.Duration <= 0 {
 		return DeploymentResult{}, errors.New("duration must be positive")
+	}
+	if opts.TLS != nil {
+		// With TLS, an address without a scheme is an https:// one.
+		addrs = slices.Clone(addrs)
+		for i, a := range addrs {
+			if !strings.Contains(a, "://") {
+				addrs[i] = "https://" + a
+			}
+		}
 	}
 	if opts.Clients <= 0 {
 		opts.Clients = 4
@@ -171,12 +190,12 @@ func RunDeployment(ctx context.Context, addrs []string, opts DeploymentOptions) 
 	faults := chaos.NewFaultLog()
 	dres := DeploymentResult{Result: Result{Scenario: opts.Name, Seed: opts.Seed}, FaultLog: faults}
 	res := &dres.Result
-	wl := newWorkload(deploymentTargets{addrs: addrs}, opts.Seed, opts.Clients, names)
+	wl := newWorkload(deploymentTargets{addrs: addrs}, opts.TLS, opts.Token, opts.Seed, opts.Clients, names)
 	defer wl.close()
 
 	var runner *hosts.Runner
 	if opts.Driver != nil {
-		servers, err := DescribeServers(ctx, addrs, opts.Servers)
+		servers, err := DescribeServers(ctx, addrs, opts.Servers, opts.TLS, opts.Token)
 		if err != nil {
 			return dres, err
 		}
@@ -279,7 +298,7 @@ func RunDeployment(ctx context.Context, addrs []string, opts DeploymentOptions) 
 	for _, name := range names {
 		for _, addr := range addrs {
 			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, derr := api.NewClient(addr, wl.hc).DeleteIntent(dctx, name, nil)
+			_, derr := wl.apiClient(addr).DeleteIntent(dctx, name, nil)
 			cancel()
 			if derr == nil || apiCode(derr) == api.CodeNotFound {
 				break
@@ -317,11 +336,14 @@ func writeJSONFile(path string, v any) error {
 // DescribeServers names a deployment's servers for drivers and the fault
 // log: those given (one per address, or none), with a missing node ID
 // taken from the server's health, a missing host from its address.
-func DescribeServers(ctx context.Context, addrs []string, given []hosts.Server) ([]hosts.Server, error) {
+//
+// tlsConf and token reach servers whose HTTP API speaks TLS and wants a
+// token, as in DeploymentOptions.
+func DescribeServers(ctx context.Context, addrs []string, given []hosts.Server, tlsConf *tls.Config, token string) ([]hosts.Server, error) {
 	if len(given) > 0 && len(given) != len(addrs) {
 		return nil, fmt.Errorf("%d servers described for %d addresses", len(given), len(addrs))
 	}
-	hc := &http.Client{Timeout: 5 * time.Second}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConf}}
 	defer hc.CloseIdleConnections()
 	out := make([]hosts.Server, len(addrs))
 	for i, addr := range addrs {
@@ -330,7 +352,11 @@ func DescribeServers(ctx context.Context, addrs []string, given []hosts.Server) 
 		}
 		out[i].Addr = addr
 		if out[i].Host == "" {
-			host, _, err := net.SplitHostPort(addr)
+			_, hostPort, ok := strings.Cut(addr, "://")
+			if !ok {
+				hostPort = addr
+			}
+			host, _, err := net.SplitHostPort(strings.TrimRight(hostPort, "/"))
 			if err != nil {
 				return nil, fmt.Errorf("server %q: %w", addr, err)
 			}
@@ -340,7 +366,9 @@ func DescribeServers(ctx context.Context, addrs []string, given []hosts.Server) 
 			continue
 		}
 		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		h, err := api.NewClient(addr, hc).Health(hctx)
+		cl := api.NewClient(addr, hc)
+		cl.Token = token
+		h, err := cl.Health(hctx)
 		cancel()
 		if h == nil || h.Node == "" { // an unhealthy server still names itself
 			return nil, fmt.Errorf("server %s: %w", addr, err)

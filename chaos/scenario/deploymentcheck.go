@@ -24,14 +24,14 @@ import (
 
 // healthOf asks every server for its health at once; a nil entry did not
 // answer.
-func healthOf(ctx context.Context, addrs []string, hc *http.Client) []*api.Health {
+func healthOf(ctx context.Context, addrs []string, wl *workload) []*api.Health {
 	out := make([]*api.Health, len(addrs))
 	var wg sync.WaitGroup
 	for i, addr := range addrs {
 		wg.Go(func() {
 			hctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			cl := api.NewClient(addr, hc)
+			cl := wl.apiClient(addr)
 			cl.RetryNoLeader = 0
 			if h, err := cl.Health(hctx); h != nil && h.Node != "" && (err == nil || h.RaftState != "") {
 				out[i] = h
@@ -47,7 +47,7 @@ func healthOf(ctx context.Context, addrs []string, hc *http.Client) []*api.Healt
 func leaderIndex(ctx context.Context, addrs []string, wl *workload) int {
 	deadline := time.Now().Add(2 * time.Second)
 	for ctx.Err() == nil {
-		hs := healthOf(ctx, addrs, wl.hc)
+		hs := healthOf(ctx, addrs, wl)
 		votes := map[string]int{}
 		for _, h := range hs {
 			if h != nil && h.Leader != "" {
@@ -72,12 +72,15 @@ func leaderIndex(ctx context.Context, addrs []string, wl *workload) int {
 // (GET /v1/internal/state-hash: fsm.FSM.StateHash over one snapshot of
 // intents, history, devices, timelines and meta) and the Raft index it
 // reflects. Servers at the same index must answer the same hash.
-func stateDigest(ctx context.Context, addr string, hc *http.Client) (uint64, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, api.BaseURL(addr)+"/v1/internal/state-hash", nil)
+func stateDigest(ctx context.Context, addr string, wl *workload) (uint64, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, api.BaseURL(addr)+"/v1/cluster/state-hash", nil)
 	if err != nil {
 		return 0, "", err
 	}
-	resp, err := hc.Do(req)
+	if wl.token != "" {
+		req.Header.Set("Authorization", "Bearer "+wl.token)
+	}
+	resp, err := wl.hc.Do(req)
 	if err != nil {
 		return 0, "", err
 	}
@@ -87,14 +90,14 @@ func stateDigest(ctx context.Context, addr string, hc *http.Client) (uint64, str
 		return 0, "", err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, "", fmt.Errorf("GET /v1/internal/state-hash from %s: %d: %s", addr, resp.StatusCode, strings.TrimSpace(string(body)))
+		return 0, "", fmt.Errorf("GET /v1/cluster/state-hash from %s: %d: %s", addr, resp.StatusCode, strings.TrimSpace(string(body)))
 	}
 	var st fsm.StateHash
 	if err := json.Unmarshal(body, &st); err != nil {
 		return 0, "", fmt.Errorf("state hash from %s: %w", addr, err)
 	}
 	if st.Hash == "" {
-		return 0, "", fmt.Errorf("state hash from %s: empty (a server without GET /v1/internal/state-hash?)", addr)
+		return 0, "", fmt.Errorf("state hash from %s: empty (a server without GET /v1/cluster/state-hash?)", addr)
 	}
 	return st.Index, st.Hash, nil
 }
@@ -111,7 +114,7 @@ func waitAgreed(ctx context.Context, addrs []string, wl *workload) (uint64, stri
 	}
 	var last error
 	for {
-		hs := healthOf(ctx, addrs, wl.hc)
+		hs := healthOf(ctx, addrs, wl)
 		last = nil
 		for i, h := range hs {
 			switch {
@@ -128,7 +131,7 @@ func waitAgreed(ctx context.Context, addrs []string, wl *workload) (uint64, stri
 				wg.Go(func() {
 					dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 					defer cancel()
-					idx, d, err := stateDigest(dctx, addr, wl.hc)
+					idx, d, err := stateDigest(dctx, addr, wl)
 					answers[i] = answer{idx, d, err}
 				})
 			}
@@ -176,7 +179,7 @@ func checkAcknowledgedHTTP(ctx context.Context, addrs []string, wl *workload, op
 	var wg sync.WaitGroup
 	for s, addr := range addrs {
 		wg.Go(func() {
-			cl := api.NewClient(addr, wl.hc)
+			cl := wl.apiClient(addr)
 			cl.RetryNoLeader = 0
 			var (
 				mu                 sync.Mutex
@@ -268,7 +271,7 @@ func (w *deploymentWatch) sample(ctx context.Context, i int, devices bool) {
 	if w.runner.Unavailable(i) {
 		return
 	}
-	cl := api.NewClient(w.addrs[i], w.wl.hc)
+	cl := w.wl.apiClient(w.addrs[i])
 	cl.RetryNoLeader = 0
 	hctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -344,7 +347,7 @@ func checkDevices(ctx context.Context, addrs []string, wl *workload, healed time
 		list, lastErr = nil, errors.New("no leader")
 		if l := leaderIndex(ctx, addrs, wl); l >= 0 {
 			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			list, lastErr = api.NewClient(addrs[l], wl.hc).ListDevices(lctx, api.ReadOptions{})
+			list, lastErr = wl.apiClient(addrs[l]).ListDevices(lctx, api.ReadOptions{})
 			cancel()
 		}
 		if list != nil {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/meteor-edge/meteor/agent"
 	"github.com/meteor-edge/meteor/cluster"
-	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm/intent"
 	"github.com/meteor-edge/meteor/scheduler"
 )
@@ -154,7 +153,7 @@ func (f *fleetRun) change(ctx context.Context, limit time.Duration) (uint64, err
 			sleep(ctx, 100*time.Millisecond)
 			continue
 		}
-		cl := api.NewClient(f.h.HTTPAddr(alive[i%len(alive)]), nil)
+		cl := f.h.Client(alive[i%len(alive)])
 		cl.RetryNoLeader = 0
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		res, err := cl.PutIntent(wctx, fleetIntent, fleetDocument(v, f.spec.ApplyTime), nil)

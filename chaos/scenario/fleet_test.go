@@ -53,7 +53,7 @@ func TestSimulatedFleetOf200(t *testing.T) {
 	term0 := h.MaxTerm(ctx)
 
 	// ApplyIntent retries through elections without writing twice.
-	cl := api.NewClient(h.HTTPAddr(0), nil)
+	cl := h.Client(0)
 	wctx, wcancel := context.WithTimeout(ctx, 3*time.Minute)
 	res, err := cl.ApplyIntent(wctx, fleetIntent, fleetDocument(1, 50*time.Millisecond), nil)
 	wcancel()
@@ -95,7 +95,7 @@ func TestSimulatedFleetOf200(t *testing.T) {
 	// time: links drop and come back while the servers are checked.
 	waitUntil := time.Now().Add(30 * time.Second)
 	for i := range h.Size() {
-		status := api.NewClient(h.HTTPAddr(i), nil)
+		status := h.Client(i)
 		if err := waitFor(ctx, time.Until(waitUntil), 100*time.Millisecond, func(ctx context.Context) error {
 			now, err := fleet.Report()
 			if err != nil {

@@ -61,9 +61,9 @@ func TestRunDeploymentInjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	addrs := []string{h.HTTPAddr(0), h.HTTPAddr(1), h.HTTPAddr(2)}
+	addrs := []string{h.HTTPURL(0), h.HTTPURL(1), h.HTTPURL(2)}
 	dir := t.TempDir()
-	res, err := RunDeployment(ctx, addrs, DeploymentOptions{
+	res, err := RunDeployment(ctx, addrs, DeploymentOptions{TLS: h.TLSConfig(),
 		Seed: 31, Duration: 6 * time.Second, Dir: dir, Log: newTestWriter(t), Name: "harness",
 		Driver: harnessDriver{h},
 		Plan: hosts.PlanConfig{

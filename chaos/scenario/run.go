@@ -163,7 +163,7 @@ func Run(ctx context.Context, sc Scenario, opts Options) (Result, error) {
 	for i := range names {
 		names[i] = fmt.Sprintf("chaos-%d", i)
 	}
-	wl := newWorkload(h, opts.Seed, opts.Clients, names)
+	wl := newWorkload(h, h.TLSConfig(), h.AdminToken(), opts.Seed, opts.Clients, names)
 	wl.stale = opts.StaleReads
 	defer wl.close()
 	watch := &revisionWatch{h: h}
@@ -227,7 +227,7 @@ func Run(ctx context.Context, sc Scenario, opts Options) (Result, error) {
 		li, lerr := h.Leader(lctx)
 		cancel()
 		if lerr == nil {
-			lerr = wl.finalReads(ctx, h.HTTPAddr(li))
+			lerr = wl.finalReads(ctx, h.HTTPURL(li))
 		}
 		if lerr != nil {
 			res.Violations = append(res.Violations, fmt.Sprintf("after convergence: %v", lerr))

@@ -135,13 +135,13 @@ func TestCheckDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	addrs := []string{h.HTTPAddr(0), h.HTTPAddr(1), h.HTTPAddr(2)}
+	addrs := []string{h.HTTPURL(0), h.HTTPURL(1), h.HTTPURL(2)}
 	var crash sync.WaitGroup
 	var crashed string
 	var crashErr error
 	crash.Go(func() { crashed, crashErr = crashLeader(ctx, h) })
 	defer crash.Wait() // before h.Close
-	res, err := CheckDeployment(ctx, addrs, DeploymentOptions{Seed: 21, Duration: 4 * time.Second, Dir: t.TempDir()})
+	res, err := CheckDeployment(ctx, addrs, DeploymentOptions{TLS: h.TLSConfig(), Seed: 21, Duration: 4 * time.Second, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

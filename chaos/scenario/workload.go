@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -22,7 +23,8 @@ import (
 // addresses of a deployment.
 type targets interface {
 	Alive() []int
-	HTTPAddr(i int) string
+	// HTTPURL is the base URL of server i's HTTP API.
+	HTTPURL(i int) string
 }
 
 type workload struct {
@@ -33,6 +35,7 @@ type workload struct {
 	stale   bool      // read with ?stale=true (to show the checker failing)
 	start   time.Time // the history's clock: time.Since(start)
 	hc      *http.Client
+	token   string // the operator token, if the servers require one
 
 	mu  sync.Mutex
 	ops []porcupine.Operation // guarded by mu
@@ -45,18 +48,29 @@ type workload struct {
 	completed int // guarded by mu
 }
 
-func newWorkload(h targets, seed uint64, clients int, names []string) *workload {
+// newWorkload returns a workload against h's servers, reached with
+// tlsConf (nil: plain HTTP) and token.
+func newWorkload(h targets, tlsConf *tls.Config, token string, seed uint64, clients int, names []string) *workload {
 	return &workload{
 		h:       h,
 		names:   names,
 		clients: clients,
 		seed:    seed,
 		start:   time.Now(),
+		token:   token,
 		hc: &http.Client{
 			Timeout:   5 * time.Second,
-			Transport: &http.Transport{MaxIdleConnsPerHost: 8, IdleConnTimeout: 10 * time.Second},
+			Transport: &http.Transport{TLSClientConfig: tlsConf, MaxIdleConnsPerHost: 8, IdleConnTimeout: 10 * time.Second},
 		},
 	}
+}
+
+// apiClient returns an API client for the server at addr (an address or a
+// base URL) with the workload's HTTP client and token.
+func (w *workload) apiClient(addr string) *api.Client {
+	cl := api.NewClient(addr, w.hc)
+	cl.Token = w.token
+	return cl
 }
 
 func (w *workload) now() int64 { return time.Since(w.start).Nanoseconds() }
@@ -93,7 +107,7 @@ func (w *workload) client(ctx context.Context, id int) {
 			sleep(ctx, 50*time.Millisecond)
 			continue
 		}
-		cl := api.NewClient(w.h.HTTPAddr(alive[rng.IntN(len(alive))]), w.hc)
+		cl := w.apiClient(w.h.HTTPURL(alive[rng.IntN(len(alive))]))
 		cl.RetryNoLeader = 0
 		name := w.names[rng.IntN(len(w.names))]
 		var in Input
@@ -184,7 +198,7 @@ func (w *workload) do(cl *api.Client, client int, in Input) (Output, bool) {
 // has converged, so that the history ends with what the cluster kept.
 func (w *workload) finalReads(ctx context.Context, addr string) error {
 	w.stale = false
-	cl := api.NewClient(addr, w.hc)
+	cl := w.apiClient(addr)
 	for _, name := range w.names {
 		in := Input{Name: name, Op: OpGet}
 		if _, ok := w.do(cl, w.clients, in); !ok {

@@ -225,6 +225,9 @@ func decodeError(method, path string, status int, data []byte) *Error {
 	e := &Error{StatusCode: status}
 	if json.Unmarshal(data, e) != nil || e.Message == "" {
 		e.Code, e.Message = CodeInternal, fmt.Sprintf("%s %s: %d: %s", method, path, status, strings.TrimSpace(string(data)))
+		if status == http.StatusBadRequest && bytes.Contains(data, []byte("HTTP request to an HTTPS server")) {
+			e.Code, e.Message = CodeBadRequest, fmt.Sprintf("%s %s: the server speaks TLS: give the cluster CA (--ca-cert or METEOR_CACERT, ca.pem from 'meteor tls init'), or an https:// address", method, path)
+		}
 	}
 	return e
 }

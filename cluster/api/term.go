@@ -10,8 +10,8 @@ import (
 // termTimeout bounds each server's answer to HighestTerm.
 const termTimeout = 5 * time.Second
 
-// HighestTerm returns the highest Raft term that the servers at addrs
-// (HTTP API addresses) report on GET /v1/health, and the leader the server
+// HighestTerm returns the highest Raft term that the servers clients talk
+// to report on GET /v1/health, and the leader the server
 // with that term knows ("" if none). Every election, won or not, starts a
 // new term, so the elections held during a period are the growth of this
 // value over it: the one way meteor dev, the chaos harness and every
@@ -20,17 +20,17 @@ const termTimeout = 5 * time.Second
 // A server without a leader still answers with its term. One that does
 // not answer at all (a server that was killed, say) is passed over; the
 // error is returned only when none answers.
-func HighestTerm(ctx context.Context, addrs []string) (uint64, string, error) {
+func HighestTerm(ctx context.Context, clients []*Client) (uint64, string, error) {
 	var top uint64
 	var leader string
 	var errs []error
 	answered := false
-	for _, addr := range addrs {
+	for _, c := range clients {
 		cctx, cancel := context.WithTimeout(ctx, termTimeout)
-		h, err := NewClient(addr, nil).Health(cctx)
+		h, err := c.Health(cctx)
 		cancel()
 		if err != nil && h.Term == 0 {
-			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			errs = append(errs, fmt.Errorf("%s: %w", c.Addr(), err))
 			continue
 		}
 		if !answered || h.Term > top || (h.Term == top && leader == "") {

@@ -16,7 +16,7 @@ import (
 	"github.com/meteor-edge/meteor/chaos/scenario"
 )
 
-func newChaosCmd() *cobra.Command {
+func newChaosCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "chaos",
 		Short: "Run fault-injection scenarios against an in-process cluster and check the results",
@@ -100,7 +100,7 @@ naming the report folder, if a check failed.`,
 				base = "."
 			}
 			res, err := scenario.CheckDeployment(cmd.Context(), strings.Split(targets, ","), scenario.DeploymentOptions{
-				Seed: seed, Duration: duration, Dir: base, Log: cmd.ErrOrStderr(),
+				Seed: seed, Duration: duration, Dir: base, Log: cmd.ErrOrStderr(), TLS: g.tlsConfig(), Token: g.token,
 			})
 			if err != nil {
 				return err
@@ -120,7 +120,7 @@ naming the report folder, if a check failed.`,
 	check.Flags().Uint64Var(&seed, "seed", 1, "seed of the clients' choices (and of the intents' names)")
 	check.Flags().DurationVar(&duration, "duration", time.Minute, "how long the workload runs")
 	check.Flags().StringVar(&dir, "dir", "", "where a failure report goes (default: the working dir)")
-	cmd.AddCommand(run, matrix, check, newChaosAttackCmd(), &cobra.Command{
+	cmd.AddCommand(run, matrix, check, newChaosAttackCmd(g), &cobra.Command{
 		Use: "list", Short: "List the scenarios", Args: cobra.NoArgs,
 		Run: func(cmd *cobra.Command, args []string) {
 			for _, sc := range scenario.All() {
@@ -216,7 +216,7 @@ func printChaosTable(w io.Writer, rows []chaosRow) {
 	}
 }
 
-func newChaosAttackCmd() *cobra.Command {
+func newChaosAttackCmd(g *globals) *cobra.Command {
 	var (
 		servers, containers, network, hostList, faultList, bounds, dir string
 		seed                                                           uint64
@@ -324,7 +324,7 @@ same plan; --plan-only prints it without touching anything.`,
 				return nil
 			}
 			// Node IDs for the fault log and {id}, hosts for {host}.
-			if described, err = scenario.DescribeServers(cmd.Context(), addrs, described); err != nil {
+			if described, err = scenario.DescribeServers(cmd.Context(), addrs, described, g.tlsConfig(), g.token); err != nil {
 				return err
 			}
 			if c, ok := driver.(*hosts.Commands); ok {
@@ -335,7 +335,7 @@ same plan; --plan-only prints it without touching anything.`,
 				base = "."
 			}
 			res, err := scenario.RunDeployment(cmd.Context(), addrs, scenario.DeploymentOptions{
-				Seed: seed, Duration: duration, Dir: base, Log: cmd.ErrOrStderr(), Name: "attack",
+				Seed: seed, Duration: duration, Dir: base, Log: cmd.ErrOrStderr(), Name: "attack", TLS: g.tlsConfig(), Token: g.token,
 				Driver: driver, Servers: described, Plan: pc, DeviceBounds: deviceBounds,
 			})
 			if err != nil {

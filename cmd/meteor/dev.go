@@ -167,6 +167,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) (err error) {
 		// with the simulated fleet and whatever else runs there.
 		ProductionTimings: true,
 		Agents:            true,
+		ACL:               true,
 		CA:                ca,
 		ClusterSecret:     secret,
 		Logger:            func(string) hclog.Logger { return logger },
@@ -190,9 +191,16 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) (err error) {
 	}()
 	srvs := l.Servers()
 	for i, s := range srvs {
-		fmt.Fprintf(out, "  %s  region %-8s  HTTP http://%s  raft %s  gossip %s  agents udp %s\n", s.ID(), l.Config(i).Region, s.HTTPAddr(), s.RaftAddr(), s.GossipAddr(), s.AgentAddr())
+		fmt.Fprintf(out, "  %s  region %-8s  HTTP %s  raft %s  gossip %s  agents udp %s\n", s.ID(), l.Config(i).Region, s.HTTPURL(), s.RaftAddr(), s.GossipAddr(), s.AgentAddr())
 	}
-	c := api.NewClient(srvs[0].HTTPAddr(), nil)
+	tokenPath := filepath.Join(pkiDir, adminTokenFile)
+	if err := writePrivateFile(tokenPath, l.AdminToken()+"\n"); err != nil {
+		return fmt.Errorf("write the admin token: %w", err)
+	}
+	fmt.Fprintf(out, "\nEvery server speaks TLS and requires a token. To use the CLI with this cluster (admin token):\n"+
+		"  export METEOR_ADDR=%s METEOR_CACERT=%s METEOR_TOKEN=%s\n",
+		srvs[0].HTTPURL(), filepath.Join(pkiDir, caCertFile), l.AdminToken())
+	c := l.Client(0)
 	c.RetryNoLeader = 30 * time.Second
 	fmt.Fprintln(out, "\nCluster is up; a leader is elected.")
 
@@ -202,7 +210,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) (err error) {
 			return err
 		}
 		fmt.Fprintf(out, "\nApplying %d intents from %s through %s (any server accepts writes):\n", len(docs), examples, srvs[len(srvs)-1].ID())
-		last := api.NewClient(srvs[len(srvs)-1].HTTPAddr(), nil)
+		last := l.Client(len(srvs) - 1)
 		for _, in := range docs {
 			body, err := json.Marshal(in)
 			if err != nil {

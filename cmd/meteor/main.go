@@ -4,17 +4,22 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/meteor-edge/meteor/chaos/scenario"
+	"github.com/meteor-edge/meteor/cluster"
 	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/cluster/pki"
 )
 
 func main() {
@@ -41,12 +46,52 @@ type globals struct {
 	// tokenFile (--token-file) before a command runs.
 	token     string
 	tokenFile string
+	// caCert is the cluster CA's certificate file (--ca-cert,
+	// METEOR_CACERT); hc the HTTP client that trusts it, set up before a
+	// command runs.
+	caCert string
+	hc     *http.Client
+}
+
+// tlsConfig returns the TLS configuration of the CLI's HTTP client, nil
+// without the cluster CA.
+func (g *globals) tlsConfig() *tls.Config {
+	if g.hc == nil {
+		return nil
+	}
+	return g.hc.Transport.(*http.Transport).TLSClientConfig
 }
 
 func (g *globals) client() *api.Client {
-	c := api.NewClient(g.addr, nil)
+	c := api.NewClient(g.addr, g.hc)
 	c.Token = g.token
 	return c
+}
+
+// loadTLS settles how the CLI reaches the servers. With the cluster CA
+// (--ca-cert, else METEOR_CACERT) it speaks TLS and trusts exactly the
+// servers of that cluster, and an address without a scheme means
+// https://; without it, an address without a scheme means http://.
+func (g *globals) loadTLS() error {
+	if g.caCert == "" {
+		g.caCert = os.Getenv("METEOR_CACERT")
+	}
+	if g.caCert == "" {
+		return nil
+	}
+	b, err := os.ReadFile(g.caCert)
+	if err != nil {
+		return fmt.Errorf("cluster CA (--ca-cert or METEOR_CACERT): %w", err)
+	}
+	pool, err := pki.PoolFromPEM(b)
+	if err != nil {
+		return fmt.Errorf("cluster CA %s: %w", g.caCert, err)
+	}
+	if !strings.Contains(g.addr, "://") {
+		g.addr = "https://" + g.addr
+	}
+	g.hc = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cluster.OperatorTLS(pool)}}
+	return nil
 }
 
 // loadToken settles the token: --token, else --token-file, else
@@ -79,6 +124,9 @@ func newRootCmd() *cobra.Command {
 			if g.output != "table" && g.output != "json" {
 				return fmt.Errorf("-o %q: must be table or json", g.output)
 			}
+			if err := g.loadTLS(); err != nil {
+				return err
+			}
 			return g.loadToken(cmd.Flags().Changed("token"))
 		},
 	}
@@ -89,6 +137,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.addr, "addr", defAddr, "HTTP address of any Meteor server (env METEOR_ADDR)")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	root.PersistentFlags().StringVar(&g.token, "token", "", "operator token sent to the server (env METEOR_TOKEN); servers with the ACL on require one")
+	root.PersistentFlags().StringVar(&g.caCert, "ca-cert", "", "the cluster CA's certificate (ca.pem from 'meteor tls init'; env METEOR_CACERT): speak TLS to the servers and trust only theirs")
 	root.PersistentFlags().StringVar(&g.tokenFile, "token-file", "", "file holding the operator token, such as admin.token from 'meteor tls init' (used unless --token is given)")
 	root.AddCommand(
 		newServerCmd(),
@@ -104,7 +153,7 @@ func newRootCmd() *cobra.Command {
 		newAuditCmd(g),
 		newCACmd(),
 		newTLSCmd(),
-		newChaosCmd(),
+		newChaosCmd(g),
 		newSimCmd(),
 		newVersionCmd(),
 	)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,7 +17,7 @@ func newServerCmd() *cobra.Command {
 	cfg := cluster.DefaultConfig()
 	var join, gossipKey, logLevel string
 	var caFile, certFile, keyFile, secretFile, tlsDir, adminHashFile string
-	var aclOn bool
+	var aclOn, insecure bool
 	var historyLimit int
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -71,6 +72,14 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 				cfg.GossipKey = k
 			}
 			cfg.FSM.HistoryLimit = historyLimit
+			switch {
+			case certFile != "" && insecure:
+				return errors.New("--insecure-plaintext: this server has its certificate (--tls-dir or --cert-file); drop one of them")
+			case certFile == "" && !insecure && !cfg.Dev:
+				return errors.New("a server needs its certificate: create the material with 'meteor tls init --dir pki' and pass --tls-dir pki (or --cert-file and --key-file); --insecure-plaintext runs without TLS, for a network no one else reaches")
+			case certFile == "":
+				fmt.Fprintln(os.Stderr, "WARNING: no TLS: Raft, gossip and the HTTP API speak plaintext, and anyone who reaches these ports can read and change the cluster's state ("+map[bool]string{true: "--dev", false: "--insecure-plaintext"}[cfg.Dev]+").")
+			}
 			if cfg.AgentAddr != "" || certFile != "" {
 				// A server certificate serves agents and runs Raft over
 				// mutual TLS with the other servers.
@@ -123,7 +132,7 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "meteor server %s: HTTP API on http://%s (Ctrl-C to stop)\n", cfg.NodeID, srv.HTTPAddr())
+			fmt.Fprintf(os.Stderr, "meteor server %s: HTTP API on %s (Ctrl-C to stop)\n", cfg.NodeID, srv.HTTPURL())
 			return srv.Run(cmd.Context())
 		},
 	}
@@ -148,6 +157,7 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 	f.StringVar(&certFile, "cert-file", "", "this server's certificate (PEM), from 'meteor tls init' or 'meteor ca issue-server': it serves agents and runs Raft over mutual TLS")
 	f.StringVar(&keyFile, "key-file", "", "this server's private key (PEM)")
 	f.StringVar(&adminHashFile, "admin-token-hash-file", "", "file with the SHA-256 of the first admin token (admin-token.sha256 from 'meteor tls init', which --tls-dir takes): switches on token authentication of the HTTP API")
+	f.BoolVar(&insecure, "insecure-plaintext", false, "run without a certificate: Raft, gossip (unless --encrypt) and the HTTP API in plaintext, for a network no one else reaches")
 	f.BoolVar(&aclOn, "acl", false, "require tokens on the HTTP API even without --admin-token-hash-file (a cluster that has its tokens already)")
 	f.StringVar(&secretFile, "cluster-secret-file", "pki/cluster.secret", "cluster secret shared by all servers (from 'meteor ca init')")
 	f.DurationVar(&cfg.PullInterval, "pull-interval", cfg.PullInterval, "how often agents are told to pull even without a push")

@@ -13,7 +13,22 @@ import (
 
 	"github.com/meteor-edge/meteor/cluster"
 	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/cluster/pki"
 )
+
+// writeCACert writes ca's certificate to a file for --ca-cert.
+func writeCACert(t *testing.T, ca *pki.CA) string {
+	t.Helper()
+	certPEM, _, err := ca.PEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(path, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
 
 // run runs the meteor command line with args and returns its output.
 func run(t *testing.T, args ...string) (string, error) {
@@ -54,15 +69,20 @@ func TestTokenCommands(t *testing.T) {
 	}
 	defer l.Close()
 	addr := l.HTTPAddr(0)
+	caPath := writeCACert(t, l.CA())
 	adminFile := filepath.Join(dir, adminTokenFile)
 
-	if _, err := run(t, "--addr", addr, "token", "list"); err == nil || !strings.Contains(err.Error(), "no token") {
+	// Without the CA the CLI speaks plain HTTP, and says what to give it.
+	if _, err := run(t, "--addr", addr, "--token-file", adminFile, "token", "list"); err == nil || !strings.Contains(err.Error(), "speaks TLS") {
+		t.Fatalf("token list without the CA: %v, want a hint about --ca-cert", err)
+	}
+	if _, err := run(t, "--addr", addr, "--ca-cert", caPath, "token", "list"); err == nil || !strings.Contains(err.Error(), "no token") {
 		t.Fatalf("token list without a token: %v, want unauthenticated", err)
 	}
 	var list api.TokenList
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		out, err := run(t, "--addr", addr, "--token-file", adminFile, "-o", "json", "token", "list")
+		out, err := run(t, "--addr", addr, "--ca-cert", caPath, "--token-file", adminFile, "-o", "json", "token", "list")
 		if err == nil {
 			if err := json.Unmarshal([]byte(out), &list); err != nil {
 				t.Fatal(err)
@@ -78,7 +98,7 @@ func TestTokenCommands(t *testing.T) {
 		t.Fatalf("tokens %+v, want the bootstrap admin token", list.Tokens)
 	}
 
-	out, err := run(t, "--addr", addr, "--token-file", adminFile, "-o", "json", "token", "create", "--policy", "operator", "--name", "ci", "--ttl", "1h")
+	out, err := run(t, "--addr", addr, "--ca-cert", caPath, "--token-file", adminFile, "-o", "json", "token", "create", "--policy", "operator", "--name", "ci", "--ttl", "1h")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,24 +106,24 @@ func TestTokenCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &created); err != nil || created.Secret == "" || created.Token.ExpiresAt == nil {
 		t.Fatalf("token create: %s (%v)", out, err)
 	}
-	if _, err := run(t, "--addr", addr, "--token", created.Secret, "token", "list"); err == nil || !strings.Contains(err.Error(), "manage-tokens") {
+	if _, err := run(t, "--addr", addr, "--ca-cert", caPath, "--token", created.Secret, "token", "list"); err == nil || !strings.Contains(err.Error(), "manage-tokens") {
 		t.Fatalf("operator lists tokens: %v, want forbidden", err)
 	}
-	out, err = run(t, "--addr", addr, "--token", created.Secret, "audit", "--actor", "ci")
+	out, err = run(t, "--addr", addr, "--ca-cert", caPath, "--token", created.Secret, "audit", "--actor", "ci")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Count(out, "\n") != 1 {
 		t.Fatalf("audit of ci before it did anything:\n%s", out)
 	}
-	out, err = run(t, "--addr", addr, "--token-file", adminFile, "audit", "--target", "token/"+created.Token.Accessor)
+	out, err = run(t, "--addr", addr, "--ca-cert", caPath, "--token-file", adminFile, "audit", "--target", "token/"+created.Token.Accessor)
 	if err != nil || !strings.Contains(out, "create-token") || !strings.Contains(out, cluster.BootstrapTokenName) {
 		t.Fatalf("audit of the token: %v\n%s", err, out)
 	}
-	if _, err := run(t, "--addr", addr, "--token-file", adminFile, "token", "revoke", created.Token.Accessor); err != nil {
+	if _, err := run(t, "--addr", addr, "--ca-cert", caPath, "--token-file", adminFile, "token", "revoke", created.Token.Accessor); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := run(t, "--addr", addr, "--token", created.Secret, "audit"); err == nil || !strings.Contains(err.Error(), "revoked") {
+	if _, err := run(t, "--addr", addr, "--ca-cert", caPath, "--token", created.Secret, "audit"); err == nil || !strings.Contains(err.Error(), "revoked") {
 		t.Fatalf("revoked token: %v, want unauthenticated", err)
 	}
 }

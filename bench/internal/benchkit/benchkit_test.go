@@ -274,14 +274,21 @@ func TestRaftTermIsTheHighestAnswered(t *testing.T) {
 		healthServer(t, 7, http.StatusServiceUnavailable),
 		strings.TrimPrefix(healthServer(t, 6, http.StatusOK), "http://"),
 	}
-	got, err := RaftTerm(ctx, addrs)
+	clients := func(addrs ...string) []*api.Client {
+		var out []*api.Client
+		for _, a := range addrs {
+			out = append(out, api.NewClient(a, nil))
+		}
+		return out
+	}
+	got, err := RaftTerm(ctx, clients(addrs...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got != 7 {
 		t.Errorf("RaftTerm = %d, want 7", got)
 	}
-	if _, err := RaftTerm(ctx, []string{goneAddr}); err == nil {
+	if _, err := RaftTerm(ctx, clients(goneAddr)); err == nil {
 		t.Error("no error when no server answers")
 	}
 }

@@ -6,11 +6,11 @@ import (
 	"github.com/meteor-edge/meteor/cluster/api"
 )
 
-// RaftTerm returns the highest Raft term that the Meteor servers at addrs
-// report (api.HighestTerm): read it when a measured period starts and when
-// it ends, and pass both to Elections.
-func RaftTerm(ctx context.Context, addrs []string) (uint64, error) {
-	term, _, err := api.HighestTerm(ctx, addrs)
+// RaftTerm returns the highest Raft term that the Meteor servers clients
+// talk to report (api.HighestTerm): read it when a measured period starts
+// and when it ends, and pass both to Elections.
+func RaftTerm(ctx context.Context, clients []*api.Client) (uint64, error) {
+	term, _, err := api.HighestTerm(ctx, clients)
 	return term, err
 }
 

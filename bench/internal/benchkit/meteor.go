@@ -13,7 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meteor-edge/meteor/cluster"
 	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/cluster/pki"
 )
 
 // MeteorOptions say what StartMeteor starts. The zero value, with Bin and
@@ -129,7 +131,21 @@ func StartMeteor(ctx context.Context, g *Group, o MeteorOptions) (*MeteorCluster
 	}
 	gossip := func(i int) string { return Loopback(ports[4*i+2]) }
 	c := &MeteorCluster{}
-	hc := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	// With a PKI every server has its certificate, and its HTTP API
+	// speaks TLS.
+	scheme, tr := "http://", &http.Transport{MaxIdleConnsPerHost: 4}
+	if o.PKI != "" {
+		caPEM, err := os.ReadFile(MeteorCAFile(o.PKI))
+		if err != nil {
+			return nil, err
+		}
+		pool, err := pki.PoolFromPEM(caPEM)
+		if err != nil {
+			return nil, err
+		}
+		scheme, tr.TLSClientConfig = "https://", cluster.OperatorTLS(pool)
+	}
+	hc := &http.Client{Timeout: 2 * time.Minute, Transport: tr}
 	for i, id := range ids {
 		s := &MeteorServer{ID: id, HTTPAddr: Loopback(ports[4*i])}
 		args := []string{
@@ -155,6 +171,8 @@ func StartMeteor(ctx context.Context, g *Group, o MeteorOptions) (*MeteorCluster
 		}
 		if o.PKI != "" {
 			args = append(args, "--ca-file", MeteorCAFile(o.PKI), "--cert-file", MeteorCertFile(o.PKI, id), "--key-file", MeteorKeyFile(o.PKI, id))
+		} else if !o.Dev {
+			args = append(args, "--insecure-plaintext")
 		}
 		if o.ExtraArgs != nil {
 			args = append(args, o.ExtraArgs(i)...)
@@ -162,7 +180,7 @@ func StartMeteor(ctx context.Context, g *Group, o MeteorOptions) (*MeteorCluster
 		if s.Proc, err = g.Start(id, o.Bin, args, o.Env, o.Dir, filepath.Join(o.Dir, id+".log")); err != nil {
 			return nil, err
 		}
-		s.API = api.NewClient(s.HTTPAddr, hc)
+		s.API = api.NewClient(scheme+s.HTTPAddr, hc)
 		c.Servers = append(c.Servers, s)
 	}
 	for _, s := range c.Servers {
@@ -296,7 +314,11 @@ func (c *MeteorCluster) WaitLeader(ctx context.Context) (int, error) {
 // killed one does not): the elections held in a period are its growth
 // (Elections).
 func (c *MeteorCluster) RaftTerm(ctx context.Context) (uint64, error) {
-	return RaftTerm(ctx, c.URLs())
+	clients := make([]*api.Client, len(c.Servers))
+	for i, s := range c.Servers {
+		clients[i] = s.API
+	}
+	return RaftTerm(ctx, clients)
 }
 
 // ElectionsSince returns the elections held since the highest Raft term
