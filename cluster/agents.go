@@ -162,7 +162,7 @@ func (a *agentServer) rotate(now time.Time) error {
 	a.keyring.Store(kr)
 	keys := wire.TicketKeys(cfg.ClusterSecret, now, cfg.TicketPeriod)
 	if a.tlsConf == nil {
-		a.tlsConf = wire.ServerTLSConfig(cfg.AgentTLS.ClientCAs, cfg.AgentTLS.Certificate, keys)
+		a.tlsConf = cfg.AgentTLS.reloadable(wire.ServerTLSConfig(cfg.AgentTLS.ClientCAs, cfg.AgentTLS.Certificate, keys))
 	} else {
 		a.tlsConf.SetSessionTicketKeys(keys)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -211,10 +212,13 @@ func DefaultConfig() Config {
 }
 
 // AgentTLS is the TLS material for serving agents: the cluster CA that
-// signs device certificates, and this server's certificate.
+// signs device certificates, and this server's certificate, which
+// Server.ReloadTLS replaces at run time (see reloadableAgentTLS).
 type AgentTLS struct {
 	ClientCAs   *x509.CertPool
 	Certificate tls.Certificate
+
+	live atomic.Pointer[tlsMaterial] // set by reload; nil: ClientCAs, Certificate
 }
 
 // Validate checks the configuration and says what to fix.

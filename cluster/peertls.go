@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -19,9 +20,34 @@ import (
 // cluster CA and this server's certificate (pki.CA.IssueServer), which
 // names its node ID (wire.ServerIDFromCert) and is valid for both ends of
 // a connection.
+//
+// CAs and Certificate are the material a server starts with; Server.
+// ReloadTLS replaces it at run time (current), for every connection made
+// or accepted from then on.
 type PeerTLS struct {
 	CAs         *x509.CertPool
 	Certificate tls.Certificate
+
+	live atomic.Pointer[tlsMaterial] // set by reload; nil: CAs, Certificate
+}
+
+// tlsMaterial is a CA pool and a certificate, swapped as one.
+type tlsMaterial struct {
+	cas  *x509.CertPool
+	cert tls.Certificate
+}
+
+// current returns the CA pool and the certificate in use.
+func (p *PeerTLS) current() (*x509.CertPool, tls.Certificate) {
+	if m := p.live.Load(); m != nil {
+		return m.cas, m.cert
+	}
+	return p.CAs, p.Certificate
+}
+
+// reload makes cas and cert the material of every connection from now on.
+func (p *PeerTLS) reload(cas *x509.CertPool, cert tls.Certificate) {
+	p.live.Store(&tlsMaterial{cas: cas, cert: cert})
 }
 
 // ErrWrongPeer reports a peer whose certificate is not that of the server
@@ -31,11 +57,12 @@ var ErrWrongPeer = errors.New("peer is not the expected server")
 // serverConfig accepts only clients with a server certificate of the
 // cluster CA.
 func (p *PeerTLS) serverConfig() *tls.Config {
+	cas, cert := p.current()
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{p.Certificate},
+		Certificates: []tls.Certificate{cert},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    p.CAs,
+		ClientCAs:    cas,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			_, err := peerServerID(cs)
 			return err
@@ -46,10 +73,11 @@ func (p *PeerTLS) serverConfig() *tls.Config {
 // clientConfig trusts only servers of the cluster CA and, if wantID is
 // set, only the server with that node ID.
 func (p *PeerTLS) clientConfig(wantID string) *tls.Config {
+	cas, cert := p.current()
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{p.Certificate},
-		RootCAs:      p.CAs,
+		Certificates: []tls.Certificate{cert},
+		RootCAs:      cas,
 		ServerName:   wire.ClusterServerName,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			id, err := peerServerID(cs)
@@ -173,20 +201,27 @@ func (l *tlsLayer) expected(addr raft.ServerAddress) string {
 // refused at the handshake. The internal endpoints and the requests
 // servers forward to each other require that certificate (peerServerOf).
 func (p *PeerTLS) apiServerConfig() *tls.Config {
-	return &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{p.Certificate},
-		ClientAuth:   tls.VerifyClientCertIfGiven,
-		ClientCAs:    p.CAs,
-		NextProtos:   []string{"http/1.1"},
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			if len(cs.PeerCertificates) == 0 {
-				return nil
-			}
-			_, err := peerServerID(cs)
-			return err
-		},
+	conf := func() *tls.Config {
+		cas, cert := p.current()
+		return &tls.Config{
+			MinVersion:   tls.VersionTLS12,
+			Certificates: []tls.Certificate{cert},
+			ClientAuth:   tls.VerifyClientCertIfGiven,
+			ClientCAs:    cas,
+			NextProtos:   []string{"http/1.1"},
+			VerifyConnection: func(cs tls.ConnectionState) error {
+				if len(cs.PeerCertificates) == 0 {
+					return nil
+				}
+				_, err := peerServerID(cs)
+				return err
+			},
+		}
 	}
+	// Each handshake takes the material of the moment (reload).
+	outer := conf()
+	outer.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) { return conf(), nil }
+	return outer
 }
 
 // apiTransport is the transport of a server's requests to the other
@@ -194,7 +229,11 @@ func (p *PeerTLS) apiServerConfig() *tls.Config {
 // only servers of the cluster CA.
 func (p *PeerTLS) apiTransport() *http.Transport {
 	return &http.Transport{
-		TLSClientConfig:     p.clientConfig(""),
+		// Each connection takes the material of the moment (reload).
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: handshakeTimeout}, Config: p.clientConfig("")}
+			return d.DialContext(ctx, network, addr)
+		},
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
 		TLSHandshakeTimeout: handshakeTimeout,

@@ -154,31 +154,40 @@ func writeCert(out io.Writer, dir, name string, cert tls.Certificate) error {
 
 // loadAgentTLS reads the files a server needs to serve agents.
 func loadAgentTLS(caFile, certFile, keyFile, secretFile string) (*cluster.AgentTLS, []byte, error) {
-	caPEM, err := os.ReadFile(caFile)
+	t, err := loadTLSMaterial(caFile, certFile, keyFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("CA file: %w", err)
-	}
-	pool, err := pki.PoolFromPEM(caPEM)
-	if err != nil {
-		return nil, nil, fmt.Errorf("CA file %s: %w", caFile, err)
-	}
-	certPEM, err := os.ReadFile(certFile)
-	if err != nil {
-		return nil, nil, fmt.Errorf("certificate file: %w", err)
-	}
-	keyPEM, err := os.ReadFile(keyFile)
-	if err != nil {
-		return nil, nil, fmt.Errorf("key file: %w", err)
-	}
-	cert, err := pki.LoadCertificate(certPEM, keyPEM)
-	if err != nil {
-		return nil, nil, fmt.Errorf("server certificate %s: %w", certFile, err)
+		return nil, nil, err
 	}
 	secret, err := readSecret(secretFile)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &cluster.AgentTLS{ClientCAs: pool, Certificate: cert}, secret, nil
+	return t, secret, nil
+}
+
+// loadTLSMaterial reads the CA pool and a server's certificate and key.
+func loadTLSMaterial(caFile, certFile, keyFile string) (*cluster.AgentTLS, error) {
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("CA file: %w", err)
+	}
+	pool, err := pki.PoolFromPEM(caPEM)
+	if err != nil {
+		return nil, fmt.Errorf("CA file %s: %w", caFile, err)
+	}
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, fmt.Errorf("certificate file: %w", err)
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("key file: %w", err)
+	}
+	cert, err := pki.LoadCertificate(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("server certificate %s: %w", certFile, err)
+	}
+	return &cluster.AgentTLS{ClientCAs: pool, Certificate: cert}, nil
 }
 
 func readSecret(path string) ([]byte, error) {

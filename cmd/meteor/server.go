@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
@@ -133,6 +136,10 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "meteor server %s: HTTP API on %s (Ctrl-C to stop)\n", cfg.NodeID, srv.HTTPURL())
+			if cfg.PeerTLS != nil {
+				stop := reloadOnHangup(cmd.Context(), srv, cfg.Logger, caFile, certFile, keyFile)
+				defer stop()
+			}
 			return srv.Run(cmd.Context())
 		},
 	}
@@ -164,4 +171,35 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 	f.BoolVar(&cfg.EnableDebug, "enable-debug", false, "serve Go profiling endpoints under /debug/pprof/ on the HTTP API")
 	f.StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	return cmd
+}
+
+// reloadOnHangup reloads the CA file and the server's certificate and key
+// (Server.ReloadTLS) on every SIGHUP, until the returned stop is called.
+// A reload that fails (a missing file, a certificate that is not this
+// server's) is logged and changes nothing.
+func reloadOnHangup(ctx context.Context, srv *cluster.Server, logger hclog.Logger, caFile, certFile, keyFile string) (stop func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGHUP)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ch:
+			}
+			t, err := loadTLSMaterial(caFile, certFile, keyFile)
+			if err == nil {
+				err = srv.ReloadTLS(t.ClientCAs, t.Certificate)
+			}
+			if err != nil {
+				logger.Error("SIGHUP: TLS material not reloaded", "error", err)
+				continue
+			}
+			logger.Info("SIGHUP: TLS material reloaded", "ca_file", caFile, "cert_file", certFile)
+		}
+	}()
+	return func() { signal.Stop(ch); cancel(); <-done }
 }
