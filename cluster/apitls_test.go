@@ -13,6 +13,7 @@ import (
 
 	"github.com/meteor-edge/meteor/cluster/pki"
 	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/wire"
 )
 
 // httpsClient returns a client that trusts the cluster of s as an
@@ -161,4 +162,62 @@ func internalRead(t *testing.T, hc *http.Client, s *Server, by string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestAgentPortRefusesStrangers: the agent endpoint refuses a client
+// without a certificate, with a device certificate of another CA, with a
+// server certificate of the cluster (valid for client authentication, but
+// no device's), and with an expired device certificate of the cluster CA;
+// none of them becomes a device. A device certificate of the cluster CA is
+// welcome, which shows the refusals are about the certificate.
+func TestAgentPortRefusesStrangers(t *testing.T) {
+	c := newTestCluster(t, 1, func(cfg *Config) {
+		cfg.AgentAddr = "127.0.0.1:0"
+		cfg.AgentTLS = &AgentTLS{ClientCAs: cfg.PeerTLS.CAs, Certificate: cfg.PeerTLS.Certificate}
+		cfg.ClusterSecret = []byte("0123456789abcdef0123456789abcdef")
+	})
+	s := c.waitLeader()
+	ca := c.CA()
+	foreign, err := pki.NewCA("attacker CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreignDevice, _ := foreign.IssueDevice("intruder")
+	serverCert := s.config.PeerTLS.Certificate
+	expiring := *ca
+	expiring.LeafValidity = time.Nanosecond
+	expired, err := expiring.IssueDevice("expired")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := ca.IssueDevice("good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := func(cert *tls.Certificate) *tls.Config {
+		tc := wire.ClientTLSConfig(ca.Pool(), tls.Certificate{}, "")
+		tc.Certificates = nil
+		if cert != nil {
+			tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
+		}
+		return tc
+	}
+	for name, cert := range map[string]*tls.Certificate{
+		"no certificate":                   nil,
+		"another CA's device certificate":  &foreignDevice,
+		"the cluster's server certificate": &serverCert,
+		"an expired device certificate":    &expired,
+	} {
+		if err := dialAgentErr(s.AgentAddr(), conf(cert)); err == nil {
+			t.Errorf("%s: welcomed, want refused", name)
+		}
+	}
+	for _, id := range []string{"intruder", "expired", s.ID()} {
+		if d, err := s.fsm.Read().Device(nil, id); err == nil && d != nil {
+			t.Errorf("device %q registered by a refused connection", id)
+		}
+	}
+	if err := dialAgentErr(s.AgentAddr(), conf(&good)); err != nil {
+		t.Fatalf("device certificate of the cluster CA: %v", err)
+	}
 }
