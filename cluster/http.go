@@ -108,6 +108,10 @@ func (h *httpAPI) handler() http.Handler {
 	mux.HandleFunc("GET /v1/cluster/ownership", h.authorize(acl.ActionRead, h.handleOwnership))
 	mux.HandleFunc("DELETE /v1/cluster/members/{id}", h.authorize(acl.ActionManageMembers, h.onLeader(h.handleRemoveMember)))
 	mux.HandleFunc("POST /v1/cluster/leave", h.authorize(acl.ActionManageMembers, h.handleLeave))
+	mux.HandleFunc("GET /v1/cluster/keyring", h.authorize(acl.ActionManageMembers, h.handleKeyringList))
+	mux.HandleFunc("POST /v1/cluster/keyring/install", h.authorize(acl.ActionManageMembers, h.handleKeyringChange(keyringInstall)))
+	mux.HandleFunc("POST /v1/cluster/keyring/use", h.authorize(acl.ActionManageMembers, h.handleKeyringChange(keyringUse)))
+	mux.HandleFunc("POST /v1/cluster/keyring/remove", h.authorize(acl.ActionManageMembers, h.handleKeyringChange(keyringRemove)))
 	mux.HandleFunc("GET /v1/health", h.authorize(acl.ActionRead, h.handleHealth))
 	mux.HandleFunc("GET /v1/healthz", h.handleHealthz)
 	mux.HandleFunc("POST /v1/tokens", h.authorize(acl.ActionManageTokens, h.handleCreateToken))
@@ -116,6 +120,7 @@ func (h *httpAPI) handler() http.Handler {
 	mux.HandleFunc("GET /v1/audit", h.authorize(acl.ActionReadAudit, h.reader(h.handleAudit)))
 	mux.HandleFunc("POST /v1/internal/apply", h.handleInternalApply)
 	mux.HandleFunc("POST /v1/internal/report", h.handleInternalReport)
+	mux.HandleFunc("POST /v1/internal/keyring", h.handleInternalKeyring)
 	mux.HandleFunc("GET /v1/internal/self", h.fromServer(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.admin.self()) }))
 	mux.HandleFunc("GET /v1/internal/state-hash", h.fromServer(h.handleStateHash))
 	if h.cfg.EnableDebug {

@@ -1,0 +1,622 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/memberlist"
+
+	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/fsm"
+)
+
+// keyringFileName is the gossip keyring's file in the data dir.
+const keyringFileName = "gossip-keyring.json"
+
+// The keyring operations, as the API and the internal endpoint name them.
+const (
+	keyringList    = "list"
+	keyringInstall = "install"
+	keyringUse     = "use"
+	keyringRemove  = "remove"
+)
+
+var (
+	// errKeyNotInstalled refuses making a key primary that this server
+	// does not have.
+	errKeyNotInstalled = errors.New("the key is not installed here: install it first (meteor keyring install)")
+	// errRemovePrimary refuses removing the key this server encrypts with.
+	errRemovePrimary = errors.New("the key is the primary key here: make another key primary first (meteor keyring use)")
+)
+
+// keyring is a server's gossip keyring: memberlist's, which encrypts
+// gossip with the primary key and decrypts with any installed key, and
+// its file in the data dir, which a restart reads back so that installed
+// keys and the primary survive it. The file is seeded from
+// Config.GossipKey on the first start; afterwards it wins over the
+// configured key, which after a rotation is an old one.
+//
+// mu serializes changes: each is written to the file before memberlist
+// takes it, so a crash never leaves a primary on disk that memberlist
+// did not have.
+type keyring struct {
+	path string
+	mu   sync.Mutex
+	ring *memberlist.Keyring // changed only with mu held
+}
+
+// keyringFile is the file's content.
+type keyringFile struct {
+	// Keys are base64, the primary first.
+	Keys []string `json:"keys"`
+}
+
+// openKeyring reads the keyring in dataDir, or seeds it with seed; it
+// returns nil when there is neither (gossip is not encrypted).
+func openKeyring(dataDir string, seed []byte, logger hclog.Logger) (*keyring, error) {
+	path := filepath.Join(dataDir, keyringFileName)
+	b, err := os.ReadFile(path)
+	var keys [][]byte
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if len(seed) == 0 {
+			return nil, nil
+		}
+		keys = [][]byte{seed}
+		if err := os.MkdirAll(dataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("create data dir: %w", err)
+		}
+		if err := writeKeyringFile(path, keys); err != nil {
+			return nil, err
+		}
+	case err != nil:
+		return nil, fmt.Errorf("read gossip keyring: %w", err)
+	default:
+		if keys, err = parseKeyringFile(b); err != nil {
+			return nil, fmt.Errorf("gossip keyring %s: %w (restore it, or delete it to start again from the configured gossip key)", path, err)
+		}
+		if len(seed) > 0 && !slices.ContainsFunc(keys, func(k []byte) bool { return bytes.Equal(k, seed) }) {
+			logger.Warn("the configured gossip key is not in the keyring, which was rotated since: the keyring wins", "keyring", path, "primary", api.KeyFingerprint(keys[0]))
+		}
+	}
+	ring, err := memberlist.NewKeyring(keys, keys[0])
+	if err != nil {
+		return nil, fmt.Errorf("gossip keyring %s: %w", path, err)
+	}
+	return &keyring{path: path, ring: ring}, nil
+}
+
+func parseKeyringFile(b []byte) ([][]byte, error) {
+	var f keyringFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("not a keyring: %w", err)
+	}
+	if len(f.Keys) == 0 {
+		return nil, errors.New("no keys")
+	}
+	keys := make([][]byte, len(f.Keys))
+	for i, s := range f.Keys {
+		k, err := ParseGossipKey(s)
+		if err != nil {
+			return nil, fmt.Errorf("key %d: %w", i+1, err)
+		}
+		keys[i] = k
+	}
+	return keys, nil
+}
+
+// writeKeyringFile replaces the keyring file atomically: a crash leaves
+// the old file or the new one.
+func writeKeyringFile(path string, keys [][]byte) error {
+	f := keyringFile{Keys: make([]string, len(keys))}
+	for i, k := range keys {
+		f.Keys[i] = base64.StdEncoding.EncodeToString(k)
+	}
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := writeFileSync(tmp, append(b, '\n')); err != nil {
+		return fmt.Errorf("write gossip keyring: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write gossip keyring: %w", err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		err = d.Sync()
+		d.Close()
+		if err != nil {
+			return fmt.Errorf("write gossip keyring: sync dir: %w", err)
+		}
+	}
+	return nil
+}
+
+// keys returns a copy of the installed keys, the primary first.
+func (k *keyring) keys() [][]byte {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.keysLocked()
+}
+
+func (k *keyring) keysLocked() [][]byte {
+	var out [][]byte
+	for _, key := range k.ring.GetKeys() {
+		out = append(out, bytes.Clone(key))
+	}
+	return out
+}
+
+// view is the keyring as the API shows it, by fingerprint.
+func (k *keyring) view(id string) api.KeyringServer {
+	keys := k.keys()
+	v := api.KeyringServer{ID: id, Primary: api.KeyFingerprint(keys[0])}
+	for _, key := range keys {
+		v.Keys = append(v.Keys, api.KeyFingerprint(key))
+	}
+	return v
+}
+
+// secrets returns the installed keys, base64, the primary first.
+func (k *keyring) secrets() []string {
+	var out []string
+	for _, key := range k.keys() {
+		out = append(out, base64.StdEncoding.EncodeToString(key))
+	}
+	return out
+}
+
+// change installs, uses (makes primary) or removes a key: in the file
+// first, then in memberlist. Installing a key installed, or removing one
+// not installed, changes nothing.
+func (k *keyring) change(op string, key []byte) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	have := k.keysLocked()
+	next, err := nextKeys(have, op, key)
+	if err != nil {
+		return err
+	}
+	if slices.EqualFunc(have, next, bytes.Equal) {
+		return nil
+	}
+	if err := writeKeyringFile(k.path, next); err != nil {
+		return err
+	}
+	switch op {
+	case keyringInstall:
+		return k.ring.AddKey(key)
+	case keyringUse:
+		return k.ring.UseKey(key)
+	}
+	return k.removeLocked(have, key)
+}
+
+// removeLocked removes key from memberlist's keyring. memberlist's
+// RemoveKey shifts the keys after the removed one down inside the slice
+// GetKeys has handed to its encrypting and decrypting goroutines, which
+// read it without a lock; removing the last key shifts nothing. So the
+// keys after it are taken off from the end and put back afterwards: none
+// of them is the primary (that one is first), and only a packet that a
+// server encrypts with one of them in those microseconds is lost, which
+// gossip sends again.
+func (k *keyring) removeLocked(have [][]byte, key []byte) error {
+	i := slices.IndexFunc(have, func(h []byte) bool { return bytes.Equal(h, key) })
+	tail := have[i+1:]
+	for j := len(tail) - 1; j >= 0; j-- {
+		if err := k.ring.RemoveKey(tail[j]); err != nil {
+			return err
+		}
+	}
+	if err := k.ring.RemoveKey(key); err != nil {
+		return err
+	}
+	for _, t := range tail {
+		if err := k.ring.AddKey(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nextKeys returns the keys after op on key, the primary first.
+func nextKeys(keys [][]byte, op string, key []byte) ([][]byte, error) {
+	if err := memberlist.ValidateKey(key); err != nil {
+		return nil, fmt.Errorf("gossip key: %w", err)
+	}
+	i := slices.IndexFunc(keys, func(k []byte) bool { return bytes.Equal(k, key) })
+	switch op {
+	case keyringInstall:
+		if i >= 0 {
+			return keys, nil
+		}
+		return append(slices.Clip(keys), key), nil
+	case keyringUse:
+		if i < 0 {
+			return nil, errKeyNotInstalled
+		}
+		return append([][]byte{key}, slices.Delete(slices.Clone(keys), i, i+1)...), nil
+	case keyringRemove:
+		if i == 0 {
+			return nil, errRemovePrimary
+		}
+		if i < 0 {
+			return keys, nil
+		}
+		return slices.Delete(slices.Clone(keys), i, i+1), nil
+	}
+	return nil, fmt.Errorf("keyring operation %q: must be install, use or remove", op)
+}
+
+// keyringHost is what the keyring endpoints ask of the server (Server).
+type keyringHost interface {
+	// gossipKeyring is nil when gossip is not encrypted.
+	gossipKeyring() *keyring
+	members() []member
+	inRaftConfig(id string) bool
+}
+
+func (s *Server) gossipKeyring() *keyring { return s.gossip.keyring }
+
+// keyringCall is the body of /v1/internal/keyring, which one server sends
+// every other to list or change its keyring (peerClient.keyring).
+type keyringCall struct {
+	Op string `json:"op"`
+	// Server is the node ID the call is for, so that it cannot be
+	// replayed to another server.
+	Server string `json:"server"`
+	// Key is sealed with a key derived from the cluster secret (sealKey),
+	// since the request may travel in the clear.
+	Key string `json:"key,omitempty"`
+}
+
+// keyringAAD binds a sealed key to its operation and server.
+func keyringAAD(op, server string) []byte { return []byte("keyring\n" + op + "\n" + server) }
+
+// keyringTimeout bounds each server's answer to a keyring call.
+const keyringTimeout = 5 * time.Second
+
+// keyring lists or changes the keyring of server m (/v1/internal/keyring).
+func (p *peerClient) keyring(ctx context.Context, m member, op string, key []byte) (api.KeyringServer, error) {
+	call := keyringCall{Op: op, Server: m.ID}
+	if key != nil {
+		sealed, err := p.sealKey(keyringAAD(op, m.ID), key)
+		if err != nil {
+			return api.KeyringServer{}, err
+		}
+		call.Key = sealed
+	}
+	body, err := json.Marshal(call)
+	if err != nil {
+		return api.KeyringServer{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, keyringTimeout)
+	defer cancel()
+	u := p.base(m.HTTPAddr)
+	u.Path = "/v1/internal/keyring"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return api.KeyringServer{}, err
+	}
+	req.Header.Set(headerForwarded, p.self)
+	if err := p.signForwarded(req, fsm.Actor{}, p.now()); err != nil {
+		return api.KeyringServer{}, err
+	}
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		return api.KeyringServer{}, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return api.KeyringServer{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e api.Error
+		if json.Unmarshal(data, &e) != nil || e.Message == "" {
+			return api.KeyringServer{}, fmt.Errorf("answered %s: %s", resp.Status, bytes.TrimSpace(data))
+		}
+		return api.KeyringServer{}, errors.New(e.Message)
+	}
+	var out api.KeyringServer
+	if err := json.Unmarshal(data, &out); err != nil {
+		return api.KeyringServer{}, fmt.Errorf("decode keyring: %w", err)
+	}
+	return out, nil
+}
+
+// keyringAEAD is the cipher that seals gossip keys between servers, keyed
+// from the cluster secret.
+func (p *peerClient) keyringAEAD() (cipher.AEAD, error) {
+	m := hmac.New(sha256.New, p.secret)
+	m.Write([]byte("meteor gossip keyring v1"))
+	block, err := aes.NewCipher(m.Sum(nil))
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
+
+func (p *peerClient) sealKey(aad, key []byte) (string, error) {
+	aead, err := p.keyringAEAD()
+	if err != nil {
+		return "", err
+	}
+	nonce := make([]byte, aead.NonceSize())
+	rand.Read(nonce)
+	return base64.StdEncoding.EncodeToString(aead.Seal(nonce, nonce, key, aad)), nil
+}
+
+func (p *peerClient) openKey(aad []byte, sealed string) ([]byte, error) {
+	aead, err := p.keyringAEAD()
+	if err != nil {
+		return nil, err
+	}
+	b, err := base64.StdEncoding.DecodeString(sealed)
+	if err != nil || len(b) < aead.NonceSize() {
+		return nil, errors.New("sealed gossip key: not base64 or too short")
+	}
+	key, err := aead.Open(nil, b[:aead.NonceSize()], b[aead.NonceSize():], aad)
+	if err != nil {
+		return nil, errors.New("sealed gossip key: does not open with this server's cluster secret")
+	}
+	return key, nil
+}
+
+// localKeyring lists or changes this server's keyring.
+func localKeyring(kr *keyring, id, op string, key []byte) (api.KeyringServer, error) {
+	if op != keyringList {
+		if err := kr.change(op, key); err != nil {
+			return api.KeyringServer{}, err
+		}
+	}
+	return kr.view(id), nil
+}
+
+// signedByServer admits a request another server signed as its own
+// (signForwarded), whether the ACL is on or not: the keyring decides who
+// may join gossip. It needs the cluster secret, the same on every server.
+func (h *httpAPI) signedByServer(r *http.Request) *api.Error {
+	if len(h.cfg.ClusterSecret) < 16 {
+		return &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeForbidden,
+			Message: "the gossip keyring changes only between servers that share a cluster secret of at least 16 bytes (--cluster-secret-file or --tls-dir)"}
+	}
+	a := h.auth
+	if a == nil {
+		a = newAuthenticator(&ACLConfig{}, h.state, h.clock, h.peers)
+	}
+	if p, err := a.verifySigned(r); err != nil || p.token != nil || p.server == "" {
+		return &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeForbidden, Message: "internal endpoint: servers only (a request signed with the cluster secret)"}
+	}
+	return nil
+}
+
+// handleInternalKeyring lists or changes this server's keyring for
+// another server, which fans an operator's request out (keyringAll).
+func (h *httpAPI) handleInternalKeyring(w http.ResponseWriter, r *http.Request) {
+	if e := h.signedByServer(r); e != nil {
+		writeError(w, e)
+		return
+	}
+	var call keyringCall
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&call); err != nil {
+		writeError(w, badRequest("keyring call: %v", err))
+		return
+	}
+	if call.Server != h.cfg.NodeID {
+		writeError(w, badRequest("keyring call for server %q reached %s", call.Server, h.cfg.NodeID))
+		return
+	}
+	kr, e := h.keyringOf()
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	var key []byte
+	if call.Op != keyringList {
+		var err error
+		if key, err = h.peers.openKey(keyringAAD(call.Op, call.Server), call.Key); err != nil {
+			writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeForbidden, Message: err.Error()})
+			return
+		}
+	}
+	res, err := localKeyring(kr, h.cfg.NodeID, call.Op, key)
+	if err != nil {
+		writeError(w, keyringError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func keyringError(err error) *api.Error {
+	if errors.Is(err, errKeyNotInstalled) || errors.Is(err, errRemovePrimary) {
+		return &api.Error{StatusCode: http.StatusConflict, Code: api.CodeConflict, Message: err.Error()}
+	}
+	return toAPIError(err)
+}
+
+// keyringOf returns this server's keyring, or the error to answer when
+// gossip is not encrypted.
+func (h *httpAPI) keyringOf() (*keyring, *api.Error) {
+	host, ok := h.admin.(keyringHost)
+	if ok && host.gossipKeyring() != nil {
+		return host.gossipKeyring(), nil
+	}
+	return nil, badRequest("gossip is not encrypted on %s, so it has no keyring: start the servers with a gossip key (meteor server --tls-dir, or --encrypt)", h.cfg.NodeID)
+}
+
+// keyringAll lists or changes the keyring of every server that should
+// have it: this one, every other gossip reports alive, and those gossip
+// reports failed while they are still in the Raft configuration, which
+// cannot be reached and get an error. Servers that left are not asked.
+// The result is sorted by node ID.
+func (h *httpAPI) keyringAll(ctx context.Context, kr *keyring, op string, key []byte) []api.KeyringServer {
+	host := h.admin.(keyringHost)
+	var (
+		mu  sync.Mutex
+		out []api.KeyringServer
+		wg  sync.WaitGroup
+	)
+	add := func(id string, res api.KeyringServer, err error) {
+		if err != nil {
+			res = api.KeyringServer{Error: err.Error()}
+		}
+		res.ID = id
+		mu.Lock()
+		out = append(out, res)
+		mu.Unlock()
+	}
+	wg.Go(func() {
+		res, err := localKeyring(kr, h.cfg.NodeID, op, key)
+		add(h.cfg.NodeID, res, err)
+	})
+	for _, m := range host.members() {
+		switch {
+		case m.ID == h.cfg.NodeID:
+		case m.State == memberlist.StateAlive && !m.Leaving:
+			wg.Go(func() {
+				res, err := h.peers.keyring(ctx, m, op, key)
+				add(m.ID, res, err)
+			})
+		case m.State == memberlist.StateDead && host.inRaftConfig(m.ID):
+			add(m.ID, api.KeyringServer{}, fmt.Errorf("not reached: gossip reports it failed (start it again, or remove it with 'meteor members remove %s')", m.ID))
+		}
+	}
+	wg.Wait()
+	slices.SortFunc(out, func(a, b api.KeyringServer) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// handleKeyringList answers every server's keyring, by fingerprint; with
+// ?secrets=true this server's keys themselves too.
+func (h *httpAPI) handleKeyringList(w http.ResponseWriter, r *http.Request) {
+	kr, e := h.keyringOf()
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	res := api.KeyringResponse{Servers: h.keyringAll(r.Context(), kr, keyringList, nil)}
+	if secrets, _ := strconv.ParseBool(r.URL.Query().Get("secrets")); secrets {
+		for i := range res.Servers {
+			if res.Servers[i].ID == h.cfg.NodeID {
+				res.Servers[i].Secrets = kr.secrets()
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// handleKeyringChange installs, uses or removes a key on every server.
+// Use and remove first read every server's keyring and change nothing
+// unless all answer, and use only a key every server has, remove only
+// one no server encrypts with: a server whose primary key another cannot
+// decrypt would look failed to it. A change some servers made and others
+// did not is answered 502, naming both.
+func (h *httpAPI) handleKeyringChange(op string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		kr, e := h.keyringOf()
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		var req api.KeyringRequest
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
+			writeError(w, badRequest("keyring request: %v (send {\"key\": \"BASE64\"})", err))
+			return
+		}
+		key, err := ParseGossipKey(req.Key)
+		if err != nil {
+			writeError(w, badRequest("%v", err))
+			return
+		}
+		fp := api.KeyFingerprint(key)
+		if op != keyringInstall {
+			if e := h.keyringCheck(r.Context(), kr, op, fp); e != nil {
+				writeError(w, e)
+				return
+			}
+		}
+		res := api.KeyringResponse{Servers: h.keyringAll(r.Context(), kr, op, key)}
+		var done, failed []string
+		for _, s := range res.Servers {
+			if s.Error != "" {
+				failed = append(failed, s.ID+" ("+s.Error+")")
+			} else {
+				done = append(done, s.ID)
+			}
+		}
+		var outcome error
+		if len(failed) > 0 {
+			res.Code = api.CodePartial
+			res.Message = fmt.Sprintf("%s %s: done on %s; FAILED on %s: run it again once they are back", op, fp, orNone(done), strings.Join(failed, ", "))
+			outcome = errors.New(res.Message)
+		}
+		h.auditMember(r, "keyring-"+op, "keyring:"+fp, outcome)
+		code := http.StatusOK
+		if outcome != nil {
+			code = http.StatusBadGateway
+		}
+		writeJSON(w, code, res)
+	}
+}
+
+// keyringCheck reads every server's keyring before a use or remove and
+// says why the change must not be made, if it must not.
+func (h *httpAPI) keyringCheck(ctx context.Context, kr *keyring, op, fp string) *api.Error {
+	var unread, lacking, primary, having []string
+	for _, s := range h.keyringAll(ctx, kr, keyringList, nil) {
+		switch {
+		case s.Error != "":
+			unread = append(unread, s.ID+" ("+s.Error+")")
+		case !slices.Contains(s.Keys, fp):
+			lacking = append(lacking, s.ID)
+		default:
+			having = append(having, s.ID)
+			if s.Primary == fp {
+				primary = append(primary, s.ID)
+			}
+		}
+	}
+	conflict := func(format string, args ...any) *api.Error {
+		return &api.Error{StatusCode: http.StatusConflict, Code: api.CodeConflict, Message: fmt.Sprintf(format, args...) + "; nothing was changed"}
+	}
+	switch {
+	case len(unread) > 0:
+		return &api.Error{StatusCode: http.StatusServiceUnavailable, Code: api.CodeUnreachable, RetryAfterMS: 1000,
+			Message: fmt.Sprintf("cannot read the keyring of %s, so cannot check that %s %s is safe; nothing was changed", strings.Join(unread, ", "), op, fp)}
+	case op == keyringUse && len(lacking) > 0:
+		return conflict("key %s is not installed on %s: install it everywhere first (meteor keyring install)", fp, strings.Join(lacking, ", "))
+	case op == keyringRemove && len(having) == 0:
+		return &api.Error{StatusCode: http.StatusNotFound, Code: api.CodeNotFound, Message: fmt.Sprintf("key %s is installed on no server; nothing was changed", fp)}
+	case op == keyringRemove && len(primary) > 0:
+		return conflict("key %s is the primary key of %s: make another key primary first (meteor keyring use)", fp, strings.Join(primary, ", "))
+	}
+	return nil
+}
+
+func orNone(ids []string) string {
+	if len(ids) == 0 {
+		return "none"
+	}
+	return strings.Join(ids, ", ")
+}
