@@ -99,7 +99,7 @@ func (c *Client) RemoveGossipKey(ctx context.Context, key string) (*KeyringRespo
 func (c *Client) keyringChange(ctx context.Context, op, key string) (*KeyringResponse, error) {
 	body, err := jsonBody(KeyringRequest{Key: key})
 	if err != nil {
-		return nil, err
+		return &KeyringResponse{}, err
 	}
 	return c.keyring(ctx, http.MethodPost, "/v1/cluster/keyring/"+op, nil, body)
 }
