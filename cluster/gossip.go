@@ -142,10 +142,10 @@ func toMember(n *memberlist.Node) (member, bool) {
 	return member{nodeMeta: m, GossipAddr: n.Address(), State: n.State}, true
 }
 
-// membership is the gossip side of a server: memberlist, the table of the
-// cluster's servers (eventDelegate), joining Config.Join and rejoining
-// failed servers, and device ownership over the alive servers
-// (ownership.go). Run owns joinLoop and reconnectLoop; memberlist's own
+// membership is the gossip side of a server: memberlist and its keyring
+// (keyring.go), the table of the cluster's servers (eventDelegate),
+// joining Config.Join and rejoining failed servers, and device ownership
+// over the alive servers (ownership.go). Run owns joinLoop and reconnectLoop; memberlist's own
 // goroutines deliver events to the table until shutdown.
 type membership struct {
 	logger            hclog.Logger

@@ -427,7 +427,7 @@ func (h *httpAPI) handleInternalKeyring(w http.ResponseWriter, r *http.Request) 
 		writeError(w, badRequest("keyring call for server %q reached %s", call.Server, h.cfg.NodeID))
 		return
 	}
-	kr, e := h.keyringOf()
+	_, kr, e := h.keyringOf()
 	if e != nil {
 		writeError(w, e)
 		return
@@ -455,14 +455,14 @@ func keyringError(err error) *api.Error {
 	return toAPIError(err)
 }
 
-// keyringOf returns this server's keyring, or the error to answer when
-// gossip is not encrypted.
-func (h *httpAPI) keyringOf() (*keyring, *api.Error) {
+// keyringOf returns the server and its keyring, or the error to answer
+// when gossip is not encrypted.
+func (h *httpAPI) keyringOf() (keyringHost, *keyring, *api.Error) {
 	host, ok := h.admin.(keyringHost)
 	if ok && host.gossipKeyring() != nil {
-		return host.gossipKeyring(), nil
+		return host, host.gossipKeyring(), nil
 	}
-	return nil, badRequest("gossip is not encrypted on %s, so it has no keyring: start the servers with a gossip key (meteor server --tls-dir, or --encrypt)", h.cfg.NodeID)
+	return nil, nil, badRequest("gossip is not encrypted on %s, so it has no keyring: start the servers with a gossip key (meteor server --tls-dir, or --encrypt)", h.cfg.NodeID)
 }
 
 // keyringAll lists or changes the keyring of every server that should
@@ -470,8 +470,8 @@ func (h *httpAPI) keyringOf() (*keyring, *api.Error) {
 // reports failed while they are still in the Raft configuration, which
 // cannot be reached and get an error. Servers that left are not asked.
 // The result is sorted by node ID.
-func (h *httpAPI) keyringAll(ctx context.Context, kr *keyring, op string, key []byte) []api.KeyringServer {
-	host := h.admin.(keyringHost)
+func (h *httpAPI) keyringAll(ctx context.Context, host keyringHost, op string, key []byte) []api.KeyringServer {
+	kr := host.gossipKeyring()
 	var (
 		mu  sync.Mutex
 		out []api.KeyringServer
@@ -510,12 +510,12 @@ func (h *httpAPI) keyringAll(ctx context.Context, kr *keyring, op string, key []
 // handleKeyringList answers every server's keyring, by fingerprint; with
 // ?secrets=true this server's keys themselves too.
 func (h *httpAPI) handleKeyringList(w http.ResponseWriter, r *http.Request) {
-	kr, e := h.keyringOf()
+	host, kr, e := h.keyringOf()
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	res := api.KeyringResponse{Servers: h.keyringAll(r.Context(), kr, keyringList, nil)}
+	res := api.KeyringResponse{Servers: h.keyringAll(r.Context(), host, keyringList, nil)}
 	if secrets, _ := strconv.ParseBool(r.URL.Query().Get("secrets")); secrets {
 		for i := range res.Servers {
 			if res.Servers[i].ID == h.cfg.NodeID {
@@ -534,7 +534,7 @@ func (h *httpAPI) handleKeyringList(w http.ResponseWriter, r *http.Request) {
 // did not is answered 502, naming both.
 func (h *httpAPI) handleKeyringChange(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		kr, e := h.keyringOf()
+		host, _, e := h.keyringOf()
 		if e != nil {
 			writeError(w, e)
 			return
@@ -551,12 +551,12 @@ func (h *httpAPI) handleKeyringChange(op string) http.HandlerFunc {
 		}
 		fp := api.KeyFingerprint(key)
 		if op != keyringInstall {
-			if e := h.keyringCheck(r.Context(), kr, op, fp); e != nil {
+			if e := h.keyringCheck(r.Context(), host, op, fp); e != nil {
 				writeError(w, e)
 				return
 			}
 		}
-		res := api.KeyringResponse{Servers: h.keyringAll(r.Context(), kr, op, key)}
+		res := api.KeyringResponse{Servers: h.keyringAll(r.Context(), host, op, key)}
 		var done, failed []string
 		for _, s := range res.Servers {
 			if s.Error != "" {
@@ -582,9 +582,9 @@ func (h *httpAPI) handleKeyringChange(op string) http.HandlerFunc {
 
 // keyringCheck reads every server's keyring before a use or remove and
 // says why the change must not be made, if it must not.
-func (h *httpAPI) keyringCheck(ctx context.Context, kr *keyring, op, fp string) *api.Error {
+func (h *httpAPI) keyringCheck(ctx context.Context, host keyringHost, op, fp string) *api.Error {
 	var unread, lacking, primary, having []string
-	for _, s := range h.keyringAll(ctx, kr, keyringList, nil) {
+	for _, s := range h.keyringAll(ctx, host, keyringList, nil) {
 		switch {
 		case s.Error != "":
 			unread = append(unread, s.ID+" ("+s.Error+")")
