@@ -399,7 +399,7 @@ func localKeyring(kr *keyring, id, op string, key []byte) (api.KeyringServer, er
 func (h *httpAPI) signedByServer(r *http.Request) *api.Error {
 	if len(h.cfg.ClusterSecret) < 16 {
 		return &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeForbidden,
-			Message: "the gossip keyring changes only between servers that share a cluster secret of at least 16 bytes (--cluster-secret-file or --tls-dir)"}
+			Message: "the gossip keyring is read and changed only between servers that share a cluster secret of at least 16 bytes (--cluster-secret-file or --tls-dir)"}
 	}
 	a := h.auth
 	if a == nil {
