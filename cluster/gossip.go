@@ -142,10 +142,10 @@ func toMember(n *memberlist.Node) (member, bool) {
 	return member{nodeMeta: m, GossipAddr: n.Address(), State: n.State}, true
 }
 
-// membership is the gossip side of a server: memberlist, the table of the
-// cluster's servers (eventDelegate), joining Config.Join and rejoining
-// failed servers, and device ownership over the alive servers
-// (ownership.go). Run owns joinLoop and reconnectLoop; memberlist's own
+// membership is the gossip side of a server: memberlist and its keyring
+// (keyring.go), the table of the cluster's servers (eventDelegate),
+// joining Config.Join and rejoining failed servers, and device ownership
+// over the alive servers (ownership.go). Run owns joinLoop and reconnectLoop; memberlist's own
 // goroutines deliver events to the table until shutdown.
 type membership struct {
 	logger            hclog.Logger
@@ -158,6 +158,9 @@ type membership struct {
 	events *eventDelegate
 	meta   *gossipDelegate
 	addr   string // the bound gossip address
+	// keyring holds the gossip encryption keys (keyring.go); nil when
+	// gossip is not encrypted.
+	keyring *keyring
 }
 
 // startGossip starts memberlist with this server's metadata; gossip
@@ -184,8 +187,11 @@ func startGossip(cfg *Config, logger hclog.Logger, clock Clock, meta nodeMeta, w
 	mc.Events = g.events
 	stdLog := logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
 	mc.Logger = stdLog
-	if len(cfg.GossipKey) > 0 {
-		mc.SecretKey = cfg.GossipKey
+	if g.keyring, err = openKeyring(cfg.DataDir, cfg.GossipKey, logger); err != nil {
+		return nil, err
+	}
+	if g.keyring != nil {
+		mc.Keyring = g.keyring.ring
 	}
 	if cfg.GossipTuning != nil {
 		cfg.GossipTuning(mc)

@@ -147,6 +147,7 @@ func newRootCmd() *cobra.Command {
 		newGetCmd(g),
 		newDeleteCmd(g),
 		newMembersCmd(g),
+		newKeyringCmd(g),
 		newHealthCmd(g),
 		newStatusCmd(g),
 		newTokenCmd(g),
