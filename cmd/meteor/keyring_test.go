@@ -30,29 +30,30 @@ func TestKeyringCommands(t *testing.T) {
 	}
 	defer l.Close()
 	addr := l.HTTPAddr(0)
+	caPath := writeCACert(t, l.CA())
 	dir := t.TempDir()
 	oldFile, newFile := filepath.Join(dir, "gossip.key"), filepath.Join(dir, "gossip.key.new")
 	if err := writeSecretFile(oldFile, l.GossipKey()); err != nil {
 		t.Fatal(err)
 	}
 
-	out, err := run(t, "--addr", addr, "keyring", "install", "--generate", "--key-file", newFile)
+	out, err := run(t, "--addr", addr, "--ca-cert", caPath, "keyring", "install", "--generate", "--key-file", newFile)
 	if err != nil || !strings.Contains(out, "generated sha256:") {
 		t.Fatalf("install --generate: %v\n%s", err, out)
 	}
 	if fi, err := os.Stat(newFile); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("generated key file: %v, %v; want mode 0600", fi, err)
 	}
-	if _, err := run(t, "--addr", addr, "keyring", "install", "--generate", "--key-file", newFile); err == nil {
+	if _, err := run(t, "--addr", addr, "--ca-cert", caPath, "keyring", "install", "--generate", "--key-file", newFile); err == nil {
 		t.Fatal("--generate overwrote a key file")
 	}
-	if out, err := run(t, "--addr", addr, "keyring", "use", "--key-file", newFile); err != nil {
+	if out, err := run(t, "--addr", addr, "--ca-cert", caPath, "keyring", "use", "--key-file", newFile); err != nil {
 		t.Fatalf("use: %v\n%s", err, out)
 	}
-	if out, err := run(t, "--addr", addr, "keyring", "remove", "--key-file", newFile); err == nil || !strings.Contains(err.Error(), "primary key of") {
+	if out, err := run(t, "--addr", addr, "--ca-cert", caPath, "keyring", "remove", "--key-file", newFile); err == nil || !strings.Contains(err.Error(), "primary key of") {
 		t.Fatalf("remove the primary: %v\n%s", err, out)
 	}
-	if out, err := run(t, "--addr", addr, "keyring", "remove", "--key-file", oldFile); err != nil {
+	if out, err := run(t, "--addr", addr, "--ca-cert", caPath, "keyring", "remove", "--key-file", oldFile); err != nil {
 		t.Fatalf("remove the old key: %v\n%s", err, out)
 	}
 
@@ -60,7 +61,7 @@ func TestKeyringCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err = run(t, "--addr", addr, "-o", "json", "keyring", "list")
+	out, err = run(t, "--addr", addr, "--ca-cert", caPath, "-o", "json", "keyring", "list")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func TestKeyringCommands(t *testing.T) {
 	if !slices.Equal(ids, []string{"s1", "s2", "s3"}) {
 		t.Fatalf("keyring list shows %v, want s1 s2 s3", ids)
 	}
-	out, err = run(t, "--addr", addr, "keyring", "list")
+	out, err = run(t, "--addr", addr, "--ca-cert", caPath, "keyring", "list")
 	if err != nil || strings.Contains(out, strings.TrimSpace(mustRead(t, newFile))) {
 		t.Fatalf("keyring list printed the secret or failed: %v\n%s", err, out)
 	}
