@@ -62,6 +62,7 @@ type httpAPI struct {
 type replica interface {
 	stateReader
 	StateHash() (fsm.StateHash, error)
+	checkpointReplica
 }
 
 // leaderNode is what the HTTP API asks of the Raft node (Server).
@@ -80,6 +81,9 @@ type leaderNode interface {
 // clusterAdmin is what the cluster endpoints ask of the server (Server).
 type clusterAdmin interface {
 	self() *selfStatus
+	// health is self with the leader checked against the Raft
+	// configuration and the servers whose state diverged (divergence.go).
+	health(ctx context.Context) *api.Health
 	Members() api.Members
 	inRaftConfig(id string) bool
 	removeServer(id string) error
@@ -118,6 +122,8 @@ func (h *httpAPI) handler() http.Handler {
 	mux.HandleFunc("POST /v1/internal/report", h.handleInternalReport)
 	mux.HandleFunc("GET /v1/internal/self", h.fromServer(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.admin.self()) }))
 	mux.HandleFunc("GET /v1/internal/state-hash", h.fromServer(h.handleStateHash))
+	mux.HandleFunc("GET /v1/internal/checkpoints", h.fromServer(h.handleCheckpoints))
+	mux.HandleFunc("GET /v1/internal/checkpoints/{index}", h.fromServer(h.handleCheckpointHash))
 	if h.cfg.EnableDebug {
 		// Profiles show the server's memory and goroutines: admins only.
 		debug := func(next http.HandlerFunc) http.HandlerFunc { return h.authorize(acl.ActionManageMembers, next) }
@@ -423,8 +429,11 @@ func (h *httpAPI) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, map[string]bool{"ok": ok})
 }
 
+// handleHealth answers with this server's health (Server.health): not
+// healthy without a leader the Raft configuration has as a voter, or
+// while a server's state diverged from the leader's.
 func (h *httpAPI) handleHealth(w http.ResponseWriter, r *http.Request) {
-	st := h.admin.self()
+	st := h.admin.health(r.Context())
 	code := http.StatusOK
 	if !st.Healthy {
 		code = http.StatusServiceUnavailable
