@@ -56,13 +56,16 @@ func (cs *checkpoints) take(txn *memdb.Txn, next uint64) {
 		return
 	}
 	c := (next - 1) / CheckpointInterval * CheckpointInterval
-	if c == 0 || metaValue(txn, metaIndex) > c {
-		// The state has passed c already (or was restored past it).
+	if c == 0 {
 		return
 	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if n := len(cs.list); n > 0 && cs.list[n-1].at >= c {
+		return
+	}
+	if metaValue(txn, metaIndex) > c {
+		// The state has passed c already (it was restored past it).
 		return
 	}
 	cs.list = append(cs.list, &checkpoint{at: c, txn: txn.Snapshot()})
