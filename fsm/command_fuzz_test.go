@@ -35,11 +35,11 @@ func FuzzCommand(f *testing.F) {
 	for typ, req := range seeds {
 		add(mustEncode(f, typ, req))
 	}
-	for _, cmd := range randomLog(f, 3, 24) {
+	for _, cmd := range randomLog(f, 3, 16) {
 		add(cmd)
 	}
 	rng := mrand.New(mrand.NewPCG(5, 5))
-	for i := range 24 {
+	for i := range 16 {
 		add(securityCommand(f, rng, i))
 	}
 	for _, typ := range slices.Sorted(maps.Keys(handlers)) {
@@ -52,11 +52,11 @@ func FuzzCommand(f *testing.F) {
 	f.Add(byte(0), []byte(nil))
 	// The state both replicas start from, restored for each input.
 	base := newTestFSM(f, 4)
-	for j, e := range randomLog(f, 9, 80) {
+	for j, e := range randomLog(f, 9, 40) {
 		base.Apply(uint64(j+1), e)
 	}
 	start := snapshotBytes(f, base)
-	const next = 81
+	const next = 41
 	f.Fuzz(func(t *testing.T, typ byte, body []byte) {
 		cmd := append([]byte{typ}, body...)
 		_, known := handlers[MessageType(typ)&^IgnoreUnknownTypeFlag]
