@@ -82,8 +82,10 @@ type leaderNode interface {
 type clusterAdmin interface {
 	self() *selfStatus
 	// health is self with the leader checked against the Raft
-	// configuration and the servers whose state diverged (divergence.go).
+	// configuration and the servers whose state diverged; raftLeader is
+	// that leader (divergence.go).
 	health(ctx context.Context) *api.Health
+	raftLeader() (id, note string)
 	Members() api.Members
 	inRaftConfig(id string) bool
 	removeServer(id string) error
@@ -419,9 +421,11 @@ func (h *httpAPI) setReadHeaders(w http.ResponseWriter, read *fsm.Read) {
 }
 
 // handleHealthz is the liveness probe, open with the ACL on too: it tells
-// only whether this server knows a leader and is a member.
+// only whether this server knows a leader (one the Raft configuration has
+// as a voter) and is a member.
 func (h *httpAPI) handleHealthz(w http.ResponseWriter, r *http.Request) {
-	ok := h.admin.self().Healthy
+	leader, _ := h.admin.raftLeader()
+	ok := leader != "" && h.admin.self().Healthy
 	code := http.StatusOK
 	if !ok {
 		code = http.StatusServiceUnavailable
