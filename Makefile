@@ -6,7 +6,10 @@ BIN       := bin/meteor
 PKGS      := ./...
 # make test must stay well under 15 minutes with -race on 2 cores.
 TEST_TIMEOUT ?= 14m
-FUZZTIME  ?= 30s
+FUZZTIME  ?= 10s
+# A short minimisation keeps a short run fuzzing: with go's default (60s)
+# one new input can take a whole FUZZTIME to minimise (FuzzParse).
+FUZZMINIMIZETIME ?= 1s
 CHAOS_SEEDS    ?= 5
 CHAOS_DURATION ?= 20s
 # Extra flags for meteor dev in make demo (see bin/meteor dev --help).
@@ -75,12 +78,20 @@ chaos: build ## Every chaos scenario with several seeds (table of faults, ops ch
 	$(GO) test -count=1 -v -run TestMultiHost -timeout 10m ./chaos/docker -chaos.docker
 
 .PHONY: fuzz
-fuzz: ## Run each fuzz target for FUZZTIME (default 30s)
-	@set -e; for pkg in $$($(GO) list ./...); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+fuzz: ## Run every fuzz target (found by go test -list) for FUZZTIME each (default 10s; FUZZMINIMIZETIME 1s)
+	@failed=""; n=0; \
+	for pd in $$($(GO) list -f '{{.ImportPath}}={{.Dir}}' $(PKGS)); do \
+	  pkg=$${pd%%=*}; dir=$${pd#*=}; \
+	  grep -qs '^func Fuzz' $$dir/*_test.go || continue; \
+	  list=$$($(GO) test -list '^Fuzz' $$pkg) || { failed="$$failed $$pkg(build)"; continue; }; \
+	  for f in $$(echo "$$list" | grep '^Fuzz'); do \
+	    n=$$((n+1)); echo "== $$pkg $$f"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $$pkg || failed="$$failed $$pkg.$$f"; \
 	  done; \
-	done
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed (a crasher is under the package's testdata/fuzz/)"; exit 1; fi; \
+	if [ $$n -eq 0 ]; then echo "fuzz: no fuzz target found"; exit 1; fi; \
+	echo "fuzz: $$n targets ran for $(FUZZTIME) each, none failed"
 
 .PHONY: lint
 lint: ## gofmt, go vet, and staticcheck if installed

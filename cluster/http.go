@@ -62,6 +62,7 @@ type httpAPI struct {
 type replica interface {
 	stateReader
 	StateHash() (fsm.StateHash, error)
+	checkpointReplica
 }
 
 // leaderNode is what the HTTP API asks of the Raft node (Server).
@@ -80,6 +81,11 @@ type leaderNode interface {
 // clusterAdmin is what the cluster endpoints ask of the server (Server).
 type clusterAdmin interface {
 	self() *selfStatus
+	// health is self with the leader checked against the Raft
+	// configuration and the servers whose state diverged; raftLeader is
+	// that leader (divergence.go).
+	health(ctx context.Context) *api.Health
+	raftLeader() (id, note string)
 	Members() api.Members
 	inRaftConfig(id string) bool
 	removeServer(id string) error
@@ -124,6 +130,8 @@ func (h *httpAPI) handler() http.Handler {
 	mux.HandleFunc("GET /v1/internal/self", h.fromServer(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.admin.self()) }))
 	mux.HandleFunc("GET /v1/internal/state-hash", h.fromServer(h.handleStateHash))
 	mux.HandleFunc("GET /v1/cluster/state-hash", h.authorize(acl.ActionRead, h.handleStateHash))
+	mux.HandleFunc("GET /v1/internal/checkpoints", h.fromServer(h.handleCheckpoints))
+	mux.HandleFunc("GET /v1/internal/checkpoints/{index}", h.fromServer(h.handleCheckpointHash))
 	if h.cfg.EnableDebug {
 		// Profiles show the server's memory and goroutines: admins only.
 		debug := func(next http.HandlerFunc) http.HandlerFunc { return h.authorize(acl.ActionManageMembers, next) }
@@ -419,9 +427,11 @@ func (h *httpAPI) setReadHeaders(w http.ResponseWriter, read *fsm.Read) {
 }
 
 // handleHealthz is the liveness probe, open with the ACL on too: it tells
-// only whether this server knows a leader and is a member.
+// only whether this server knows a leader (one the Raft configuration has
+// as a voter) and is a member.
 func (h *httpAPI) handleHealthz(w http.ResponseWriter, r *http.Request) {
-	ok := h.admin.self().Healthy
+	leader, _ := h.admin.raftLeader()
+	ok := leader != "" && h.admin.self().Healthy
 	code := http.StatusOK
 	if !ok {
 		code = http.StatusServiceUnavailable
@@ -429,8 +439,11 @@ func (h *httpAPI) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, map[string]bool{"ok": ok})
 }
 
+// handleHealth answers with this server's health (Server.health): not
+// healthy without a leader the Raft configuration has as a voter, or
+// while a server's state diverged from the leader's.
 func (h *httpAPI) handleHealth(w http.ResponseWriter, r *http.Request) {
-	st := h.admin.self()
+	st := h.admin.health(r.Context())
 	code := http.StatusOK
 	if !st.Healthy {
 		code = http.StatusServiceUnavailable

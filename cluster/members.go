@@ -15,10 +15,13 @@ import (
 
 // Members returns every server the cluster knows, from gossip and the Raft
 // configuration, with each server's own figures (asked over HTTP; a
-// server that does not answer shows the error instead).
+// server that does not answer shows the error instead). The leader is the
+// one this server's Raft follows, if the configuration has it as a voter
+// (raftLeader); each replica's state is compared with the leader's at the
+// same index (compareStates).
 func (s *Server) Members() api.Members {
-	_, leader := s.raft.LeaderWithID()
-	out := api.Members{Leader: string(leader)}
+	leader, _ := s.raftLeader()
+	out := api.Members{Leader: leader}
 	suffrage := map[string]raft.ServerSuffrage{}
 	raftAddr := map[string]string{}
 	if f := s.raft.GetConfiguration(); f.Error() == nil {
@@ -51,6 +54,8 @@ func (s *Server) Members() api.Members {
 	slices.SortFunc(out.Members, func(a, b api.Member) int { return strings.Compare(a.ID, b.ID) })
 
 	var wg sync.WaitGroup
+	var states *stateView
+	wg.Go(func() { states = s.stateChecks(context.Background(), 0, membersCheckTimeout) })
 	for i := range out.Members {
 		m := &out.Members[i]
 		m.Leader = m.ID == out.Leader
@@ -77,6 +82,12 @@ func (s *Server) Members() api.Members {
 		}()
 	}
 	wg.Wait()
+	for i := range out.Members {
+		m := &out.Members[i]
+		if c, ok := states.checks[m.ID]; ok && states.leader == out.Leader {
+			m.StateCheck, m.Diverged = c, c.Result == api.StateDiverged
+		}
+	}
 	return out
 }
 

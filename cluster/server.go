@@ -55,6 +55,9 @@ type Server struct {
 	sessionRec *sessionRecorder
 	// leadership runs the leader-only workers while this server leads.
 	leadership *leadership
+	// stateCache is the last comparison of the replicas' states
+	// (divergence.go).
+	stateCache stateCheckCache
 	// planner serves the device API when no agents are served here.
 	plannerOnce sync.Once
 	planner     *scheduler.Planner

@@ -46,6 +46,7 @@ func (f *FSM) ApplyBatch(indexes []uint64, data [][]byte) []ApplyResult {
 	defer txn.Abort()
 	out := make([]ApplyResult, len(data))
 	for i, d := range data {
+		f.cps.take(txn, indexes[i])
 		out[i] = f.applyLocked(txn, indexes[i], d)
 	}
 	txn.Commit()
@@ -90,6 +91,7 @@ func (f *FSM) ApplyNoop(index uint64) {
 	db, _ := f.current()
 	txn := db.Txn(true)
 	defer txn.Abort()
+	f.cps.take(txn, index)
 	f.touchIndex(txn, index)
 	txn.Commit()
 }

@@ -2,8 +2,6 @@ package fsm
 
 import (
 	"bufio"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -123,17 +121,14 @@ type StateHash struct {
 	Index    uint64 `json:"index"`
 	Revision uint64 `json:"revision"`
 	Hash     string `json:"hash"`
+	// At is the checkpoint hashed (StateHashAt); 0 for the current state.
+	At uint64 `json:"at,omitempty"`
 }
 
 // StateHash hashes one snapshot of the state (see Hash) and reports its
 // index and revision.
 func (f *FSM) StateHash() (StateHash, error) {
-	snap := f.Snapshot()
-	h := sha256.New()
-	if _, err := snap.WriteTo(h); err != nil {
-		return StateHash{}, err
-	}
-	return StateHash{Index: metaValue(snap.txn, metaIndex), Revision: metaValue(snap.txn, metaRevision), Hash: hex.EncodeToString(h.Sum(nil))}, nil
+	return hashSnapshot(f.Snapshot())
 }
 
 // Restore replaces the whole state with the snapshot read from r. On error
@@ -217,6 +212,7 @@ func (f *FSM) Restore(r io.Reader) error {
 	f.db, f.abandonCh = db, make(chan struct{})
 	f.mu.Unlock()
 	close(old)
+	f.cps.reset()
 	return nil
 }
 

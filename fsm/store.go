@@ -62,6 +62,8 @@ type FSM struct {
 	// abandonCh is closed when Restore replaces db, waking blocking
 	// queries whose watch channels belong to the old database.
 	abandonCh chan struct{}
+	// cps are the recent checkpoints (checkpoint.go).
+	cps checkpoints
 }
 
 // New returns an empty FSM.

@@ -102,10 +102,39 @@ type Member struct {
 	Version      string `json:"version,omitempty"`
 	// Error says why the server's own figures could not be read.
 	Error string `json:"error,omitempty"`
+	// Diverged is set when the server's state hash differs from the
+	// leader's at the same index; StateCheck says how the comparison
+	// went (absent for the leader and for servers outside Raft).
+	Diverged   bool        `json:"diverged,omitempty"`
+	StateCheck *StateCheck `json:"state_check,omitempty"`
+}
+
+// State check results.
+const (
+	StateSame      = "same"      // the same state hash as the leader's at Index
+	StateDiverged  = "diverged"  // another state hash than the leader's at Index
+	StateUnchecked = "unchecked" // no comparison could be made (Note says why)
+)
+
+// StateCheck compares a server's replicated state with the leader's at
+// one index both have applied (a checkpoint, every 16 indexes): replicas
+// at different indexes are never compared.
+type StateCheck struct {
+	Server string `json:"server"`
+	// Result is StateSame, StateDiverged or StateUnchecked.
+	Result string `json:"result"`
+	// Index is the checkpoint compared at; Hash is the server's state
+	// hash there and LeaderHash the leader's.
+	Index      uint64 `json:"index,omitempty"`
+	Hash       string `json:"hash,omitempty"`
+	LeaderHash string `json:"leader_hash,omitempty"`
+	Note       string `json:"note,omitempty"`
 }
 
 // Members is the answer to GET /v1/cluster/members.
 type Members struct {
+	// Leader is the leader as this server's Raft knows it, and only if it
+	// is a voter of the Raft configuration ("" otherwise).
 	Leader  string   `json:"leader"`
 	Members []Member `json:"members"`
 }
@@ -115,7 +144,9 @@ type Health struct {
 	Node      string `json:"node"`
 	Region    string `json:"region"`
 	RaftState string `json:"raft_state"`
-	Leader    string `json:"leader"`
+	// Leader is the leader as this server's Raft knows it, and only if it
+	// is a voter of the Raft configuration ("" otherwise).
+	Leader string `json:"leader"`
 	// Term is this server's current Raft term. Every election, won or
 	// not, starts a new term, so the growth of the highest term across
 	// the servers counts the elections held in a period.
@@ -127,6 +158,10 @@ type Health struct {
 	Healthy      bool   `json:"healthy"`
 	Message      string `json:"message,omitempty"`
 	Version      string `json:"version"`
+	// Diverged lists the servers whose state hash differs from the
+	// leader's at the same index (GET /v1/health only); the server is not
+	// healthy while it is not empty.
+	Diverged []StateCheck `json:"diverged,omitempty"`
 }
 
 // Response headers.

@@ -359,6 +359,16 @@ func newDeleteCmd(g *globals) *cobra.Command {
 func newMembersCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use: "members", Short: "List the cluster's servers", Args: cobra.NoArgs,
+		Long: `List the cluster's servers as the server at --addr sees them. The leader is
+the one its Raft follows, shown only if the Raft configuration has it as a
+voter; a server that says it leads but is not that one shows as "leader
+(claimed)".
+
+STATE compares each server's replicated state with the leader's at the same
+Raft index (a checkpoint every 16 indexes), never at different ones:
+same@N, DIVERGED@N (NOTE gives both hashes: restore that server from the
+leader's state, docs/operations.md), or unchecked (NOTE says why: no
+checkpoint in common yet, or the server did not answer).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res, err := g.client().Members(cmd.Context())
 			if err != nil {
@@ -399,13 +409,33 @@ Use it to shrink a cluster; a server that only restarts should not leave.`,
 
 func printMembers(w io.Writer, res *api.Members) {
 	tw := table(w)
-	fmt.Fprintln(tw, "ID\tREGION\tROLE\tSUFFRAGE\tGOSSIP\tAPPLIED\tRAFT\tHTTP\tNOTE")
+	fmt.Fprintln(tw, "ID\tREGION\tROLE\tSUFFRAGE\tGOSSIP\tAPPLIED\tSTATE\tRAFT\tHTTP\tNOTE")
 	for _, m := range res.Members {
 		role := m.RaftRole
-		if m.Leader {
+		switch {
+		case m.Leader:
 			role = "leader"
+		case role == "leader":
+			// Not the leader this server's Raft follows.
+			role = "leader (claimed)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", m.ID, m.Region, role, m.Suffrage, m.GossipState, m.AppliedIndex, m.RaftAddr, m.HTTPAddr, m.Error)
+		state, notes := "-", []string{}
+		if c := m.StateCheck; c != nil {
+			state = c.Result
+			switch c.Result {
+			case api.StateSame:
+				state = fmt.Sprintf("same@%d", c.Index)
+			case api.StateDiverged:
+				state = fmt.Sprintf("DIVERGED@%d", c.Index)
+				notes = append(notes, fmt.Sprintf("state hash %s at index %d, the leader's %s", c.Hash, c.Index, c.LeaderHash))
+			default:
+				notes = append(notes, c.Note)
+			}
+		}
+		if m.Error != "" {
+			notes = append(notes, m.Error)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", m.ID, m.Region, role, m.Suffrage, m.GossipState, m.AppliedIndex, state, m.RaftAddr, m.HTTPAddr, strings.Join(notes, "; "))
 	}
 	tw.Flush()
 }
@@ -425,6 +455,9 @@ func newHealthCmd(g *globals) *cobra.Command {
 				} else {
 					fmt.Fprintf(cmd.OutOrStdout(), "node %s (%s): %s, leader %q, applied %d, revision %d, healthy %v %s\n",
 						res.Node, res.Region, res.RaftState, res.Leader, res.AppliedIndex, res.Revision, res.Healthy, res.Message)
+					for _, d := range res.Diverged {
+						fmt.Fprintf(cmd.OutOrStdout(), "  %s diverged: state hash %s at index %d, the leader's %s\n", d.Server, d.Hash, d.Index, d.LeaderHash)
+					}
 				}
 			}
 			return err

@@ -1,0 +1,144 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+)
+
+// checkpointLog is a log of 70 commands at indexes 1..100 with gaps where
+// Raft had configuration entries and no-ops the FSM never sees, some at
+// checkpoint indexes (16, 48, 64, 80).
+func checkpointLog(t *testing.T) (indexes []uint64, data [][]byte) {
+	t.Helper()
+	for i := uint64(1); i <= 100; i++ {
+		if i%CheckpointInterval == 0 && i != 32 || i%7 == 0 {
+			continue
+		}
+		indexes = append(indexes, i)
+		data = append(data, mustEncode(t, PutIntentType, &PutIntentRequest{Intent: testIntent(fmt.Sprintf("i%d", i%5), fmt.Sprint(i)), Time: int64(i)}))
+	}
+	return indexes, data
+}
+
+// TestCheckpointsAgreeAcrossBatching: replicas that apply the same log,
+// one entry at a time or in batches of any size, keep the same
+// checkpoints with the same hashes, and each is the hash of the state of
+// a replica that applied exactly the entries up to it.
+func TestCheckpointsAgreeAcrossBatching(t *testing.T) {
+	indexes, data := checkpointLog(t)
+	one := newTestFSM(t, 0)
+	for i := range indexes {
+		one.Apply(indexes[i], data[i])
+	}
+	batched := newTestFSM(t, 0)
+	for lo := 0; lo < len(indexes); lo += 9 {
+		hi := min(lo+9, len(indexes))
+		batched.ApplyBatch(indexes[lo:hi], data[lo:hi])
+	}
+	want := []uint64{16, 32, 48, 64, 80, 96}
+	if got := one.Checkpoints(); !slices.Equal(got, want) {
+		t.Fatalf("checkpoints %v, want %v", got, want)
+	}
+	if got := batched.Checkpoints(); !slices.Equal(got, want) {
+		t.Fatalf("batched: checkpoints %v, want %v", got, want)
+	}
+	for _, at := range want {
+		a, err := one.StateHashAt(at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := batched.StateHashAt(at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		upTo := newTestFSM(t, 0)
+		for i := range indexes {
+			if indexes[i] <= at {
+				upTo.Apply(indexes[i], data[i])
+			}
+		}
+		ref, err := upTo.StateHash()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref.At = at
+		if a != ref || b != ref {
+			t.Fatalf("checkpoint %d: one by one %+v, batched %+v, state up to it %+v", at, a, b, ref)
+		}
+	}
+	if _, err := one.StateHashAt(40); !errors.Is(err, ErrNoCheckpoint) {
+		t.Fatalf("hash at 40: %v, want ErrNoCheckpoint", err)
+	}
+}
+
+// TestCheckpointsShowAnInjectedEntry: a replica that applied one command
+// the others did not (taking the index of the next real entry, which it
+// then skips) differs at every later checkpoint and at none before.
+func TestCheckpointsShowAnInjectedEntry(t *testing.T) {
+	indexes, data := checkpointLog(t)
+	good, bad := newTestFSM(t, 0), newTestFSM(t, 0)
+	for i := range indexes {
+		good.Apply(indexes[i], data[i])
+		if indexes[i] == 50 {
+			bad.Apply(50, mustEncode(t, PutIntentType, &PutIntentRequest{Intent: testIntent("evil", "/bin/sh"), Time: 50}))
+		}
+		bad.Apply(indexes[i], data[i])
+	}
+	for _, at := range good.Checkpoints() {
+		g, _ := good.StateHashAt(at)
+		b, err := bad.StateHashAt(at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (at < 50) != (g == b) {
+			t.Fatalf("checkpoint %d: good %s, bad %s", at, g.Hash, b.Hash)
+		}
+	}
+}
+
+// TestCheckpointsAfterRestore: a replica restored from a snapshot keeps no
+// checkpoint older than the snapshot, and agrees on the later ones; only
+// the most recent checkpoints are kept.
+func TestCheckpointsAfterRestore(t *testing.T) {
+	indexes, data := checkpointLog(t)
+	leader, follower := newTestFSM(t, 0), newTestFSM(t, 0)
+	var snap bytes.Buffer
+	for i := range indexes {
+		leader.Apply(indexes[i], data[i])
+		if indexes[i] == 55 {
+			if _, err := leader.Snapshot().WriteTo(&snap); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if indexes[i] < 20 {
+			follower.Apply(indexes[i], data[i])
+		}
+	}
+	if err := follower.Restore(&snap); err != nil {
+		t.Fatal(err)
+	}
+	for i := range indexes {
+		follower.Apply(indexes[i], data[i]) // the entries up to 55 are skipped
+	}
+	if got, want := follower.Checkpoints(), []uint64{64, 80, 96}; !slices.Equal(got, want) {
+		t.Fatalf("restored follower keeps %v, want %v", got, want)
+	}
+	for _, at := range follower.Checkpoints() {
+		l, _ := leader.StateHashAt(at)
+		f, _ := follower.StateHashAt(at)
+		if l != f {
+			t.Fatalf("checkpoint %d: leader %+v, follower %+v", at, l, f)
+		}
+	}
+
+	long := newTestFSM(t, 0)
+	for i := uint64(1); i <= CheckpointInterval*(checkpointsKept+5); i++ {
+		long.Apply(i, data[0])
+	}
+	if got := long.Checkpoints(); len(got) != checkpointsKept || got[len(got)-1] != CheckpointInterval*(checkpointsKept+4) {
+		t.Fatalf("after %d checkpoints: keeps %v", checkpointsKept+5, got)
+	}
+}
