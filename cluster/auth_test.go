@@ -378,6 +378,9 @@ func TestACLBootstrapTokenOnce(t *testing.T) {
 	if err := w.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// A follower authenticates with its own replica: the restarted one
+	// knows the token once it has caught up.
+	c.waitConverged()
 	if _, err := tokenClient(c.follower(), c.admin).PutIntent(context.Background(), "web", putDoc(t, simpleIntent("web", "x")), nil); err != nil {
 		t.Fatal(err)
 	}
