@@ -39,6 +39,7 @@ type agentServer struct {
 	tr      *quic.Transport
 	ln      *quic.EarlyListener
 	tlsConf *tls.Config
+	enroll  *enroller // enrollment and renewal (enroll.go)
 	planner *scheduler.Planner
 	keyring atomic.Pointer[wire.Keyring]
 
@@ -139,6 +140,8 @@ func listenAgents(cfg *Config, deps agentDeps) (*agentServer, error) {
 		udp.Close()
 		return nil, err
 	}
+	a.enroll = newEnroller(cfg, deps)
+	a.tlsConf.GetConfigForClient = configForClient(a.tlsConf)
 	qc := wire.ServerQUICConfig()
 	if t := cfg.AgentIdleTimeout; t > 0 {
 		qc.MaxIdleTimeout = t
@@ -202,6 +205,10 @@ func (a *agentServer) acceptLoop(ctx context.Context) {
 		conn, err := a.ln.Accept(ctx)
 		if err != nil {
 			return
+		}
+		if isEnrollConn(conn) {
+			a.wg.Go(func() { a.serveEnroll(ctx, conn) })
+			continue
 		}
 		a.wg.Go(func() { a.serveConn(ctx, conn) })
 	}
