@@ -237,8 +237,10 @@ func readEnroll(r io.Reader) ([]byte, error) {
 	return p, nil
 }
 
+// unexpectedEOF makes a stream that ends inside a frame malformed input;
+// other read errors (a reset stream, a deadline) stay what they are.
 func unexpectedEOF(err error) error {
-	if errors.Is(err, io.EOF) {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return fmt.Errorf("%w: %w", ErrMalformed, io.ErrUnexpectedEOF)
 	}
 	return err
