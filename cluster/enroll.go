@@ -172,12 +172,29 @@ func (e *enroller) answer(ctx context.Context, req *wire.EnrollRequest, peer *x5
 		} else if !errors.Is(err, fsm.ErrNotFound) {
 			return refuse(wire.EnrollUnavailable, "%v", err)
 		}
+		// Checked on the replica first, so that only a valid token's
+		// holder makes the servers commit anything; the state machine
+		// checks again, atomically.
+		hash := acl.HashSecret(req.Token)
+		tok, err := read.TokenBySecretHash(nil, hash)
+		switch {
+		case errors.Is(err, fsm.ErrNotFound):
+			return refuse(wire.EnrollRefused, "unknown or revoked enrollment token")
+		case err != nil:
+			return refuse(wire.EnrollUnavailable, "%v", err)
+		case tok.Policy != acl.PolicyEnroll:
+			return refuse(wire.EnrollRefused, "a %s token cannot enroll devices: create one with meteor token create --policy enroll", tok.Policy)
+		case tok.Expired(e.clock.Now().UnixNano()):
+			return refuse(wire.EnrollRefused, "enrollment token %s: %v", tok.Accessor, fsm.ErrTokenExpired)
+		case tok.Exhausted():
+			return refuse(wire.EnrollRefused, "enrollment token %s: %v (used %d of %d)", tok.Accessor, fsm.ErrTokenExhausted, tok.Uses, tok.MaxUses)
+		}
 		if e.propose == nil {
 			return refuse(wire.EnrollUnavailable, "this server cannot commit enrollments")
 		}
 		actx, cancel := context.WithTimeout(ctx, e.timeout)
 		res, _, err := e.propose.apply(actx, fsm.UseEnrollTokenType, &fsm.UseEnrollTokenRequest{
-			SecretHash: acl.HashSecret(req.Token), Device: id, Time: e.clock.Now().UnixNano(),
+			SecretHash: hash, Device: id, Time: e.clock.Now().UnixNano(),
 		})
 		cancel()
 		switch {

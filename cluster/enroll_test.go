@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -264,10 +265,48 @@ func TestEnrollRefusals(t *testing.T) {
 			t.Errorf("uses = %d, want 1", u)
 		}
 	})
+	t.Run("raced", func(t *testing.T) {
+		// Devices racing for a single-use token through both signing
+		// servers: each server's replica shows a use left, and only the
+		// committed use counts. Exactly one gets a certificate.
+		acc, secret := c.token(acl.PolicyEnroll, eu, 1, now, now.Add(time.Hour))
+		c.waitConverged()
+		const n = 6
+		errs := make(chan error, n)
+		for i := range n {
+			via := c.server([]string{"s1", "s2"}[i%2]).AgentAddr()
+			go func() {
+				_, err := enroll(t, c, t.TempDir(), fmt.Sprintf("racer-%d", i), secret, via)
+				errs <- err
+			}()
+		}
+		won := 0
+		for range n {
+			if err := <-errs; err == nil {
+				won++
+			} else if !strings.Contains(err.Error(), fsm.ErrTokenExhausted.Error()) {
+				t.Errorf("a losing enrollment: %v", err)
+			}
+		}
+		if won != 1 {
+			t.Errorf("%d of %d enrollments with a single-use token succeeded", won, n)
+		}
+		if u := c.usesOf(acc); u != 1 {
+			t.Errorf("uses = %d, want 1", u)
+		}
+	})
 	t.Run("revoked token", func(t *testing.T) {
 		acc, secret := c.token(acl.PolicyEnroll, eu, 5, now, now.Add(time.Hour))
 		c.mustApply(fsm.RevokeTokenType, &fsm.RevokeTokenRequest{Accessor: acc, Time: now.UnixNano()})
-		refused(t, "after-revoke", secret, "not found")
+		// Refused by s1's replica ("unknown or revoked"), or, if s1 has
+		// not applied the revocation yet, by the state machine ("not
+		// found").
+		dir := t.TempDir()
+		_, err := enroll(t, c, dir, "after-revoke", secret, addr)
+		if err == nil || !strings.Contains(err.Error(), "unknown or revoked") && !strings.Contains(err.Error(), "not found") {
+			t.Fatalf("enrollment with a revoked token: %v", err)
+		}
+		c.expectNoEnrollment("after-revoke", dir)
 	})
 	t.Run("operator token", func(t *testing.T) {
 		acc, secret := c.token(acl.PolicyOperator, nil, 0, now, now.Add(time.Hour))
