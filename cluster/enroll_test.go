@@ -85,8 +85,8 @@ func (c *enrollCluster) mustApply(t fsm.MessageType, req any) {
 	}
 }
 
-// enroll runs the agent's enrollment against servers with a fresh data
-// dir (or dir).
+// enroll runs the agent's enrollment (agent.LoadOrEnroll) with data dir
+// dir against servers.
 func enroll(t *testing.T, c *enrollCluster, dir, id, token string, servers ...string) (tls.Certificate, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -100,8 +100,7 @@ func enroll(t *testing.T, c *enrollCluster, dir, id, token string, servers ...st
 // usesOf returns the uses counted on a token, on every server alike.
 func (c *enrollCluster) usesOf(accessor string) uint64 {
 	c.t.Helper()
-	leader := c.waitConverged()
-	_ = leader
+	c.waitConverged()
 	var uses []uint64
 	for _, s := range c.alive() {
 		tok, err := s.fsm.Read().Token(nil, accessor)
@@ -118,7 +117,7 @@ func (c *enrollCluster) usesOf(accessor string) uint64 {
 	return uses[0]
 }
 
-// expectUnknown checks that no server knows device id and that dir holds
+// expectNoEnrollment checks that no server knows device id and that dir holds
 // no device certificate.
 func (c *enrollCluster) expectNoEnrollment(id, dir string) {
 	c.t.Helper()
@@ -635,4 +634,28 @@ func pkixBasicConstraintsCA() (pkix.Extension, error) {
 		IsCA bool `asn1:"optional"`
 	}{true})
 	return pkix.Extension{Id: asn1.ObjectIdentifier{2, 5, 29, 19}, Critical: true, Value: v}, err
+}
+
+// TestDeviceCAValidate: a CA key that is not the agent port's CA is
+// refused at start-up.
+func TestDeviceCAValidate(t *testing.T) {
+	p := newTestPKI(t)
+	cfg := testConfig(t, "s1")
+	p.withAgents(t)(&cfg)
+	cfg.DeviceCA = p.ca
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("the cluster CA: %v", err)
+	}
+	other, err := pki.NewCA("other", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DeviceCA = other
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--ca-key-file") {
+		t.Errorf("another CA's key: %v", err)
+	}
+	cfg.DeviceCA, cfg.DeviceCertLifetime = p.ca, -time.Second
+	if err := cfg.Validate(); err == nil {
+		t.Error("negative device certificate lifetime accepted")
+	}
 }
