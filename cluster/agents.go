@@ -24,7 +24,8 @@ import (
 // agentServer serves device agents over QUIC (docs/wire.md).
 //
 // Goroutines, all owned by Run and waited for before it returns:
-// acceptLoop accepts connections and starts one serveConn per connection;
+// acceptLoop accepts connections and starts one serveConn per connection
+// (serveEnroll for one that negotiated wire.EnrollALPN, enroll.go);
 // rotateLoop refreshes the token keyring and TLS session ticket keys at
 // each epoch; notifyLoop watches the FSM revision and pushes Notify to
 // sessions whose desired state changed, each push in a goroutine of its
