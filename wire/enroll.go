@@ -175,23 +175,24 @@ func WriteEnrollAnswer(w io.Writer, a *EnrollAnswer) error { return writeEnroll(
 // ReadEnrollRequest reads and checks one request frame. Malformed or
 // oversized input yields an error matching ErrMalformed or
 // ErrFrameTooLarge (CloseCodeFor maps both to CloseProtocolError).
-func ReadEnrollRequest(r io.Reader) (*EnrollRequest, error) {
-	p, err := readEnroll(r)
-	if err != nil {
-		return nil, err
-	}
-	req := &EnrollRequest{}
-	return req, req.decode(p)
-}
+func ReadEnrollRequest(r io.Reader) (*EnrollRequest, error) { return readEnrollFrame[EnrollRequest](r) }
 
 // ReadEnrollAnswer reads and checks one answer frame.
-func ReadEnrollAnswer(r io.Reader) (*EnrollAnswer, error) {
+func ReadEnrollAnswer(r io.Reader) (*EnrollAnswer, error) { return readEnrollFrame[EnrollAnswer](r) }
+
+func readEnrollFrame[T any, P interface {
+	*T
+	decode([]byte) error
+}](r io.Reader) (*T, error) {
 	p, err := readEnroll(r)
 	if err != nil {
 		return nil, err
 	}
-	a := &EnrollAnswer{}
-	return a, a.decode(p)
+	v := new(T)
+	if err := P(v).decode(p); err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 func writeEnroll(w io.Writer, payload []byte) error {

@@ -11,20 +11,33 @@ import (
 	"github.com/meteor-edge/meteor/cluster/pki"
 )
 
+// writeCA creates a CA and writes its certificate, and its key if
+// keyName is not empty, into dir; it returns the certificate's path.
+func writeCA(t *testing.T, dir, certName, keyName string) string {
+	t.Helper()
+	ca, err := pki.NewCA("test CA "+certName, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.PEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{certName: certPEM}
+	if keyName != "" {
+		files[keyName] = keyPEM
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(dir, certName)
+}
+
 func TestAgentCmdEnrollFlags(t *testing.T) {
 	dir := t.TempDir()
-	ca, err := pki.NewCA("test CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caPEM, _, err := ca.PEM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	caFile := writeCA(t, dir, "ca.pem", "")
 	run := func(args ...string) error {
 		cmd := newAgentCmd()
 		cmd.SetArgs(append([]string{"--servers", "127.0.0.1:1", "--data-dir", filepath.Join(dir, "data"), "--device-id", "d1", "--ca-file", caFile}, args...))
@@ -49,29 +62,20 @@ func TestAgentCmdEnrollFlags(t *testing.T) {
 }
 
 func TestDeviceCAFlags(t *testing.T) {
+	// A TLS directory without ca-key.pem: no signing, no error.
 	dir := t.TempDir()
-	ca, err := pki.NewCA("test CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM, keyPEM, err := ca.PEM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(filepath.Join(dir, caCertFile), certPEM, 0o600)
+	caFile := writeCA(t, dir, caCertFile, "")
 	var cfg cluster.Config
 	d := deviceCAFlags{lifetime: pki.DefaultDeviceValidity}
-	// A TLS directory without ca-key.pem: no signing, no error.
-	if err := d.apply(&cfg, dir, filepath.Join(dir, caCertFile)); err != nil || cfg.DeviceCA != nil {
+	if err := d.apply(&cfg, dir, caFile); err != nil || cfg.DeviceCA != nil {
 		t.Fatalf("no key: %v, %v", cfg.DeviceCA, err)
 	}
-	os.WriteFile(filepath.Join(dir, caKeyFile), keyPEM, 0o600)
-	if err := d.apply(&cfg, dir, filepath.Join(dir, caCertFile)); err != nil || cfg.DeviceCA == nil || cfg.DeviceCertLifetime != pki.DefaultDeviceValidity {
+	dir = t.TempDir()
+	caFile = writeCA(t, dir, caCertFile, caKeyFile)
+	if err := d.apply(&cfg, dir, caFile); err != nil || cfg.DeviceCA == nil || cfg.DeviceCertLifetime != pki.DefaultDeviceValidity {
 		t.Fatalf("ca-key.pem in --tls-dir: %v, %v", cfg.DeviceCA, err)
 	}
-	other, _ := pki.NewCA("other", time.Hour)
-	otherPEM, _, _ := other.PEM()
-	os.WriteFile(filepath.Join(dir, "other.pem"), otherPEM, 0o600)
+	writeCA(t, dir, "other.pem", "")
 	if err := d.apply(&cluster.Config{}, "", filepath.Join(dir, "other.pem")); err != nil {
 		t.Fatalf("no --tls-dir and no --ca-key-file: %v", err)
 	}
@@ -80,7 +84,7 @@ func TestDeviceCAFlags(t *testing.T) {
 		t.Error("a key that does not match the CA certificate was accepted")
 	}
 	d.lifetime = time.Second
-	if err := d.apply(&cluster.Config{}, "", filepath.Join(dir, caCertFile)); err == nil || !strings.Contains(err.Error(), "--device-cert-lifetime") {
+	if err := d.apply(&cluster.Config{}, "", caFile); err == nil || !strings.Contains(err.Error(), "--device-cert-lifetime") {
 		t.Errorf("one-second lifetime: %v", err)
 	}
 }
