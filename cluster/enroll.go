@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/quic-go/quic-go"
+	"golang.org/x/time/rate"
 
 	"github.com/meteor-edge/meteor/cluster/pki"
 	"github.com/meteor-edge/meteor/fsm"
@@ -44,12 +45,15 @@ type enroller struct {
 	ca       *pki.CA
 	validity time.Duration
 	timeout  time.Duration
+	// unknown budgets the commits of tokens this replica does not know.
+	unknown *rate.Limiter
 }
 
 func newEnroller(cfg *Config, deps agentDeps) *enroller {
 	e := &enroller{
 		logger: deps.logger.Named("enroll"), clock: deps.clock, state: deps.state,
 		ca: cfg.DeviceCA, validity: cfg.DeviceCertLifetime, timeout: cfg.ApplyTimeout,
+		unknown: rate.NewLimiter(rate.Every(time.Second), 5),
 	}
 	// The session recorder commits through the server's proposer; the
 	// token's use goes the same way.
@@ -173,13 +177,20 @@ func (e *enroller) answer(ctx context.Context, req *wire.EnrollRequest, peer *x5
 			return refuse(wire.EnrollUnavailable, "%v", err)
 		}
 		// Checked on the replica first, so that only a valid token's
-		// holder makes the servers commit anything; the state machine
-		// checks again, atomically.
+		// holder makes the servers commit freely (a token that is
+		// expired, used up or not an enroll token here stays so); the
+		// state machine checks again, atomically.
 		hash := acl.HashSecret(req.Token)
 		tok, err := read.TokenBySecretHash(nil, hash)
 		switch {
 		case errors.Is(err, fsm.ErrNotFound):
-			return refuse(wire.EnrollRefused, "unknown or revoked enrollment token")
+			// Unknown here: revoked, never created, or created so
+			// lately that this replica has not applied it yet. Only the
+			// state machine can tell; ask it within a small budget, so
+			// that made-up tokens cannot fill the Raft log.
+			if !e.unknown.AllowN(e.clock.Now(), 1) {
+				return refuse(wire.EnrollUnavailable, "this server does not know the enrollment token (yet): try again shortly")
+			}
 		case err != nil:
 			return refuse(wire.EnrollUnavailable, "%v", err)
 		case tok.Policy != acl.PolicyEnroll:

@@ -501,6 +501,26 @@ func TestEnrollPort(t *testing.T) {
 		}
 	}
 
+	// Made-up tokens are committed (to learn whether they exist) only
+	// within a small budget: a flood of them does not fill the Raft log.
+	key0, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	csr0, _ := pki.NewDeviceCSR("guesser", key0)
+	refusedN, unavailableN := 0, 0
+	for range 12 {
+		fake, _ := acl.Generate(rand.Reader)
+		switch ans := exchange(t, enrollDial(t, c, addr, nil), &wire.EnrollRequest{Kind: wire.EnrollWithToken, Token: fake.Secret, CSR: csr0}); ans.Status {
+		case wire.EnrollRefused:
+			refusedN++
+		case wire.EnrollUnavailable:
+			unavailableN++
+		default:
+			t.Fatalf("made-up token: %v %s", ans.Status, ans.Reason)
+		}
+	}
+	if refusedN > 8 || unavailableN == 0 {
+		t.Errorf("12 made-up tokens: %d committed and refused, %d turned away before Raft", refusedN, unavailableN)
+	}
+
 	// Renewal: only with a device certificate, for the same device, not
 	// revoked.
 	dev, _ := c.pki.ca.IssueDevice("renewer")
