@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -26,6 +28,9 @@ type Agent struct {
 	drivers  *driver.Registry
 	st       *statusStore
 	running  atomic.Bool
+	// cert is the device certificate connections present; renewLoop
+	// replaces it.
+	cert atomic.Pointer[tls.Certificate]
 	// refused0RTT counts connections whose 0-RTT data a server refused.
 	refused0RTT atomic.Int64
 
@@ -57,6 +62,12 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	a.st = newStatusStore(id)
+	cert := cfg.Certificate
+	if cert.Leaf == nil {
+		// certDeviceID parsed it already.
+		cert.Leaf, _ = x509.ParseCertificate(cert.Certificate[0])
+	}
+	a.cert.Store(&cert)
 	return a, nil
 }
 
@@ -115,6 +126,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.rp = newReporter(j, a.st, a.cfg.Clock, a.cfg.ReportInterval, a.log.Named("report"))
 	a.rec = newReconciler(&a.cfg, j, a.drivers, a.st, a.rp, a.log.Named("reconcile"))
 	cm := newConnManager(a, tr)
+	// Connections present the current certificate, which a renewal
+	// replaces.
+	cm.tlsConf.Certificates = nil
+	cm.tlsConf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return a.cert.Load(), nil }
 	a.jnl.Store(j)
 	defer a.jnl.Store(nil)
 
@@ -123,6 +138,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.rec.run(ctx) })
 	wg.Go(func() { cm.run(ctx) })
+	if a.cfg.CertificateDir != "" {
+		wg.Go(func() { a.renewLoop(ctx, tr, cm) })
+	}
 	wg.Wait()
 	a.log.Info("agent stopped")
 	return nil

@@ -40,6 +40,13 @@ type Config struct {
 	// Certificate is the device certificate and key. The device ID is the
 	// certificate's meteor://device/ URI SAN and nothing else. Required.
 	Certificate tls.Certificate
+	// CertificateDir, if set, is the directory whose DeviceCertFile
+	// holds Certificate (LoadOrEnroll keeps it in the data dir): the
+	// agent then renews the certificate there on its own, at about two
+	// thirds of its lifetime, for a new key (docs/security.md, "Device
+	// certificate rotation"). Empty: Certificate is managed outside the
+	// agent and never renewed.
+	CertificateDir string
 	// AgentVersion is reported in Hello, for operators; empty means
 	// "meteor-agent".
 	AgentVersion string

@@ -24,7 +24,8 @@ import (
 // agentServer serves device agents over QUIC (docs/wire.md).
 //
 // Goroutines, all owned by Run and waited for before it returns:
-// acceptLoop accepts connections and starts one serveConn per connection;
+// acceptLoop accepts connections and starts one serveConn per connection
+// (serveEnroll for one that negotiated wire.EnrollALPN, enroll.go);
 // rotateLoop refreshes the token keyring and TLS session ticket keys at
 // each epoch; notifyLoop watches the FSM revision and pushes Notify to
 // sessions whose desired state changed, each push in a goroutine of its
@@ -39,6 +40,7 @@ type agentServer struct {
 	tr      *quic.Transport
 	ln      *quic.EarlyListener
 	tlsConf *tls.Config
+	enroll  *enroller // enrollment and renewal (enroll.go)
 	planner *scheduler.Planner
 	keyring atomic.Pointer[wire.Keyring]
 
@@ -139,6 +141,8 @@ func listenAgents(cfg *Config, deps agentDeps) (*agentServer, error) {
 		udp.Close()
 		return nil, err
 	}
+	a.enroll = newEnroller(cfg, deps)
+	a.tlsConf.GetConfigForClient = configForClient(a.tlsConf)
 	qc := wire.ServerQUICConfig()
 	if t := cfg.AgentIdleTimeout; t > 0 {
 		qc.MaxIdleTimeout = t
@@ -202,6 +206,10 @@ func (a *agentServer) acceptLoop(ctx context.Context) {
 		conn, err := a.ln.Accept(ctx)
 		if err != nil {
 			return
+		}
+		if isEnrollConn(conn) {
+			a.wg.Go(func() { a.serveEnroll(ctx, conn) })
+			continue
 		}
 		a.wg.Go(func() { a.serveConn(ctx, conn) })
 	}

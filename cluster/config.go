@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 
+	"github.com/meteor-edge/meteor/cluster/pki"
 	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/scheduler"
 )
@@ -56,6 +57,17 @@ type Config struct {
 	AgentAddr string
 	// AgentTLS holds the cluster CA and this server's certificate.
 	AgentTLS *AgentTLS
+	// DeviceCA, if set, is the cluster CA with its private key: this
+	// server then signs the certificate requests of devices enrolling
+	// with a token and of enrolled devices renewing their certificate
+	// (docs/security.md, "Device enrollment"). Its certificate must be
+	// among AgentTLS.ClientCAs. nil: enrollments and renewals sent here
+	// are answered with an error naming --ca-key-file.
+	DeviceCA *pki.CA
+	// DeviceCertLifetime is how long the device certificates this server
+	// signs are valid; zero means pki.DefaultDeviceValidity (90 days).
+	// Agents renew at about two thirds of it.
+	DeviceCertLifetime time.Duration
 	// PeerTLS, if set, runs Raft over mutual TLS: servers accept and dial
 	// only servers with a certificate of the cluster CA, a server is
 	// added to the Raft configuration (or bootstrapped with) only after
@@ -253,6 +265,13 @@ func (c *Config) Validate() error {
 		}
 		if c.AgentTLS == nil {
 			errs = append(errs, errors.New("agent addr: serving agents needs the cluster CA and a server certificate (--ca-file, --cert-file, --key-file)"))
+		} else if c.DeviceCA != nil {
+			if _, err := c.DeviceCA.Cert.Verify(x509.VerifyOptions{Roots: c.AgentTLS.ClientCAs, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+				errs = append(errs, fmt.Errorf("ca key: the CA of --ca-key-file is not the cluster CA the agent port trusts (--ca-file): %v", err))
+			}
+		}
+		if c.DeviceCertLifetime < 0 {
+			errs = append(errs, fmt.Errorf("device cert lifetime %v: must not be negative (0: 90 days)", c.DeviceCertLifetime))
 		}
 		if len(c.ClusterSecret) < 16 {
 			errs = append(errs, errors.New("agent addr: serving agents needs a cluster secret of at least 16 bytes, the same on every server (--cluster-secret-file)"))

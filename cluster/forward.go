@@ -119,7 +119,7 @@ func (h *httpAPI) handleInternalApply(w http.ResponseWriter, r *http.Request) {
 	t := fsm.MessageType(data[0])
 	switch t {
 	case fsm.PutIntentType, fsm.DeleteIntentType:
-	case fsm.CreateTokenType, fsm.RevokeTokenType, fsm.AuditMemberChangeType, fsm.DeviceSessionType, fsm.DeviceSessionBatchType, fsm.UpsertDeviceType, fsm.StatusBatchType:
+	case fsm.CreateTokenType, fsm.RevokeTokenType, fsm.UseEnrollTokenType, fsm.AuditMemberChangeType, fsm.DeviceSessionType, fsm.DeviceSessionBatchType, fsm.UpsertDeviceType, fsm.StatusBatchType:
 		if len(h.cfg.ClusterSecret) == 0 {
 			writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "device commands need a cluster secret shared by all servers (--cluster-secret-file)"})
 			return

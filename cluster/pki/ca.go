@@ -103,12 +103,7 @@ func (ca *CA) IssueDevice(deviceID string) (tls.Certificate, error) {
 	if err := wire.ValidDeviceID(deviceID); err != nil {
 		return tls.Certificate{}, fmt.Errorf("pki: %w", err)
 	}
-	tmpl := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: deviceID},
-		URIs:        []*url.URL{wire.DeviceURI(deviceID)},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	return ca.issue(tmpl)
+	return ca.issue(deviceTemplate(deviceID))
 }
 
 func (ca *CA) issue(tmpl *x509.Certificate) (tls.Certificate, error) {

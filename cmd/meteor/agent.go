@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,6 +22,7 @@ import (
 func newAgentCmd() *cobra.Command {
 	cfg := agent.DefaultConfig()
 	var servers, labelList, deviceID, caFile, certFile, keyFile, logLevel, execAllow, execEnvAllow string
+	var enrollToken, enrollFile string
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the device agent",
@@ -27,42 +30,66 @@ func newAgentCmd() *cobra.Command {
 desired state it receives in --data-dir, bring the device to it, watch it for
 drift, and report what is applied and effective.
 
-The device identity is the device certificate (meteor ca issue-device);
---device-id must repeat the ID in it, as a check that the right certificate
-is installed. --root confines the paths of file and certificate resources
+The device identity is its certificate. Either enroll: with --enroll TOKEN
+(or --enroll-file) and no certificate yet in --data-dir, the agent generates
+its key on the device, sends a certificate request with the enrollment token
+(meteor token create --policy enroll) to a server, and keeps the signed
+certificate in --data-dir (device.pem, mode 0600); later runs use it and
+ignore --enroll, and the agent renews it on its own before it expires. Or
+install a certificate from 'meteor ca issue-device' with --cert-file and
+--key-file; --device-id must repeat the ID in it, as a check that the right
+certificate is installed. --root confines the paths of file and certificate resources
 beneath a directory; --exec-allow and --exec-env-allow narrow what exec
 resources may run. See docs/agent.md and docs/security.md.`,
 		Example: `  meteor agent --servers 10.0.0.1:8473,10.0.1.1:8473 --device-id store-42-router \
+    --data-dir /var/lib/meteor-agent --ca-file pki/ca.pem --enroll-file /run/enroll.token
+  meteor agent --servers 10.0.0.1:8473,10.0.1.1:8473 --device-id store-42-router \
     --data-dir /var/lib/meteor-agent --labels region=eu,site=store-42 \
     --ca-file pki/ca.pem --cert-file pki/device-store-42-router.pem \
     --key-file pki/device-store-42-router-key.pem`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, req := range [][2]string{
-				{"--servers", servers}, {"--device-id", deviceID}, {"--data-dir", cfg.DataDir},
-				{"--ca-file", caFile}, {"--cert-file", certFile}, {"--key-file", keyFile},
+				{"--servers", servers}, {"--device-id", deviceID}, {"--data-dir", cfg.DataDir}, {"--ca-file", caFile},
 			} {
 				if req[1] == "" {
 					return fmt.Errorf("%s is required", req[0])
 				}
 			}
-			roots, cert, err := loadDeviceTLS(caFile, certFile, keyFile)
-			if err != nil {
-				return err
-			}
-			id, err := agent.DeviceIDFromCertificate(cert)
-			if err != nil {
-				return fmt.Errorf("certificate %s: %w", certFile, err)
-			}
-			if id != deviceID {
-				return fmt.Errorf("--device-id %q does not match the device certificate %s, which is for device %q; "+
-					"the servers identify the device by its certificate only", deviceID, certFile, id)
-			}
-			cfg.RootCAs, cfg.Certificate = roots, cert
 			for _, s := range strings.Split(servers, ",") {
 				if s = strings.TrimSpace(s); s != "" {
 					cfg.Servers = append(cfg.Servers, s)
 				}
+			}
+			cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "meteor", Level: hclog.LevelFromString(logLevel), Output: os.Stderr})
+			var err error
+			if certFile == "" && keyFile == "" {
+				// The certificate the agent enrolled for, and renews, in
+				// its data dir.
+				if cfg.Certificate, cfg.RootCAs, err = enrolledTLS(cmd.Context(), cfg, caFile, deviceID, enrollToken, enrollFile); err != nil {
+					return err
+				}
+				cfg.CertificateDir = cfg.DataDir
+			} else {
+				if enrollToken != "" || enrollFile != "" {
+					return errors.New("--enroll and --enroll-file get a certificate into --data-dir: give them without --cert-file and --key-file")
+				}
+				if certFile == "" || keyFile == "" {
+					return errors.New("--cert-file and --key-file go together")
+				}
+				roots, cert, err := loadDeviceTLS(caFile, certFile, keyFile)
+				if err != nil {
+					return err
+				}
+				id, err := agent.DeviceIDFromCertificate(cert)
+				if err != nil {
+					return fmt.Errorf("certificate %s: %w", certFile, err)
+				}
+				if id != deviceID {
+					return fmt.Errorf("--device-id %q does not match the device certificate %s, which is for device %q; "+
+						"the servers identify the device by its certificate only", deviceID, certFile, id)
+				}
+				cfg.RootCAs, cfg.Certificate = roots, cert
 			}
 			if cfg.Labels, err = parseLabelFlag(labelList); err != nil {
 				return err
@@ -73,7 +100,6 @@ resources may run. See docs/agent.md and docs/security.md.`,
 				}
 			}
 			cfg.AgentVersion = "meteor-agent " + cluster.Version
-			cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "meteor", Level: hclog.LevelFromString(logLevel), Output: os.Stderr})
 			if cfg.ExecPolicy, err = parseExecPolicy(execAllow, execEnvAllow); err != nil {
 				return err
 			}
@@ -92,8 +118,10 @@ resources may run. See docs/agent.md and docs/security.md.`,
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory of the agent's journal (required)")
 	f.StringVar(&labelList, "labels", "", "comma-separated key=value labels sent to the servers, e.g. region=eu,site=store-42")
 	f.StringVar(&caFile, "ca-file", "", "PEM file of the cluster CA (required)")
-	f.StringVar(&certFile, "cert-file", "", "PEM file of the device certificate (required)")
-	f.StringVar(&keyFile, "key-file", "", "PEM file of the device key (required)")
+	f.StringVar(&certFile, "cert-file", "", "PEM file of a device certificate from 'meteor ca issue-device' (instead of enrolling)")
+	f.StringVar(&keyFile, "key-file", "", "PEM file of its key")
+	f.StringVar(&enrollToken, "enroll", "", "enrollment token: get a device certificate into --data-dir unless it holds a valid one (prefer --enroll-file: arguments are visible to other users)")
+	f.StringVar(&enrollFile, "enroll-file", "", "file holding the enrollment token (see --enroll)")
 	f.StringVar(&cfg.Root, "root", "", "confine file and certificate resource paths beneath this directory; links out of it are refused")
 	f.StringVar(&execAllow, "exec-allow", "", "comma-separated absolute paths of the only programs exec resources may run, compared after resolving links (default: any)")
 	f.StringVar(&execEnvAllow, "exec-env-allow", "", "comma-separated names (or PREFIX_*) of the env variables exec resources may set; loader and interpreter variables only by exact name (default: none)")
@@ -104,15 +132,37 @@ resources may run. See docs/agent.md and docs/security.md.`,
 	return cmd
 }
 
+// enrolledTLS loads the cluster CA and the certificate kept in the data
+// dir, enrolling with the token first if there is none.
+func enrolledTLS(ctx context.Context, cfg agent.Config, caFile, deviceID, token, tokenFile string) (tls.Certificate, *x509.CertPool, error) {
+	if token != "" && tokenFile != "" {
+		return tls.Certificate{}, nil, errors.New("give --enroll or --enroll-file, not both")
+	}
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return tls.Certificate{}, nil, fmt.Errorf("--enroll-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	roots, err := loadCAPool(caFile)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	cert, err := agent.LoadOrEnroll(ctx, agent.EnrollConfig{
+		DataDir: cfg.DataDir, DeviceID: deviceID, Token: token, Servers: cfg.Servers, RootCAs: roots, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("%w (or install a certificate with --cert-file and --key-file)", err)
+	}
+	return cert, roots, nil
+}
+
 // loadDeviceTLS reads the cluster CA and the device certificate and key.
 func loadDeviceTLS(caFile, certFile, keyFile string) (*x509.CertPool, tls.Certificate, error) {
-	caPEM, err := os.ReadFile(caFile)
+	roots, err := loadCAPool(caFile)
 	if err != nil {
-		return nil, tls.Certificate{}, fmt.Errorf("--ca-file: %w", err)
-	}
-	roots, err := pki.PoolFromPEM(caPEM)
-	if err != nil {
-		return nil, tls.Certificate{}, fmt.Errorf("--ca-file %s: %w", caFile, err)
+		return nil, tls.Certificate{}, err
 	}
 	certPEM, err := os.ReadFile(certFile)
 	if err != nil {
@@ -127,6 +177,19 @@ func loadDeviceTLS(caFile, certFile, keyFile string) (*x509.CertPool, tls.Certif
 		return nil, tls.Certificate{}, fmt.Errorf("device certificate %s and key %s: %w", certFile, keyFile, err)
 	}
 	return roots, cert, nil
+}
+
+// loadCAPool reads the cluster CA of --ca-file.
+func loadCAPool(caFile string) (*x509.CertPool, error) {
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--ca-file: %w", err)
+	}
+	roots, err := pki.PoolFromPEM(caPEM)
+	if err != nil {
+		return nil, fmt.Errorf("--ca-file %s: %w", caFile, err)
+	}
+	return roots, nil
 }
 
 // parseExecPolicy builds the exec policy of --exec-allow and

@@ -21,6 +21,7 @@ func newServerCmd() *cobra.Command {
 	var join, gossipKey, logLevel string
 	var caFile, certFile, keyFile, secretFile, tlsDir, adminHashFile string
 	var aclOn, insecure bool
+	var deviceCA deviceCAFlags
 	var historyLimit int
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -98,6 +99,9 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 				if cfg.AgentAddr != "" {
 					cfg.AgentTLS = t
 				}
+				if err := deviceCA.apply(&cfg, tlsDir, caFile); err != nil {
+					return err
+				}
 			} else if cmd.Flags().Changed("cluster-secret-file") {
 				secret, err := readSecret(secretFile)
 				if err != nil {
@@ -170,6 +174,7 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 	f.DurationVar(&cfg.PullInterval, "pull-interval", cfg.PullInterval, "how often agents are told to pull even without a push")
 	f.BoolVar(&cfg.EnableDebug, "enable-debug", false, "serve Go profiling endpoints under /debug/pprof/ on the HTTP API")
 	f.StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	deviceCA.register(f)
 	return cmd
 }
 
