@@ -1,15 +1,11 @@
 package cluster
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"maps"
 	"net/http"
 	"time"
-
-	"github.com/hashicorp/go-memdb"
 
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm"
@@ -161,7 +157,8 @@ func (h *httpAPI) deviceLabels(rec *fsm.DeviceRecord) api.DeviceLabels {
 }
 
 // handleSetDeviceLabels sets a device's control-plane labels (PUT
-// /v1/devices/{id}/labels). A scoped token must cover the device as it is
+// /v1/devices/{id}/labels). It runs on the leader, whose replica has every
+// committed change: a scoped token must cover the device as it is
 // selected now and as it will be.
 func (h *httpAPI) handleSetDeviceLabels(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
@@ -195,24 +192,13 @@ func (h *httpAPI) handleSetDeviceLabels(w http.ResponseWriter, r *http.Request) 
 		ID: id, Labels: req.Labels, Remove: req.Remove, Replace: req.Replace,
 		Actor: principalOf(r.Context()).actor(), Time: h.clock.Now().UnixNano(),
 	}
-	_, index, ok := h.commit(w, r.Context(), fsm.SetDeviceLabelsType, cmd)
-	if !ok {
+	if _, _, ok := h.commit(w, r.Context(), fsm.SetDeviceLabelsType, cmd); !ok {
 		return
 	}
-	// Answer with the labels as the write left them, once this replica
-	// has applied it (a follower's replica may be a moment behind).
-	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.ApplyTimeout)
-	defer cancel()
-	for {
-		ws := memdb.NewWatchSet()
-		rec, err = h.state.Read().Device(ws, id)
-		if err == nil && rec.ModifyIndex >= index {
-			writeJSON(w, http.StatusOK, h.deviceLabels(rec))
-			return
-		}
-		if err := ws.WatchCtx(ctx); err != nil {
-			writeError(w, toAPIError(fmt.Errorf("labels of device %s committed at index %d, not yet applied on %s: %w", id, index, h.cfg.NodeID, err)))
-			return
-		}
+	// On the leader, the replica has applied what it committed.
+	if rec, err = h.state.Read().Device(nil, id); err != nil {
+		writeError(w, toAPIError(err))
+		return
 	}
+	writeJSON(w, http.StatusOK, h.deviceLabels(rec))
 }

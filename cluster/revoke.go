@@ -101,6 +101,7 @@ func (h *httpAPI) allowDevice(r *http.Request, a acl.Action, labels ...map[strin
 	}
 	for _, l := range labels {
 		if err := p.refusal(a, p.token.Grant().AllowDevice(a, l)); err != nil {
+			h.logger.Warn("forbidden request", "method", r.Method, "path", r.URL.Path, "actor", p.actor().String(), "error", err)
 			return err
 		}
 	}
@@ -118,7 +119,9 @@ func (h *httpAPI) deviceSelection(id string) map[string]string {
 }
 
 // handleRevokeDevice revokes a device (POST /v1/devices/{id}/revoke),
-// known or not: an identity can be revoked before it first connects.
+// known or not: an identity can be revoked before it first connects. It
+// runs on the leader, so a scoped token's scope is checked against the
+// device's labels as every committed change left them.
 func (h *httpAPI) handleRevokeDevice(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req api.RevokeDeviceRequest
