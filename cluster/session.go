@@ -444,7 +444,8 @@ func (sess *agentSession) register(welcome *fsm.Read) {
 }
 
 // maybeNotify pushes Notify if the session's desired state changed as of
-// read. Called by notifyLoop, and once by register.
+// read. Called by notifyLoop, by watchDevice when the device's labels
+// change, and once by register.
 //
 // byLabels caches desired states by label set for one pass over the
 // sessions.
@@ -468,6 +469,12 @@ func (sess *agentSession) maybeNotify(read *fsm.Read, byLabels map[string]*sched
 	}
 	fp := desired.Fingerprint()
 	sess.mu.Lock()
+	if desired.Revision < sess.notified {
+		// A later state was evaluated meanwhile (notifyLoop and the
+		// session's device watcher both call here): keep its fingerprint.
+		sess.mu.Unlock()
+		return
+	}
 	changed := fp != sess.fp
 	if changed {
 		sess.fp = fp
