@@ -3,7 +3,6 @@ package cluster
 import (
 	"encoding/json"
 	"io"
-	"maps"
 	"net/http"
 	"time"
 
@@ -94,12 +93,22 @@ func (h *httpAPI) handleListDevices(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (h *httpAPI) handleGetDevice(w http.ResponseWriter, r *http.Request) {
+// readDevice reads the device a request names from the replica, or
+// answers the error.
+func (h *httpAPI) readDevice(w http.ResponseWriter, r *http.Request) (*fsm.Read, *fsm.DeviceRecord, bool) {
 	read := h.state.Read()
 	h.setReadHeaders(w, read)
 	rec, err := read.Device(nil, r.PathValue("id"))
 	if err != nil {
 		writeError(w, toAPIError(err))
+		return nil, nil, false
+	}
+	return read, rec, true
+}
+
+func (h *httpAPI) handleGetDevice(w http.ResponseWriter, r *http.Request) {
+	read, rec, ok := h.readDevice(w, r)
+	if !ok {
 		return
 	}
 	sum, v, err := h.deviceView(read, rec, h.owners.ownerCandidates())
@@ -131,11 +140,8 @@ func (h *httpAPI) handleGetDevice(w http.ResponseWriter, r *http.Request) {
 // handleDeviceLabels shows where a device's labels come from (GET
 // /v1/devices/{id}/labels).
 func (h *httpAPI) handleDeviceLabels(w http.ResponseWriter, r *http.Request) {
-	read := h.state.Read()
-	h.setReadHeaders(w, read)
-	rec, err := read.Device(nil, r.PathValue("id"))
-	if err != nil {
-		writeError(w, toAPIError(err))
+	_, rec, ok := h.readDevice(w, r)
+	if !ok {
 		return
 	}
 	writeJSON(w, http.StatusOK, h.deviceLabels(rec))
@@ -176,21 +182,13 @@ func (h *httpAPI) handleSetDeviceLabels(w http.ResponseWriter, r *http.Request) 
 		writeError(w, toAPIError(err))
 		return
 	}
-	next := map[string]string{}
-	if rec.LabelsControlled && !req.Replace {
-		maps.Copy(next, rec.Labels)
-	}
-	maps.Copy(next, req.Labels)
-	for _, k := range req.Remove {
-		delete(next, k)
-	}
-	if err := h.allowDevice(r, acl.ActionLabelDevice, h.cfg.recordSelection(rec), next); err != nil {
-		writeError(w, toAPIError(err))
-		return
-	}
 	cmd := &fsm.SetDeviceLabelsRequest{
 		ID: id, Labels: req.Labels, Remove: req.Remove, Replace: req.Replace,
 		Actor: principalOf(r.Context()).actor(), Time: h.clock.Now().UnixNano(),
+	}
+	if err := h.allowDevice(r, acl.ActionLabelDevice, h.cfg.recordSelection(rec), cmd.NextLabels(rec)); err != nil {
+		writeError(w, toAPIError(err))
+		return
 	}
 	if _, _, ok := h.commit(w, r.Context(), fsm.SetDeviceLabelsType, cmd); !ok {
 		return

@@ -415,28 +415,26 @@ func TestDeviceReachesOnlyItsOwnState(t *testing.T) {
 			bDigest = d.Upserts[0].Digest
 		}
 	}
-	b := agents["dev-b"]
-	b.send(&wire.Report{Seq: 1, Full: true, Resources: []wire.ResourceReport{{Key: "site-b/r00", AppliedDigest: bDigest, AppliedRevision: 1, Effective: wire.EffectiveOK}}})
-	expect[*wire.ReportAck](b)
-	waitRecordedAs(t, c, "dev-b", func(rec *fsm.DeviceRecord) error {
-		if rec.ReportSeq != 1 {
-			return fmt.Errorf("report seq %d", rec.ReportSeq)
-		}
-		return nil
-	})
+	// report sends device id's report of site-b/r00 and waits until it is
+	// on its record.
+	report := func(id string, seq uint64, r wire.ResourceReport) {
+		t.Helper()
+		r.Key, r.AppliedRevision = "site-b/r00", 1
+		agents[id].send(&wire.Report{Seq: seq, Full: true, Resources: []wire.ResourceReport{r}})
+		expect[*wire.ReportAck](agents[id])
+		waitRecordedAs(t, c, id, func(rec *fsm.DeviceRecord) error {
+			if rec.ReportSeq != seq {
+				return fmt.Errorf("report seq %d", rec.ReportSeq)
+			}
+			return nil
+		})
+	}
+	report("dev-b", 1, wire.ResourceReport{AppliedDigest: bDigest, Effective: wire.EffectiveOK})
 	bBefore := deviceRecord(t, s, "dev-b")
 
 	// dev-a reports what would be dev-b's state, with a later sequence: it
 	// lands on dev-a's record only.
-	a := agents["dev-a"]
-	a.send(&wire.Report{Seq: 9, Full: true, Resources: []wire.ResourceReport{{Key: "site-b/r00", AppliedDigest: wire.Digest{9}, AppliedRevision: 1, Effective: wire.EffectiveMismatch, LastError: "forged"}}})
-	expect[*wire.ReportAck](a)
-	waitRecordedAs(t, c, "dev-a", func(rec *fsm.DeviceRecord) error {
-		if rec.ReportSeq != 9 {
-			return fmt.Errorf("report seq %d", rec.ReportSeq)
-		}
-		return nil
-	})
+	report("dev-a", 9, wire.ResourceReport{AppliedDigest: wire.Digest{9}, Effective: wire.EffectiveMismatch, LastError: "forged"})
 	bAfter := deviceRecord(t, s, "dev-b")
 	if bAfter.ReportSeq != bBefore.ReportSeq || fmt.Sprint(bAfter.Resources) != fmt.Sprint(bBefore.Resources) {
 		t.Fatalf("dev-a's report changed dev-b's record: seq %d -> %d, resources %v -> %v", bBefore.ReportSeq, bAfter.ReportSeq, bBefore.Resources, bAfter.Resources)

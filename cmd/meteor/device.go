@@ -26,14 +26,7 @@ select intents only on a development cluster (meteor dev, server --dev).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res, err := g.client().DeviceLabels(cmd.Context(), args[0], api.ReadOptions{Stale: stale})
-			if err != nil {
-				return err
-			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
-			}
-			printDeviceLabels(cmd.OutOrStdout(), res)
-			return nil
+			return printDeviceLabels(cmd.OutOrStdout(), g, res, err)
 		},
 	}
 	show.Flags().BoolVar(&stale, "stale", false, "read the server's replica without a round trip to the leader")
@@ -68,14 +61,7 @@ state of its new labels within moments. The change is in the audit log.`,
 				return fmt.Errorf("nothing to change: give KEY=VALUE labels, --remove KEY or --replace")
 			}
 			res, err := g.client().SetDeviceLabels(cmd.Context(), args[0], req)
-			if err != nil {
-				return err
-			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
-			}
-			printDeviceLabels(cmd.OutOrStdout(), res)
-			return nil
+			return printDeviceLabels(cmd.OutOrStdout(), g, res, err)
 		},
 	}
 	label.Flags().StringSliceVar(&remove, "remove", nil, "label key to remove (repeatable)")
@@ -140,7 +126,15 @@ mistake with 'meteor device unrevoke' (admin token).`,
 	return cmd
 }
 
-func printDeviceLabels(w io.Writer, d *api.DeviceLabels) {
+// printDeviceLabels prints the answer of a labels request, or returns its
+// error.
+func printDeviceLabels(w io.Writer, g *globals, d *api.DeviceLabels, err error) error {
+	if err != nil {
+		return err
+	}
+	if g.output == "json" {
+		return printJSON(w, d)
+	}
 	control := formatLabels(d.Labels)
 	if !d.Controlled {
 		control = "none set by the control plane"
@@ -155,4 +149,5 @@ func printDeviceLabels(w io.Writer, d *api.DeviceLabels) {
 	}
 	fmt.Fprintf(w, "Device:       %s\nLabels:       %s\nReported:     %s  (facts the agent states, not used for selection)\nSelected by:  %s\n",
 		d.ID, control, formatLabels(d.Reported), selection)
+	return nil
 }
