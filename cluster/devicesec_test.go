@@ -165,6 +165,22 @@ func TestSelfAssertedLabelsSelectNothing(t *testing.T) {
 	if keys := upsertKeys(expect[*wire.Delta](b)); fmt.Sprint(keys) != "[pos-cert-rotation/key]" {
 		t.Fatalf("a Hello took the control-plane label away: upserts %v", keys)
 	}
+	// The owner classifies the report of that session by the control-plane
+	// labels, not by the session's.
+	b.send(&wire.Report{Seq: 2, DesiredRevision: d.TargetRevision, Full: true, Resources: []wire.ResourceReport{{
+		Key: "pos-cert-rotation/key", AppliedDigest: d.Upserts[0].Digest, AppliedRevision: d.Upserts[0].Revision, Effective: wire.EffectiveOK,
+	}}})
+	expect[*wire.ReportAck](b)
+	s.status.mu.Lock()
+	owned := s.status.devices["kiosk-1"]
+	state, labelled := "", owned != nil && owned.rec.Labels["role"] == "pos-gateway"
+	if owned != nil {
+		state = owned.states["pos-cert-rotation/key"]
+	}
+	s.status.mu.Unlock()
+	if !labelled || state != "converged" {
+		t.Fatalf("the owner judged the report by other labels: labelled %v, pos key %q", labelled, state)
+	}
 	waitRecordedAs(t, c, "kiosk-1", func(rec *fsm.DeviceRecord) error {
 		if rec.ReportedLabels["role"] != "kiosk" {
 			return fmt.Errorf("reported %v", rec.ReportedLabels)
