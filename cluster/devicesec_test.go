@@ -527,6 +527,10 @@ func TestDeviceEndpointsPolicies(t *testing.T) {
 	if code, e, _ := call(t, s, operator, http.MethodPost, "/v1/devices/dev-us/revoke", []byte(`{"reason":"stolen"}`), nil); code != http.StatusOK {
 		t.Fatalf("operator revoke: %d %+v", code, e)
 	}
+	list, err := tokenClient(s, reader).RevokedDevices(ctx, api.ReadOptions{})
+	if err != nil || len(list.Devices) != 1 || list.Devices[0].ID != "dev-us" || list.Devices[0].Reason != "stolen" {
+		t.Fatalf("revocations: %+v, %v", list, err)
+	}
 	// Unrevoking takes an admin.
 	for _, tok := range []string{operator, euOps} {
 		if code, e, _ := call(t, s, tok, http.MethodDelete, "/v1/devices/dev-us/revoke", nil, nil); code != http.StatusForbidden {

@@ -18,7 +18,8 @@ func newDeviceCmd(g *globals) *cobra.Command {
 		Long: `A device's labels, which decide the intents (and secrets) it receives, come
 from the control plane: its enrollment or 'meteor device label'. The labels
 its agent reports (meteor agent --labels) are facts, shown as such; they
-select intents only on a development cluster (meteor dev, server --dev).`,
+select intents only on a development cluster (meteor dev, server --dev) or
+one started with --trust-reported-labels.`,
 	}
 	var stale bool
 	show := &cobra.Command{
