@@ -120,6 +120,17 @@ type Config struct {
 	StatusEvalInterval  time.Duration
 	Classes             scheduler.Classes
 
+	// TrustReportedLabels makes intent selection take the labels a device
+	// reports in its Hello as its labels while the control plane has given
+	// it none (fsm.DeviceRecord.SelectionLabels). Reported labels are
+	// self-asserted: any holder of a device certificate can claim
+	// role=pos-gateway and receive what such devices receive. Only
+	// development and in-process clusters, which enroll no devices, trust
+	// them (Dev implies it; StartLocal sets it). false: a device is
+	// selected by the labels the control plane gave it (enrollment,
+	// meteor device label), and by none until then.
+	TrustReportedLabels bool
+
 	// AgentIdleTimeout, if set, replaces the QUIC idle timeout of agent
 	// connections (wire.MaxIdleTimeout): how long a silent agent keeps its
 	// session before the server records it as disconnected.

@@ -1,11 +1,14 @@
 package cluster
 
 import (
+	"encoding/json"
+	"io"
 	"net/http"
 	"time"
 
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/fsm/acl"
 	"github.com/meteor-edge/meteor/scheduler"
 )
 
@@ -19,14 +22,45 @@ func (s *Server) devicePlanner() *scheduler.Planner {
 	return s.planner
 }
 
+// trustReported reports whether the cluster selects intents for a device
+// the control plane has not labelled by the labels it reports
+// (Config.TrustReportedLabels; a Dev server does).
+func (c *Config) trustReported() bool { return c.TrustReportedLabels || c.Dev }
+
+// selectionLabels are the labels every part of a server selects a device's
+// intents by (sessions, the status owner, the device and fleet
+// endpoints): the replica's control-plane labels once the device has
+// them, otherwise the labels it reports if the cluster trusts them, and
+// none if not. reported are the labels the device reports now (its
+// session's Hello), which its record takes once its session is committed;
+// rec is nil while it is not.
+func (c *Config) selectionLabels(rec *fsm.DeviceRecord, reported map[string]string) map[string]string {
+	switch {
+	case rec != nil && rec.LabelsControlled:
+		return rec.Labels
+	case c.trustReported():
+		return reported
+	}
+	return nil
+}
+
+// recordSelection is selectionLabels for a device known only by its
+// record.
+func (c *Config) recordSelection(rec *fsm.DeviceRecord) map[string]string {
+	return rec.SelectionLabels(c.trustReported())
+}
+
 func (h *httpAPI) deviceView(read *fsm.Read, rec *fsm.DeviceRecord, owners []ownerCandidate) (api.DeviceSummary, scheduler.DeviceView, error) {
-	desired, err := h.planner.Desired(read, rec.Labels)
+	labels := h.cfg.recordSelection(rec)
+	desired, err := h.planner.Desired(read, labels)
 	if err != nil {
 		return api.DeviceSummary{}, scheduler.DeviceView{}, err
 	}
 	v := scheduler.Compare(desired, rec)
 	sum := api.DeviceSummary{
-		ID: rec.ID, Labels: rec.Labels, Connected: rec.Connected, Server: rec.Server, Owner: ownerOf(rec.ID, rec.Labels["region"], owners),
+		// The labels the device is selected by; its reported ones are
+		// facts (GET /v1/devices/{id}/labels).
+		ID: rec.ID, Labels: labels, Connected: rec.Connected, Server: rec.Server, Owner: ownerOf(rec.ID, rec.Labels["region"], owners),
 		DesiredRevision: desired.Revision, AckedRevision: rec.AckedRevision,
 		Converged: v.Converged, Resources: len(desired.Resources), Counts: v.Counts,
 		Status: deviceStatus(rec), StatusReason: rec.StatusReason,
@@ -59,12 +93,22 @@ func (h *httpAPI) handleListDevices(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (h *httpAPI) handleGetDevice(w http.ResponseWriter, r *http.Request) {
+// readDevice reads the device a request names from the replica, or
+// answers the error.
+func (h *httpAPI) readDevice(w http.ResponseWriter, r *http.Request) (*fsm.Read, *fsm.DeviceRecord, bool) {
 	read := h.state.Read()
 	h.setReadHeaders(w, read)
 	rec, err := read.Device(nil, r.PathValue("id"))
 	if err != nil {
 		writeError(w, toAPIError(err))
+		return nil, nil, false
+	}
+	return read, rec, true
+}
+
+func (h *httpAPI) handleGetDevice(w http.ResponseWriter, r *http.Request) {
+	read, rec, ok := h.readDevice(w, r)
+	if !ok {
 		return
 	}
 	sum, v, err := h.deviceView(read, rec, h.owners.ownerCandidates())
@@ -91,4 +135,68 @@ func (h *httpAPI) handleGetDevice(w http.ResponseWriter, r *http.Request) {
 		out.States = append(out.States, st)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// handleDeviceLabels shows where a device's labels come from (GET
+// /v1/devices/{id}/labels).
+func (h *httpAPI) handleDeviceLabels(w http.ResponseWriter, r *http.Request) {
+	_, rec, ok := h.readDevice(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, h.deviceLabels(rec))
+}
+
+func (h *httpAPI) deviceLabels(rec *fsm.DeviceRecord) api.DeviceLabels {
+	out := api.DeviceLabels{
+		ID: rec.ID, Controlled: rec.LabelsControlled, Reported: rec.ReportedLabels,
+		Selection: h.cfg.recordSelection(rec), TrustReported: h.cfg.trustReported(),
+	}
+	if rec.LabelsControlled {
+		out.Labels = rec.Labels
+	} else if rec.ReportedLabels == nil {
+		// A record from before reported labels were kept apart: its labels
+		// are what the device reported.
+		out.Reported = rec.Labels
+	}
+	return out
+}
+
+// handleSetDeviceLabels sets a device's control-plane labels (PUT
+// /v1/devices/{id}/labels). It runs on the leader, whose replica has every
+// committed change: a scoped token must cover the device as it is
+// selected now and as it will be.
+func (h *httpAPI) handleSetDeviceLabels(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req api.SetDeviceLabelsRequest
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	if err != nil {
+		writeError(w, badRequest("labels request: %v", err))
+		return
+	}
+	rec, err := h.state.Read().Device(nil, id)
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	cmd := &fsm.SetDeviceLabelsRequest{
+		ID: id, Labels: req.Labels, Remove: req.Remove, Replace: req.Replace,
+		Actor: principalOf(r.Context()).actor(), Time: h.clock.Now().UnixNano(),
+	}
+	if err := h.allowDevice(r, acl.ActionLabelDevice, h.cfg.recordSelection(rec), cmd.NextLabels(rec)); err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	if _, _, ok := h.commit(w, r.Context(), fsm.SetDeviceLabelsType, cmd); !ok {
+		return
+	}
+	// On the leader, the replica has applied what it committed.
+	if rec, err = h.state.Read().Device(nil, id); err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, h.deviceLabels(rec))
 }

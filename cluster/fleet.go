@@ -56,6 +56,7 @@ func (h *httpAPI) handleTimeline(w http.ResponseWriter, r *http.Request) {
 // viewCache computes each device's view once per request, however many
 // intents ask for it.
 type viewCache struct {
+	cfg     *Config
 	planner *scheduler.Planner
 	read    *fsm.Read
 	views   map[string]scheduler.DeviceView
@@ -65,7 +66,7 @@ func (c *viewCache) view(d *fsm.DeviceRecord) (scheduler.DeviceView, error) {
 	if v, ok := c.views[d.ID]; ok {
 		return v, nil
 	}
-	desired, err := c.planner.Desired(c.read, d.Labels)
+	desired, err := c.planner.Desired(c.read, c.cfg.recordSelection(d))
 	if err != nil {
 		return scheduler.DeviceView{}, err
 	}
@@ -75,7 +76,7 @@ func (c *viewCache) view(d *fsm.DeviceRecord) (scheduler.DeviceView, error) {
 }
 
 func (h *httpAPI) newViewCache(read *fsm.Read) *viewCache {
-	return &viewCache{planner: h.planner, read: read, views: map[string]scheduler.DeviceView{}}
+	return &viewCache{cfg: h.cfg, planner: h.planner, read: read, views: map[string]scheduler.DeviceView{}}
 }
 
 // intentProgress counts where the devices an intent's current revision
@@ -85,7 +86,7 @@ func (h *httpAPI) intentProgress(read *fsm.Read, views *viewCache, rec *fsm.Inte
 	prefix := rec.Name + "/"
 	var targeted []*fsm.DeviceRecord
 	for _, d := range devices {
-		if !rec.Intent.Matches(d.Labels) {
+		if !rec.Intent.Matches(h.cfg.recordSelection(d)) {
 			continue
 		}
 		targeted = append(targeted, d)

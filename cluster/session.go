@@ -26,7 +26,10 @@ type agentSession struct {
 	deviceID string
 	id       wire.SessionID
 	connID   string // this connection's ID in the device's session record
-	labels   map[string]string
+	// labels are the labels the Hello reported: facts the session record
+	// commits (fsm.DeviceRecord.ReportedLabels), not what intents are
+	// selected by (selectionLabels).
+	labels map[string]string
 
 	wmu sync.Mutex // serialises frames on the control stream
 	w   *wire.Writer
@@ -109,6 +112,9 @@ func (a *agentServer) handshake(ctx context.Context, conn *quic.Conn, streamOut 
 		w:      wire.NewWriter(stream),
 		logger: a.logger.With("device", deviceID),
 	}
+	if err := sess.refuseRevoked(a.state.Read()); err != nil {
+		return err
+	}
 	return sess.run(ctx, hello, r)
 }
 
@@ -145,6 +151,9 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 		sess.inventory = appliedOf(hello.Applied)
 	}
 	sess.logger = sess.logger.With("session", sessionString(sess.id))
+	// Labels given or taken by the control plane, and a revocation, reach
+	// the session through the replica's record of the device.
+	a.wg.Go(func() { sess.watchDevice(ctx) })
 
 	// Never answer with a desired state older than what the agent holds.
 	if a.state.Read().Revision() < sess.acked && !a.waitForRevision(ctx, sess.acked) {
@@ -271,7 +280,7 @@ func (sess *agentSession) handlePull(ctx context.Context, p *wire.Pull) error {
 		return sess.lagging(p.KnownRevision)
 	}
 	read := a.state.Read()
-	desired, err := sess.a.planner.Desired(read, sess.labels)
+	desired, err := sess.a.planner.Desired(read, sess.selectionLabels(read))
 	if err != nil {
 		return closeWith(wire.CloseInternalError, "compute desired state: %v", err)
 	}
@@ -389,7 +398,7 @@ func (sess *agentSession) handleReport(ctx context.Context, m *wire.Report) erro
 	if done {
 		return sess.write(&wire.ReportAck{Seq: seq})
 	}
-	if err := sess.a.reports.deliverReport(ctx, sess.deviceID, sess.labels, m); err != nil {
+	if err := sess.a.reports.deliverReport(ctx, sess.deviceID, sess.placementLabels(sess.a.state.Read()), m); err != nil {
 		// Not acknowledged: the agent keeps the report and resends it.
 		sess.logger.Warn("report not recorded", "seq", m.Seq, "error", err)
 		return nil
@@ -418,7 +427,7 @@ func (sess *agentSession) register(welcome *fsm.Read) {
 		// so that an unrelated revision (another device registering) does
 		// not make every agent pull.
 		var err error
-		if base, err = sess.a.planner.Desired(welcome, sess.labels); err != nil {
+		if base, err = sess.a.planner.Desired(welcome, sess.selectionLabels(welcome)); err != nil {
 			sess.logger.Warn("compute desired state at registration", "error", err)
 		}
 	}
@@ -435,7 +444,8 @@ func (sess *agentSession) register(welcome *fsm.Read) {
 }
 
 // maybeNotify pushes Notify if the session's desired state changed as of
-// read. Called by notifyLoop, and once by register.
+// read. Called by notifyLoop, by watchDevice when the device's labels
+// change, and once by register.
 //
 // byLabels caches desired states by label set for one pass over the
 // sessions.
@@ -446,11 +456,12 @@ func (sess *agentSession) maybeNotify(read *fsm.Read, byLabels map[string]*sched
 		return
 	}
 	sess.mu.Unlock()
-	key := labelsKey(sess.labels)
+	labels := sess.selectionLabels(read)
+	key := labelsKey(labels)
 	desired, ok := byLabels[key]
 	if !ok {
 		var err error
-		if desired, err = sess.a.planner.Desired(read, sess.labels); err != nil {
+		if desired, err = sess.a.planner.Desired(read, labels); err != nil {
 			sess.logger.Warn("compute desired state for notify", "error", err)
 			return
 		}
@@ -458,6 +469,12 @@ func (sess *agentSession) maybeNotify(read *fsm.Read, byLabels map[string]*sched
 	}
 	fp := desired.Fingerprint()
 	sess.mu.Lock()
+	if desired.Revision < sess.notified {
+		// A later state was evaluated meanwhile (notifyLoop and the
+		// session's device watcher both call here): keep its fingerprint.
+		sess.mu.Unlock()
+		return
+	}
 	changed := fp != sess.fp
 	if changed {
 		sess.fp = fp
@@ -514,6 +531,24 @@ func effectiveName(e wire.Effective) string {
 		return "mismatch"
 	}
 	return "unknown"
+}
+
+// selectionLabels are the labels the session selects the device's
+// intents by as of read (Config.selectionLabels): never the Hello's alone,
+// unless the cluster trusts reported labels.
+func (sess *agentSession) selectionLabels(read *fsm.Read) map[string]string {
+	rec, _ := read.Device(nil, sess.deviceID)
+	return sess.a.cfg.selectionLabels(rec, sess.labels)
+}
+
+// placementLabels are the labels the device's owner is chosen by: those
+// of its record (as the owners' evaluation reads them), or the Hello's
+// while the record is not committed.
+func (sess *agentSession) placementLabels(read *fsm.Read) map[string]string {
+	if rec, err := read.Device(nil, sess.deviceID); err == nil {
+		return rec.Labels
+	}
+	return sess.labels
 }
 
 // labelsKey is a canonical string of a label set.

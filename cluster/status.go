@@ -42,6 +42,7 @@ type statusOwner struct {
 	propose proposer
 	owners  ownerView
 	planner *scheduler.Planner
+	cfg     *Config // selects by its selectionLabels
 
 	batchSize                   int
 	batchInterval, evalInterval time.Duration
@@ -108,7 +109,7 @@ type ownerView interface {
 func newStatusOwner(cfg *Config, logger hclog.Logger, clock Clock, state stateReader, p proposer, owners ownerView, planner *scheduler.Planner) *statusOwner {
 	return &statusOwner{
 		self: cfg.NodeID, logger: logger, classes: cfg.Classes, clock: clock,
-		state: state, propose: p, owners: owners, planner: planner,
+		state: state, propose: p, owners: owners, planner: planner, cfg: cfg,
 		batchSize: cfg.StatusBatchSize, batchInterval: cfg.StatusBatchInterval,
 		evalInterval: cfg.StatusEvalInterval, applyTimeout: cfg.ApplyTimeout,
 		devices: map[string]*ownedDevice{}, kick: make(chan struct{}, 1),
@@ -147,9 +148,11 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 		if f := factsOf(rec); f != d.heardOf {
 			d.heardOf, d.heard = f, o.clock.Mono()
 		}
-		// Facts the session servers commit (connection, labels, acks) come
-		// from the replica; reports merged here but not yet committed stay.
-		d.rec.Labels, d.rec.Connected, d.rec.Server, d.rec.SessionID = rec.Labels, rec.Connected, rec.Server, rec.SessionID
+		// Facts the session servers commit (connection, acks), and the
+		// labels, come from the replica; reports merged here but not yet
+		// committed stay.
+		d.rec.Connected, d.rec.Server, d.rec.SessionID = rec.Connected, rec.Server, rec.SessionID
+		d.rec.Labels, d.rec.LabelsControlled, d.rec.ReportedLabels = rec.Labels, rec.LabelsControlled, rec.ReportedLabels
 		d.rec.AckedRevision = max(d.rec.AckedRevision, rec.AckedRevision)
 		d.rec.LastSeen = max(d.rec.LastSeen, rec.LastSeen)
 		if rec.ReportSeq > d.rec.ReportSeq {
@@ -206,8 +209,11 @@ func factsOf(rec *fsm.DeviceRecord) sessionFacts {
 }
 
 // ingest classifies a report of a device this server owns and waits until
-// the resulting transition, if any, is committed.
-func (o *statusOwner) ingest(ctx context.Context, device string, labels map[string]string, rep *wire.Report) error {
+// the resulting transition, if any, is committed. The labels the session
+// server routed the report by are not taken: the owner selects by the
+// replica's labels (Config.selectionLabels), so a report cannot replace
+// the labels the control plane gave the device.
+func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]string, rep *wire.Report) error {
 	if err := o.waitRecorded(ctx, device); err != nil {
 		return fmt.Errorf("report %d not recorded: %w", rep.Seq, err)
 	}
@@ -215,9 +221,6 @@ func (o *statusOwner) ingest(ctx context.Context, device string, labels map[stri
 	read := o.state.Read()
 	o.mu.Lock()
 	d := o.ownedLocked(device, read)
-	if labels != nil {
-		d.rec.Labels = labels
-	}
 	if rep.Seq <= d.rec.ReportSeq {
 		// A duplicate (resent, or arriving through another session): its
 		// content is in, but it may still be waiting for its commit; it is
@@ -274,7 +277,7 @@ func (o *statusOwner) ingest(ctx context.Context, device string, labels map[stri
 // what is applied even though no status moved, as when a rollout's new
 // version lands between two reports). fill adds the report to it.
 func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Time, force bool, fill func(*fsm.StatusTransition)) (*queuedTransition, error) {
-	desired, err := o.planner.Desired(read, d.rec.Labels)
+	desired, err := o.planner.Desired(read, o.cfg.recordSelection(&d.rec))
 	if err != nil {
 		return nil, err
 	}

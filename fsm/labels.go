@@ -33,6 +33,20 @@ type SetDeviceLabelsRequest struct {
 	Time    int64             `json:"time"`
 }
 
+// NextLabels returns the control-plane labels the request leaves a device
+// with whose record is cur.
+func (req *SetDeviceLabelsRequest) NextLabels(cur *DeviceRecord) map[string]string {
+	labels := map[string]string{}
+	if cur.LabelsControlled && !req.Replace {
+		maps.Copy(labels, cur.Labels)
+	}
+	maps.Copy(labels, req.Labels)
+	for _, k := range req.Remove {
+		delete(labels, k)
+	}
+	return labels
+}
+
 // SelectionLabels returns the labels intent selection must use for the
 // device: its control-plane labels once it has them. For a device the
 // control plane has not labelled, Labels are self-asserted; they are
@@ -61,14 +75,7 @@ func (f *FSM) applySetDeviceLabels(txn *memdb.Txn, index uint64, body []byte) (A
 	if cur == nil {
 		return rejected(txn, fmt.Errorf("set labels of device %q: %w", req.ID, ErrNotFound))
 	}
-	labels := map[string]string{}
-	if cur.LabelsControlled && !req.Replace {
-		maps.Copy(labels, cur.Labels)
-	}
-	maps.Copy(labels, req.Labels)
-	for _, k := range req.Remove {
-		delete(labels, k)
-	}
+	labels := req.NextLabels(cur)
 	if err := f.setControlLabels(txn, index, req.ID, labels, req.Time, false); err != nil {
 		return ApplyResult{}, err
 	}

@@ -156,7 +156,7 @@ func startDockerCluster(t *testing.T, n int) *dockerCluster {
 			"--http-addr", fmt.Sprintf("%s:%d", ip, httpPort), "--raft-addr", fmt.Sprintf("%s:%d", ip, raftPort),
 			"--gossip-addr", fmt.Sprintf("%s:%d", ip, gossipPort), "--agent-addr", fmt.Sprintf("%s:%d", ip, agentPort),
 			"--ca-file", "/pki/ca.pem", "--cert-file", "/pki/server-"+id+".pem", "--key-file", "/pki/server-"+id+"-key.pem",
-			"--cluster-secret-file", "/pki/cluster.secret",
+			"--cluster-secret-file", "/pki/cluster.secret", "--trust-reported-labels",
 			"--join", strings.Join(gossip, ","), "--bootstrap-expect", fmt.Sprint(n),
 			// Keep every revision, so that every acknowledged write can be
 			// checked; give up on a commit before the checker's clients do.

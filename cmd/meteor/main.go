@@ -152,6 +152,7 @@ func newRootCmd() *cobra.Command {
 		newStatusCmd(g),
 		newTokenCmd(g),
 		newAuditCmd(g),
+		newDeviceCmd(g),
 		newCACmd(),
 		newTLSCmd(),
 		newChaosCmd(g),

@@ -157,6 +157,7 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 	f.StringVar(&join, "join", "", "comma-separated gossip addresses of servers to join")
 	f.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "form a new cluster once this many servers see each other")
 	f.BoolVar(&cfg.Dev, "dev", false, "run a single throw-away server")
+	f.BoolVar(&cfg.TrustReportedLabels, "trust-reported-labels", false, "select intents by the labels devices report until the control plane labels them (development and benchmarks only: any device could claim any label; --dev implies it)")
 	f.StringVar(&gossipKey, "encrypt", "", "base64 gossip encryption key (16, 24 or 32 bytes), the same on every server")
 	f.IntVar(&historyLimit, "history-limit", cfg.FSM.HistoryLimit, "revisions kept per intent; the same on every server")
 	f.IntVar(&cfg.RaftMultiplier, "raft-multiplier", cfg.RaftMultiplier, "scale Raft's 1 s heartbeat, election and leader-lease timeouts (1-10); 1 replaces a failed leader faster, more holds on slower hosts and longer round trips")

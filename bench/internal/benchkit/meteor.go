@@ -167,7 +167,8 @@ func StartMeteor(ctx context.Context, g *Group, o MeteorOptions) (*MeteorCluster
 		}
 		if o.Agents {
 			s.AgentAddr, s.AgentPort = Loopback(ports[4*i+3]), ports[4*i+3]
-			args = append(args, "--agent-addr", s.AgentAddr)
+			// Benchmark devices are not enrolled: their labels select.
+			args = append(args, "--agent-addr", s.AgentAddr, "--trust-reported-labels")
 		}
 		if o.PKI != "" {
 			args = append(args, "--ca-file", MeteorCAFile(o.PKI), "--cert-file", MeteorCertFile(o.PKI, id), "--key-file", MeteorKeyFile(o.PKI, id))
