@@ -117,7 +117,8 @@ func (h *httpAPI) handleGetDevice(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := api.Device{
-		DeviceSummary: sum, SessionID: rec.SessionID, ReportSeq: rec.ReportSeq,
+		DeviceSummary: sum, ReportedLabels: rec.ReportedLabels, LabelsControlled: rec.LabelsControlled,
+		SessionID: rec.SessionID, ReportSeq: rec.ReportSeq,
 		AgentStatus: rec.AgentStatus, BlockedReason: rec.BlockedReason,
 		States: make([]api.ResourceState, 0, len(v.Resources)),
 	}

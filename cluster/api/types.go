@@ -229,7 +229,12 @@ type ResourceState struct {
 // Device is the answer to GET /v1/devices/{id}.
 type Device struct {
 	DeviceSummary
-	SessionID     string          `json:"session_id,omitempty"`
+	// ReportedLabels are the labels the device's agent reports, facts it
+	// states about itself; LabelsControlled says DeviceSummary.Labels
+	// (what intents select it by) come from the control plane.
+	ReportedLabels   map[string]string `json:"reported_labels,omitempty"`
+	LabelsControlled bool              `json:"labels_controlled"`
+	SessionID        string            `json:"session_id,omitempty"`
 	ReportSeq     uint64          `json:"report_seq"`
 	AgentStatus   string          `json:"agent_status,omitempty"`
 	BlockedReason string          `json:"blocked_reason,omitempty"`

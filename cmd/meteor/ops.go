@@ -272,8 +272,14 @@ func printDevice(w io.Writer, d *api.Device) {
 	if d.StatusSince != nil {
 		status += " (since " + ago(*d.StatusSince) + ")"
 	}
-	fmt.Fprintf(w, "Device:     %s\nLabels:     %s\nStatus:     %s\nOwner:      %s\nConnected:  %s\nLast seen:  %s\nRevisions:  desired %d, acknowledged %d\nConverged:  %v  (%s)\n",
-		d.ID, labels(d.Labels), status, orDash(d.Owner), conn, ago(d.LastSeen), d.DesiredRevision, d.AckedRevision, d.Converged, counts(d.Resources, d.Counts))
+	source := "reported by the device, trusted by this cluster"
+	if d.LabelsControlled {
+		source = "control plane"
+	} else if len(d.Labels) == 0 {
+		source = "the control plane has not labelled it: it receives only intents for all devices"
+	}
+	fmt.Fprintf(w, "Device:     %s\nLabels:     %s  (%s)\nReported:   %s  (the device's own word)\nStatus:     %s\nOwner:      %s\nConnected:  %s\nLast seen:  %s\nRevisions:  desired %d, acknowledged %d\nConverged:  %v  (%s)\n",
+		d.ID, deviceLabels(d.Labels), source, deviceLabels(d.ReportedLabels), status, orDash(d.Owner), conn, ago(d.LastSeen), d.DesiredRevision, d.AckedRevision, d.Converged, counts(d.Resources, d.Counts))
 	if d.NextRetry != nil {
 		fmt.Fprintf(w, "Next retry: %s\n", d.NextRetry.Local().Format(time.RFC3339))
 	}
@@ -484,6 +490,14 @@ func printJSON(w io.Writer, v any) error {
 }
 
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+
+// deviceLabels prints a device's labels, "none" if it has none.
+func deviceLabels(m map[string]string) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	return labels(m)
+}
 
 func labels(m map[string]string) string {
 	if len(m) == 0 {

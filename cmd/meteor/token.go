@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -21,9 +22,10 @@ func newTokenCmd(g *globals) *cobra.Command {
 	}
 	var req api.CreateTokenRequest
 	var policy, scope, labels string
+	var enroll bool
 	var ttl time.Duration
 	create := &cobra.Command{
-		Use:   "create --policy POLICY",
+		Use:   "create --policy POLICY | --enroll",
 		Short: "Create a token and print its secret (shown only this once)",
 		Long: `Create a token. Policies: read (reads everything), operator (reads, writes
 and deletes intents, reads the audit log), admin (also manages tokens and
@@ -32,10 +34,18 @@ or operator token to the intents whose selector stays within the labels given
 ("*" accepts any value).`,
 		Example: `  meteor token create --policy operator --name ci --ttl 720h
   meteor token create --policy operator --scope region=eu --name eu-ops
-  meteor token create --policy enroll --labels region=eu,site=store-42 --ttl 15m --uses 1`,
+  meteor token create --enroll --labels region=eu,site=store-42 --ttl 15m --uses 1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
+			switch {
+			case enroll && policy != "" && policy != string(acl.PolicyEnroll):
+				return fmt.Errorf("--enroll makes an enroll token: drop --policy %s", policy)
+			case enroll:
+				policy = string(acl.PolicyEnroll)
+			case policy == "":
+				return errors.New("--policy: give read, operator, admin or enroll (or --enroll)")
+			}
 			req.Policy = acl.Policy(policy)
 			if req.Scope, err = parseKVFlag("--scope", scope); err != nil {
 				return err
@@ -68,12 +78,12 @@ or operator token to the intents whose selector stays within the labels given
 	}
 	f := create.Flags()
 	f.StringVar(&policy, "policy", "", "read, operator, admin or enroll")
+	f.BoolVar(&enroll, "enroll", false, "an enroll token: the same as --policy enroll")
 	f.StringVar(&req.Name, "name", "", "a name for listings and the audit log")
 	f.StringVar(&scope, "scope", "", "comma-separated key=value labels a read or operator token is narrowed to")
 	f.StringVar(&labels, "labels", "", "comma-separated key=value labels devices enrolled with an enroll token get")
 	f.DurationVar(&ttl, "ttl", 0, "how long the token lasts (0: until revoked)")
 	f.Uint64Var(&req.Uses, "uses", 0, "how many devices an enroll token may enroll (0: no limit)")
-	_ = create.MarkFlagRequired("policy")
 
 	list := &cobra.Command{
 		Use: "list", Short: "List the tokens (never their secrets)", Args: cobra.NoArgs,

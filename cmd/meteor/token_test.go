@@ -126,6 +126,21 @@ func TestTokenCommands(t *testing.T) {
 	if _, err := run(t, "--addr", addr, "--ca-cert", caPath, "--token", created.Secret, "audit"); err == nil || !strings.Contains(err.Error(), "revoked") {
 		t.Fatalf("revoked token: %v, want unauthenticated", err)
 	}
+
+	// --enroll is --policy enroll, and conflicts with another policy.
+	out, err = run(t, "--addr", addr, "--ca-cert", caPath, "--token-file", adminFile, "-o", "json", "token", "create", "--enroll", "--labels", "site=store-42", "--uses", "1", "--ttl", "15m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var enroll api.CreateTokenResponse
+	if err := json.Unmarshal([]byte(out), &enroll); err != nil || enroll.Token.Policy != "enroll" || enroll.Token.EnrollLabels["site"] != "store-42" {
+		t.Fatalf("token create --enroll: %s (%v)", out, err)
+	}
+	for _, args := range [][]string{{"--enroll", "--policy", "admin"}, {"--name", "no-policy"}} {
+		if _, err := run(t, append([]string{"--addr", addr, "--ca-cert", caPath, "--token-file", adminFile, "token", "create"}, args...)...); err == nil {
+			t.Errorf("token create %v: accepted", args)
+		}
+	}
 }
 
 // TestHelpDoesNotShowTheToken: METEOR_TOKEN is the token's last source,
@@ -141,5 +156,30 @@ func TestHelpDoesNotShowTheToken(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "do-not-print-me") {
 		t.Fatalf("--help shows the token:\n%s", out.String())
+	}
+}
+
+// TestPrintDeviceShowsLabelSources: a device's labels are shown with
+// where they come from, and what it reports apart from them.
+func TestPrintDeviceShowsLabelSources(t *testing.T) {
+	for _, tc := range []struct {
+		d    api.Device
+		want []string
+	}{
+		{api.Device{DeviceSummary: api.DeviceSummary{ID: "pos-1", Labels: map[string]string{"role": "pos"}}, LabelsControlled: true,
+			ReportedLabels: map[string]string{"role": "pos-gateway"}},
+			[]string{"Labels:     role=pos  (control plane)", "Reported:   role=pos-gateway  (the device's own word)"}},
+		{api.Device{DeviceSummary: api.DeviceSummary{ID: "pos-2"}, ReportedLabels: map[string]string{"role": "pos-gateway"}},
+			[]string{"Labels:     none  (the control plane has not labelled it", "Reported:   role=pos-gateway"}},
+		{api.Device{DeviceSummary: api.DeviceSummary{ID: "pos-3", Labels: map[string]string{"region": "eu"}}, ReportedLabels: map[string]string{"region": "eu"}},
+			[]string{"Labels:     region=eu  (reported by the device, trusted by this cluster)"}},
+	} {
+		var b bytes.Buffer
+		printDevice(&b, &tc.d)
+		for _, w := range tc.want {
+			if !strings.Contains(b.String(), w) {
+				t.Errorf("%s: output lacks %q:\n%s", tc.d.ID, w, b.String())
+			}
+		}
 	}
 }
