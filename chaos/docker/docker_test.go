@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"flag"
 	"fmt"
@@ -65,6 +66,8 @@ type dockerCluster struct {
 	// hc reaches the servers' HTTP APIs, which speak TLS: it trusts
 	// the cluster CA (cluster.OperatorTLS).
 	hc *http.Client
+	// gossipKey encrypts the servers' gossip (base64).
+	gossipKey string
 }
 
 func docker(args ...string) (string, error) {
@@ -126,6 +129,9 @@ func startDockerCluster(t *testing.T, n int) *dockerCluster {
 	subnet := fmt.Sprintf("172.29.%d", 16+int(b[0])%200)
 	pki := filepath.Join(c.dir, "pki")
 	c.meteor("ca", "init", "--dir", pki)
+	gk := make([]byte, 32)
+	rand.Read(gk)
+	c.gossipKey = base64.StdEncoding.EncodeToString(gk)
 	caPEM, err := os.ReadFile(filepath.Join(pki, "ca.pem"))
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +162,7 @@ func startDockerCluster(t *testing.T, n int) *dockerCluster {
 			"--http-addr", fmt.Sprintf("%s:%d", ip, httpPort), "--raft-addr", fmt.Sprintf("%s:%d", ip, raftPort),
 			"--gossip-addr", fmt.Sprintf("%s:%d", ip, gossipPort), "--agent-addr", fmt.Sprintf("%s:%d", ip, agentPort),
 			"--ca-file", "/pki/ca.pem", "--cert-file", "/pki/server-"+id+".pem", "--key-file", "/pki/server-"+id+"-key.pem",
-			"--cluster-secret-file", "/pki/cluster.secret", "--trust-reported-labels",
+			"--cluster-secret-file", "/pki/cluster.secret", "--trust-reported-labels", "--encrypt", c.gossipKey,
 			"--join", strings.Join(gossip, ","), "--bootstrap-expect", fmt.Sprint(n),
 			// Keep every revision, so that every acknowledged write can be
 			// checked; give up on a commit before the checker's clients do.

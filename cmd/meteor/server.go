@@ -81,6 +81,8 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 				return errors.New("--insecure-plaintext: this server has its certificate (--tls-dir or --cert-file); drop one of them")
 			case certFile == "" && !insecure && !cfg.Dev:
 				return errors.New("a server needs its certificate: create the material with 'meteor tls init --dir pki' and pass --tls-dir pki (or --cert-file and --key-file); --insecure-plaintext runs without TLS, for a network no one else reaches")
+			case certFile != "" && len(cfg.GossipKey) == 0:
+				return errors.New("gossip would travel unencrypted: give the gossip key (gossip.key from 'meteor tls init', which --tls-dir takes, or --encrypt KEY)")
 			case certFile == "":
 				fmt.Fprintln(os.Stderr, "WARNING: no TLS: Raft, gossip and the HTTP API speak plaintext, and anyone who reaches these ports can read and change the cluster's state ("+map[bool]string{true: "--dev", false: "--insecure-plaintext"}[cfg.Dev]+").")
 			}

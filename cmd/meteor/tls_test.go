@@ -77,3 +77,24 @@ func TestTLSInit(t *testing.T) {
 		t.Errorf("a refused init left %s behind (%v)", other, err)
 	}
 }
+
+// TestServerRefusesInsecureStart: meteor server does not start without
+// its certificate unless told --insecure-plaintext, nor with a
+// certificate but unencrypted gossip, nor with both a certificate and
+// --insecure-plaintext.
+func TestServerRefusesInsecureStart(t *testing.T) {
+	base := []string{"server", "--node-id", "s1", "--data-dir", t.TempDir()}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "needs its certificate"},
+		{[]string{"--cert-file", "s1.pem", "--key-file", "s1-key.pem"}, "gossip would travel unencrypted"},
+		{[]string{"--cert-file", "s1.pem", "--key-file", "s1-key.pem", "--insecure-plaintext"}, "drop one of them"},
+	} {
+		_, err := run(t, append(base, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("meteor server %v: %v, want an error saying %q", tc.args, err, tc.want)
+		}
+	}
+}

@@ -130,6 +130,10 @@ func StartMeteor(ctx context.Context, g *Group, o MeteorOptions) (*MeteorCluster
 		return nil, err
 	}
 	gossip := func(i int) string { return Loopback(ports[4*i+2]) }
+	// Servers with their certificates encrypt gossip: one key for all.
+	gk := make([]byte, 32)
+	rand.Read(gk)
+	gossipKey := base64.StdEncoding.EncodeToString(gk)
 	c := &MeteorCluster{}
 	// With a PKI every server has its certificate, and its HTTP API
 	// speaks TLS.
@@ -171,7 +175,7 @@ func StartMeteor(ctx context.Context, g *Group, o MeteorOptions) (*MeteorCluster
 			args = append(args, "--agent-addr", s.AgentAddr, "--trust-reported-labels")
 		}
 		if o.PKI != "" {
-			args = append(args, "--ca-file", MeteorCAFile(o.PKI), "--cert-file", MeteorCertFile(o.PKI, id), "--key-file", MeteorKeyFile(o.PKI, id))
+			args = append(args, "--ca-file", MeteorCAFile(o.PKI), "--cert-file", MeteorCertFile(o.PKI, id), "--key-file", MeteorKeyFile(o.PKI, id), "--encrypt", gossipKey)
 		} else if !o.Dev {
 			args = append(args, "--insecure-plaintext")
 		}
