@@ -171,11 +171,7 @@ func internalRead(t *testing.T, hc *http.Client, s *Server, by string) int {
 // none of them becomes a device. A device certificate of the cluster CA is
 // welcome, which shows the refusals are about the certificate.
 func TestAgentPortRefusesStrangers(t *testing.T) {
-	c := newTestCluster(t, 1, func(cfg *Config) {
-		cfg.AgentAddr = "127.0.0.1:0"
-		cfg.AgentTLS = &AgentTLS{ClientCAs: cfg.PeerTLS.CAs, Certificate: cfg.PeerTLS.Certificate}
-		cfg.ClusterSecret = []byte("0123456789abcdef0123456789abcdef")
-	})
+	c := newTestCluster(t, 1, servesAgents)
 	s := c.waitLeader()
 	ca := c.CA()
 	foreign, err := pki.NewCA("attacker CA", time.Hour)

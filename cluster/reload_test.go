@@ -27,11 +27,7 @@ import (
 // certificate of the wrong server or of a CA outside the pool is refused
 // and changes nothing.
 func TestReloadTLSRotatesTheCAWithAgentsConnected(t *testing.T) {
-	c := newTestCluster(t, 3, func(cfg *Config) {
-		cfg.AgentAddr = "127.0.0.1:0"
-		cfg.AgentTLS = &AgentTLS{ClientCAs: cfg.PeerTLS.CAs, Certificate: cfg.PeerTLS.Certificate}
-		cfg.ClusterSecret = []byte("0123456789abcdef0123456789abcdef")
-	})
+	c := newTestCluster(t, 3, servesAgents)
 	old := c.CA()
 	oldDevice, err := old.IssueDevice("dev-old")
 	if err != nil {
@@ -128,11 +124,7 @@ func TestReloadTLSRotatesTheCAWithAgentsConnected(t *testing.T) {
 // TestReloadTLSDropsAnOldCA: once the pool holds only the new CA, a
 // device certificate of the old one is refused at the handshake.
 func TestReloadTLSDropsAnOldCA(t *testing.T) {
-	c := newTestCluster(t, 1, func(cfg *Config) {
-		cfg.AgentAddr = "127.0.0.1:0"
-		cfg.AgentTLS = &AgentTLS{ClientCAs: cfg.PeerTLS.CAs, Certificate: cfg.PeerTLS.Certificate}
-		cfg.ClusterSecret = []byte("0123456789abcdef0123456789abcdef")
-	})
+	c := newTestCluster(t, 1, servesAgents)
 	s := c.waitLeader()
 	next, err := pki.NewCA("next CA", time.Hour)
 	if err != nil {
@@ -201,4 +193,12 @@ func dialAgentErr(addr string, tlsConf *tls.Config) error {
 		return fmt.Errorf("got %s", m.Type())
 	}
 	return nil
+}
+
+// servesAgents makes a test cluster's server serve agents with the
+// certificate the cluster's CA gave it for Raft.
+func servesAgents(cfg *Config) {
+	cfg.AgentAddr = "127.0.0.1:0"
+	cfg.AgentTLS = &AgentTLS{ClientCAs: cfg.PeerTLS.CAs, Certificate: cfg.PeerTLS.Certificate}
+	cfg.ClusterSecret = []byte("0123456789abcdef0123456789abcdef")
 }
