@@ -192,6 +192,9 @@ func waitFor[T any](ctx context.Context, t *testing.T, ch <-chan T, what string)
 }
 
 func TestQUICResume0RTT(t *testing.T) {
+	if raceBuild {
+		t.Skip("opens streams in 0-RTT, which races inside quic-go v0.65 (quic-go/quic-go#4303): make test runs it without -race")
+	}
 	t.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
