@@ -44,11 +44,13 @@ func newPeerClient(cfg *Config) *peerClient {
 	}
 	hc := cfg.PeerClient
 	if hc == nil {
+		var tr http.RoundTripper
 		if scheme == "https" && cfg.PeerTLS != nil {
-			hc = &http.Client{Transport: cfg.PeerTLS.apiTransport()}
+			tr = cfg.PeerTLS.apiTransport()
 		} else {
-			hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}
+			tr = &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}
 		}
+		hc = &http.Client{Transport: drainingTransport{next: tr}}
 	}
 	return &peerClient{scheme: scheme, hc: hc, self: cfg.NodeID, secret: cfg.ClusterSecret, now: serverClock(cfg).Now}
 }
@@ -70,6 +72,36 @@ func (p *peerClient) transport() http.RoundTripper {
 		return p.hc.Transport
 	}
 	return http.DefaultTransport
+}
+
+// drainingTransport reads what is left of a response body (up to
+// maxDrain bytes) when it is closed, so that the connection goes back to
+// the pool instead of being dropped: a caller that decodes a JSON body or
+// looks only at the status would otherwise cost a new connection, and
+// over TLS a new handshake, per request.
+type drainingTransport struct{ next http.RoundTripper }
+
+const maxDrain = 256 << 10
+
+func (t drainingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(r)
+	if err == nil && resp.Body != nil {
+		resp.Body = drainOnClose{resp.Body}
+	}
+	return resp, err
+}
+
+func (t drainingTransport) CloseIdleConnections() {
+	if c, ok := t.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+type drainOnClose struct{ io.ReadCloser }
+
+func (b drainOnClose) Close() error {
+	io.Copy(io.Discard, io.LimitReader(b.ReadCloser, maxDrain))
+	return b.ReadCloser.Close()
 }
 
 // signingTransport signs each request as the server's own.

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -88,5 +89,52 @@ func TestPeerClientTakesTheScheme(t *testing.T) {
 	}
 	if _, err := plain.status(ctx, addr); err == nil {
 		t.Fatal("plain HTTP to a TLS server succeeded")
+	}
+}
+
+// TestPeerClientReusesConnections: requests between servers whose answers
+// the caller does not read to the end (a decoded status, a report's
+// acknowledgement) still leave their connection for the next request.
+// Over TLS each new connection is a handshake on both servers: without
+// it, a busy fleet's report forwarding cost the servers most of their CPU.
+func TestPeerClientReusesConnections(t *testing.T) {
+	var mu sync.Mutex
+	conns := 0
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/internal/self":
+			writeJSON(w, http.StatusOK, &selfStatus{Node: "s2"})
+		default:
+			w.Write([]byte(strings.Repeat("acknowledged\n", 100)))
+		}
+	}))
+	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			conns++
+			mu.Unlock()
+		}
+	}
+	ts.Start()
+	defer ts.Close()
+	addr := strings.TrimPrefix(ts.URL, "http://")
+
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.ClusterSecret = "s1", []byte("a cluster secret of 32 bytes....")
+	p := newPeerClient(&cfg)
+	defer p.close()
+	ctx := context.Background()
+	for range 10 {
+		if _, err := p.status(ctx, addr); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.report(ctx, "s2", addr, &forwardedReport{Device: "d1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if conns != 1 {
+		t.Fatalf("20 requests took %d connections, want 1", conns)
 	}
 }

@@ -228,10 +228,15 @@ func (p *PeerTLS) apiServerConfig() *tls.Config {
 // servers' HTTP APIs: it presents this server's certificate and trusts
 // only servers of the cluster CA.
 func (p *PeerTLS) apiTransport() *http.Transport {
+	// Reconnections resume their TLS session (no signature, no chain to
+	// verify again), with the tickets of this transport's cache.
+	sessions := tls.NewLRUClientSessionCache(64)
 	return &http.Transport{
 		// Each connection takes the material of the moment (reload).
 		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: handshakeTimeout}, Config: p.clientConfig("")}
+			conf := p.clientConfig("")
+			conf.ClientSessionCache = sessions
+			d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: handshakeTimeout}, Config: conf}
 			return d.DialContext(ctx, network, addr)
 		},
 		MaxIdleConnsPerHost: 256,
