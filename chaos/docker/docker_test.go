@@ -339,7 +339,7 @@ func TestMultiHost(t *testing.T) {
 		changes <- err
 	}()
 	res, err := scenario.RunDeployment(ctx, c.addrs(), scenario.DeploymentOptions{
-		TLS: c.hc.Transport.(*http.Transport).TLSClientConfig,
+		TLS:  c.hc.Transport.(*http.Transport).TLSClientConfig,
 		Seed: seed, Duration: *durationFlag, MinOps: 100, Dir: reportDir, Log: logWriter{t}, Name: "docker-multi-host",
 		Driver: driver,
 		Plan: hosts.PlanConfig{

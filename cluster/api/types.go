@@ -235,10 +235,10 @@ type Device struct {
 	ReportedLabels   map[string]string `json:"reported_labels,omitempty"`
 	LabelsControlled bool              `json:"labels_controlled"`
 	SessionID        string            `json:"session_id,omitempty"`
-	ReportSeq     uint64          `json:"report_seq"`
-	AgentStatus   string          `json:"agent_status,omitempty"`
-	BlockedReason string          `json:"blocked_reason,omitempty"`
-	States        []ResourceState `json:"resource_states"`
+	ReportSeq        uint64            `json:"report_seq"`
+	AgentStatus      string            `json:"agent_status,omitempty"`
+	BlockedReason    string            `json:"blocked_reason,omitempty"`
+	States           []ResourceState   `json:"resource_states"`
 }
 
 // OwnerShare is one server's share of the devices.
