@@ -31,10 +31,23 @@ type keyringHost interface {
 	// gossipKeyring is nil when gossip is not encrypted.
 	gossipKeyring() *keyring
 	members() []member
-	inRaftConfig(id string) bool
+	// raftServerIDs lists the servers of the Raft configuration.
+	raftServerIDs() []string
 }
 
 func (s *Server) gossipKeyring() *keyring { return s.gossip.keyring }
+
+func (s *Server) raftServerIDs() []string {
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	var ids []string
+	for _, srv := range f.Configuration().Servers {
+		ids = append(ids, string(srv.ID))
+	}
+	return ids
+}
 
 // keyringCall is the body of /v1/internal/keyring, which one server sends
 // every other to list or change its keyring (peerClient.keyring).
@@ -224,9 +237,9 @@ func (h *httpAPI) keyringOf() (keyringHost, *keyring, *api.Error) {
 }
 
 // keyringAll lists or changes the keyring of every server that should
-// have it: this one, every other gossip reports alive, and those gossip
-// reports failed while they are still in the Raft configuration, which
-// cannot be reached and get an error. Servers that left are not asked.
+// have it: this one, every other gossip reports alive, and every other
+// server of the Raft configuration, which cannot be reached and gets an
+// error.
 // The result is sorted by node ID.
 func (h *httpAPI) keyringAll(ctx context.Context, host keyringHost, op string, key []byte) []api.KeyringServer {
 	kr := host.gossipKeyring()
@@ -248,16 +261,22 @@ func (h *httpAPI) keyringAll(ctx context.Context, host keyringHost, op string, k
 		res, err := localKeyring(kr, h.cfg.NodeID, op, key)
 		add(h.cfg.NodeID, res, err)
 	})
+	asked := map[string]bool{h.cfg.NodeID: true}
 	for _, m := range host.members() {
-		switch {
-		case m.ID == h.cfg.NodeID:
-		case m.State == memberlist.StateAlive && !m.Leaving:
+		if m.ID != h.cfg.NodeID && m.State == memberlist.StateAlive && !m.Leaving {
+			asked[m.ID] = true
 			wg.Go(func() {
 				res, err := h.peers.keyring(ctx, m, op, key)
 				add(m.ID, res, err)
 			})
-		case m.State == memberlist.StateDead && host.inRaftConfig(m.ID):
-			add(m.ID, api.KeyringServer{}, fmt.Errorf("not reached: gossip reports it failed (start it again, or remove it with 'meteor members remove %s')", m.ID))
+		}
+	}
+	// A server of the Raft configuration that gossip does not show alive
+	// (failed, left, or forgotten) would come back without the change:
+	// it is reported, so that use and remove refuse.
+	for _, id := range host.raftServerIDs() {
+		if !asked[id] {
+			add(id, api.KeyringServer{}, fmt.Errorf("not reached: a server of the Raft configuration that gossip does not show alive (start it again, or remove it with 'meteor members remove %s')", id))
 		}
 	}
 	wg.Wait()

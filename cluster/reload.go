@@ -25,8 +25,17 @@ func (s *Server) ReloadTLS(cas *x509.CertPool, cert tls.Certificate) error {
 	if s.config.PeerTLS == nil && s.config.AgentTLS == nil {
 		return errors.New("reload TLS: this server was started without a certificate; restart it with one")
 	}
-	if err := checkServerCert(cas, cert, s.config.NodeID); err != nil {
+	leaf, err := checkServerCert(cas, cert, s.config.NodeID)
+	if err != nil {
 		return fmt.Errorf("reload TLS: %w", err)
+	}
+	cert.Leaf = leaf
+	if d := s.config.DeviceCA; d != nil {
+		// The CA that signs enrolled devices' certificates must stay one
+		// the agent port trusts.
+		if _, err := verifyChain(d.Cert, nil, cas, x509.ExtKeyUsageAny); err != nil {
+			return fmt.Errorf("reload TLS: the CA pool leaves out the CA this server signs device certificates with (--ca-key-file): %w", err)
+		}
 	}
 	if p := s.config.PeerTLS; p != nil {
 		p.reload(cas, cert)
@@ -34,35 +43,35 @@ func (s *Server) ReloadTLS(cas *x509.CertPool, cert tls.Certificate) error {
 	if a := s.config.AgentTLS; a != nil {
 		a.live.Store(&tlsMaterial{cas: cas, cert: cert})
 	}
-	leaf := cert.Leaf
 	s.logger.Info("TLS material reloaded", "certificate_expires", leaf.NotAfter.UTC().Format(time.RFC3339), "serial", leaf.SerialNumber.String())
 	return nil
 }
 
 // checkServerCert checks that cert is a server certificate of one of cas
-// for node ID id, valid now for both ends of a connection.
-func checkServerCert(cas *x509.CertPool, cert tls.Certificate, id string) error {
+// for node ID id, valid now for both ends of a connection, and returns its
+// parsed leaf.
+func checkServerCert(cas *x509.CertPool, cert tls.Certificate, id string) (*x509.Certificate, error) {
 	if len(cert.Certificate) == 0 {
-		return errors.New("no certificate")
+		return nil, errors.New("no certificate")
 	}
-	if cert.Leaf == nil {
-		leaf, err := x509.ParseCertificate(cert.Certificate[0])
-		if err != nil {
-			return fmt.Errorf("parse the certificate: %w", err)
+	leaf := cert.Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return nil, fmt.Errorf("parse the certificate: %w", err)
 		}
-		cert.Leaf = leaf
 	}
-	got, err := wire.ServerIDFromCert(cert.Leaf)
+	got, err := wire.ServerIDFromCert(leaf)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if got != id {
-		return fmt.Errorf("the certificate is server %q's, this server is %q", got, id)
+		return nil, fmt.Errorf("the certificate is server %q's, this server is %q", got, id)
 	}
-	if _, err := verifyChain(cert.Leaf, cert.Certificate[1:], cas, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth); err != nil {
-		return fmt.Errorf("the certificate is not one of the new CA pool's: %w", err)
+	if _, err := verifyChain(leaf, cert.Certificate[1:], cas, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth); err != nil {
+		return nil, fmt.Errorf("the certificate is not one of the new CA pool's: %w", err)
 	}
-	return nil
+	return leaf, nil
 }
 
 // verifyChain verifies leaf (with intermediates, DER) against roots for

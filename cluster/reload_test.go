@@ -202,3 +202,34 @@ func servesAgents(cfg *Config) {
 	cfg.AgentTLS = &AgentTLS{ClientCAs: cfg.PeerTLS.CAs, Certificate: cfg.PeerTLS.Certificate}
 	cfg.ClusterSecret = []byte("0123456789abcdef0123456789abcdef")
 }
+
+// TestReloadTLSKeepsTheDeviceCA: a server that signs enrolled devices'
+// certificates refuses a CA pool without its signing CA (the agent port
+// would refuse what it issues), and takes a certificate built by hand,
+// without its parsed leaf.
+func TestReloadTLSKeepsTheDeviceCA(t *testing.T) {
+	c := newTestCluster(t, 1, servesAgents)
+	s := c.waitLeader()
+	s.config.DeviceCA = c.CA() // as --ca-key-file with the cluster's CA key
+	next, err := pki.NewCA("next CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := next.IssueServer(s.ID(), []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReloadTLS(next.Pool(), cert); err == nil || !strings.Contains(err.Error(), "signs device certificates") {
+		t.Fatalf("reload without the device CA: %v, want refused", err)
+	}
+	oldPEM, _, _ := c.CA().PEM()
+	nextPEM, _, _ := next.PEM()
+	both, err := pki.PoolFromPEM(append(oldPEM, nextPEM...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert.Leaf = nil
+	if err := s.ReloadTLS(both, cert); err != nil {
+		t.Fatalf("reload with both CAs and no parsed leaf: %v", err)
+	}
+}

@@ -62,9 +62,13 @@ func (sess *agentSession) watchDevice(ctx context.Context) {
 	for {
 		ws := memdb.NewWatchSet()
 		read := sess.a.state.Read()
+		// A session whose device can no longer be watched is closed:
+		// it would otherwise outlive a revocation. The agent reconnects,
+		// with a watch of its own.
 		revoked, rev, err := read.DeviceRevoked(ws, sess.deviceID)
 		if err != nil {
-			sess.logger.Error("watch revocation", "error", err)
+			sess.logger.Error("watch revocation: closing the session", "error", err)
+			sess.conn.CloseWithError(wire.CloseInternalError, "cannot watch the device's revocation")
 			return
 		}
 		if revoked {
@@ -73,12 +77,14 @@ func (sess *agentSession) watchDevice(ctx context.Context) {
 			return
 		}
 		if _, err := read.Device(ws, sess.deviceID); err != nil && !errors.Is(err, fsm.ErrNotFound) {
-			sess.logger.Error("watch device record", "error", err)
+			sess.logger.Error("watch device record: closing the session", "error", err)
+			sess.conn.CloseWithError(wire.CloseInternalError, "cannot watch the device's record")
 			return
 		}
-		key := labelsKey(sess.selectionLabels(read))
+		labels := sess.selectionLabels(read)
+		key := labelsKey(labels)
 		if !first && key != last {
-			sess.logger.Debug("selection labels changed", "labels", sess.selectionLabels(read))
+			sess.logger.Debug("selection labels changed", "labels", labels)
 			sess.maybeNotify(read, map[string]*scheduler.DesiredState{})
 		}
 		last, first = key, false
