@@ -8,8 +8,8 @@
 // agents both import this package, so neither defines its own.
 //
 // An intent is what an operator applies: a named set of resources that the
-// devices matching its selector must hold, and a rollout strategy that is
-// kept verbatim for the scheduler. See docs/examples for real documents.
+// devices matching its selector must hold, and how to roll them out. See
+// docs/examples for real documents.
 //
 // # Parsing
 //
@@ -38,6 +38,35 @@
 // intent re-parsed from its Canonical encoding, give reflect.DeepEqual
 // values. YAML timestamps decode as strings. Code that builds intents by
 // hand may also use int; Canonical and Digest treat it like int64.
+//
+// # Rollouts
+//
+// Intent.Rollout keeps the rollout block as written, so canonical
+// encodings do not depend on this package's defaults; RolloutSpec (or
+// ParseRollout) gives its typed view, a *Rollout with every default filled
+// in. The block is strict: unknown fields anywhere in it are errors, and
+//
+//   - waves is a list of at most 32 waves; each is a mapping (name, count,
+//     percent, selector, approval, maxParallel, gate) with exactly one of
+//     count, percent and selector, or a shorthand: an integer N is count N,
+//     "10%" is percent 10, and "site-type=kiosk" or "a=b,c=d" a selector.
+//     A count is 1 to 1,000,000; a percent, the cumulative share of the
+//     targeted devices, is in (0, 100] and never below an earlier wave's;
+//     wave names are DNS labels, unique, and default to wave-N;
+//   - percents (percent, gate.converged, onFailure.threshold) are numbers
+//     from 0 to 100 or strings such as "95%";
+//   - durations (progressDeadline, gate.hold, gate.timeout) are Go
+//     duration strings greater than 0, such as "10m";
+//   - maxParallel is at least 1; window is "HH:MM-HH:MM" in UTC, its ends
+//     different, such as "22:00-06:00" across midnight;
+//   - strategy is waves (the default) or immediate, which takes no waves;
+//     onFailure.action is pause (the default) or revert.
+//
+// Validate and Parse apply these rules. ValidateCommitted, for intents
+// already in the replicated log, does not: a block committed before the
+// rules existed must not make a replica drop the intent on replay. For
+// such an intent RolloutSpec returns the error, and the state machine
+// rolls it out at once.
 //
 // # Boundaries
 //

@@ -26,6 +26,9 @@ func FuzzParse(f *testing.F) {
 			f.Add([]byte(tc.doc))
 		}
 	}
+	for _, tc := range rolloutBadDocs {
+		f.Add([]byte(rolloutDoc(tc.block)))
+	}
 	f.Add([]byte("name: x\nresources: [{id: a, type: sim, spec: {value: \"\\x7f\\u0085\\ufeff\"}}]\n"))
 	f.Add([]byte("name: x\nresources: [{id: a, type: sim, spec: &s {value: 1}}, {id: b, type: sim, spec: *s}]\n"))
 

@@ -20,8 +20,11 @@ type Intent struct {
 	// order. Resource IDs are unique within an intent.
 	Resources []Resource `json:"resources" yaml:"resources"`
 
-	// Rollout is the rollout strategy. It is parsed and kept verbatim for
-	// now; the scheduler gives it meaning.
+	// Rollout is the rollout block as written: how the devices move to a
+	// new revision in waves, gates and windows. Validate checks it against
+	// the rollout rules, and RolloutSpec gives its typed view (Rollout)
+	// with defaults filled in. Nil means no rollout: every device gets a
+	// new revision at once.
 	Rollout map[string]any `json:"rollout,omitempty" yaml:"rollout,omitempty"`
 }
 

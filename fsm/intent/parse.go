@@ -125,7 +125,7 @@ func parseDocument(doc *yaml.Node) (*Intent, positions, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := in.validate(d.pos); err != nil {
+	if err := in.validate(d.pos, true); err != nil {
 		return nil, nil, err
 	}
 	return in, d.pos, nil

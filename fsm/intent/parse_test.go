@@ -47,10 +47,9 @@ resources:
       command: [nft, list, table, inet, meteor_store]
 rollout:
   strategy: waves
-  waves: [5, 25, 100]
-  pause: 1.5
+  waves: [5, 25, 100, {name: everyone, percent: 100%, approval: true, gate: {hold: 1h}}]
+  onFailure: {threshold: 1.5, action: revert}
   window: "02:00-05:00"
-  approvals: {required: true, from: [ops, security]}
 `,
 		json: `{
   "name": "store-net",
@@ -76,8 +75,9 @@ rollout:
     }
   ],
   "rollout": {
-    "strategy": "waves", "waves": [5, 25.0, 1e2], "pause": 1.5, "window": "02:00-05:00",
-    "approvals": {"required": true, "from": ["ops", "security"]}
+    "strategy": "waves",
+    "waves": [5, 25.0, 1e2, {"name": "everyone", "percent": "100%", "approval": true, "gate": {"hold": "1h"}}],
+    "onFailure": {"threshold": 1.5, "action": "revert"}, "window": "02:00-05:00"
   }
 }`,
 	},
@@ -99,13 +99,17 @@ resources:
     type: sim
     spec: {value: 18446744073709551615}
     probe: {}
-rollout: {max: 9223372036854775807, min: -9223372036854775808, small: 1e-9, empty: null, date: 2024-11-27}
+  - id: d
+    type: sim
+    spec: {value: -9223372036854775808}
+rollout: {maxParallel: 9223372036854775807, gate: {converged: 1e-9}, window: null}
 `,
 		json: `{"name": "kiosk-sim", "selector": {"link": "cellular"}, "resources": [
   {"id": "a", "type": "sim", "spec": {"value": 5, "failureRate": 0.0, "applyTime": "0s"}, "probe": {"driftRate": 0.25}},
   {"id": "b", "type": "sim", "spec": {"value": "2024-11-27"}, "requires": ["a"]},
-  {"id": "c", "type": "sim", "spec": {"value": 1.8446744073709551615e19}}
-], "rollout": {"max": 9223372036854775807, "min": -9223372036854775808, "small": 0.000000001, "empty": null, "date": "2024-11-27"}}`,
+  {"id": "c", "type": "sim", "spec": {"value": 1.8446744073709551615e19}},
+  {"id": "d", "type": "sim", "spec": {"value": -9223372036854775808}}
+], "rollout": {"maxParallel": 9223372036854775807, "gate": {"converged": 0.000000001}, "window": null}}`,
 	},
 }
 
@@ -141,7 +145,7 @@ func TestParseNumbers(t *testing.T) {
 	got := []any{
 		in.Resources[0].Spec["value"], in.Resources[0].Spec["failureRate"], in.Resources[0].Probe["driftRate"],
 		in.Resources[1].Spec["value"], in.Resources[2].Spec["value"], in.Resources[2].Probe,
-		in.Rollout["max"], in.Rollout["min"], in.Rollout["small"], in.Rollout["empty"],
+		in.Rollout["maxParallel"], in.Resources[3].Spec["value"], in.Rollout["gate"].(map[string]any)["converged"], in.Rollout["window"],
 	}
 	want := []any{
 		int64(5), int64(0), 0.25,

@@ -318,22 +318,23 @@ func (c *checker) argv(p path, m map[string]any, key string) {
 }
 
 // duration checks the optional m[key] as a Go duration string: > 0
-// unless zeroOK, and at most max unless max is 0.
-func (c *checker) duration(p path, m map[string]any, key string, zeroOK bool, max time.Duration) {
+// unless zeroOK, and at most max unless max is 0. It returns the duration
+// and true when m[key] is set and passes.
+func (c *checker) duration(p path, m map[string]any, key string, zeroOK bool, max time.Duration) (time.Duration, bool) {
 	kp := p.field(key)
 	var d time.Duration
 	switch v := m[key].(type) {
 	case nil:
-		return
+		return 0, false
 	case string:
 		var err error
 		if d, err = time.ParseDuration(v); err != nil {
 			c.fail(kp, `must be a duration such as "30s", got %s`, quote(v))
-			return
+			return 0, false
 		}
 	default:
 		c.fail(kp, `must be a duration such as "30s", got %s`, kindOf(v))
-		return
+		return 0, false
 	}
 	switch {
 	case d < 0 && zeroOK:
@@ -342,7 +343,10 @@ func (c *checker) duration(p path, m map[string]any, key string, zeroOK bool, ma
 		c.fail(kp, "must be greater than 0")
 	case max > 0 && d > max:
 		c.fail(kp, "must be at most %v", max)
+	default:
+		return d, true
 	}
+	return 0, false
 }
 
 // fraction checks m[key] as an optional number in [0, 1].

@@ -47,16 +47,28 @@ func (e *ValidationError) Error() string {
 // maxKeyLen bounds the length of map keys in Spec, Probe and Rollout.
 const maxKeyLen = 256
 
-// Validate checks the intent against the rules of the document model and
-// the built-in resource types (see spec.go), and returns the first problem
-// as a *ValidationError, or nil. Validate is deterministic: for an intent
-// that came from Parse the first problem is the first in the document, and
-// otherwise the first in field order, with map keys sorted.
+// Validate checks the intent against the rules of the document model, the
+// built-in resource types (see spec.go) and the rollout block (see
+// rollout.go), and returns the first problem as a *ValidationError, or
+// nil. Validate is deterministic: for an intent that came from Parse the
+// first problem is the first in the document, and otherwise the first in
+// field order, with map keys sorted. Proposers and Parse use it.
 func (in *Intent) Validate() error {
-	return in.validate(nil)
+	return in.validate(nil, true)
 }
 
-func (in *Intent) validate(pos positions) error {
+// ValidateCommitted is Validate without the rules of the rollout block's
+// fields (RolloutSpec), for intents already committed: a rollout block
+// stored before those rules existed may break them, and a replica must
+// still accept the intent when it replays the log. The rollout block must
+// still hold only plain values within the size limits. Such an intent's
+// RolloutSpec fails; the state machine rolls it out at once.
+func (in *Intent) ValidateCommitted() error {
+	return in.validate(nil, false)
+}
+
+// validate checks the intent, with the rollout rules when strict.
+func (in *Intent) validate(pos positions, strict bool) error {
 	c := &checker{pos: pos}
 	nameMsg := dnsLabelMsg(in.Name)
 	if nameMsg == "" {
@@ -66,7 +78,12 @@ func (in *Intent) validate(pos positions) error {
 	}
 	c.selector(path{".selector"}, in.Selector)
 	c.resources(path{".resources"}, in.Resources)
+	before := len(c.found)
 	c.values(path{".rollout"}, in.Rollout)
+	if strict && len(c.found) == before && len(in.Rollout) > 0 {
+		// The typed rules read values that passed the generic ones.
+		c.rollout(path{".rollout"}, in.Rollout)
+	}
 
 	if len(c.found) == 0 {
 		// A valid intent's canonical encoding fits the document limit, so

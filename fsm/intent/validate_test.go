@@ -81,7 +81,10 @@ func TestValidateBuilt(t *testing.T) {
 		}, &ValidationError{Intent: "built", Field: `rollout.` + strings.Repeat("k", 257), Msg: "field name must be at most 256 bytes, got 257"}},
 		{"encoded too large", func(in *Intent) {
 			big := strings.Repeat("x", MaxStringSize)
-			in.Rollout = map[string]any{"a": big, "b": big, "c": big, "d": big}
+			in.Resources = []Resource{sim("a"), sim("b"), sim("c"), sim("d")}
+			for i := range in.Resources {
+				in.Resources[i].Spec["value"] = big
+			}
 		}, &ValidationError{Intent: "built", Msg: "encoded intent is larger than 1048576 bytes"}},
 		{"too many resources", func(in *Intent) {
 			in.Resources = make([]Resource, MaxResources+1)
