@@ -52,7 +52,7 @@ func (c *Config) recordSelection(rec *fsm.DeviceRecord) map[string]string {
 
 func (h *httpAPI) deviceView(read *fsm.Read, rec *fsm.DeviceRecord, owners []ownerCandidate) (api.DeviceSummary, scheduler.DeviceView, error) {
 	labels := h.cfg.recordSelection(rec)
-	desired, err := h.planner.Desired(read, labels)
+	desired, err := h.planner.Desired(read, rec.ID, labels)
 	if err != nil {
 		return api.DeviceSummary{}, scheduler.DeviceView{}, err
 	}

@@ -66,7 +66,7 @@ func (c *viewCache) view(d *fsm.DeviceRecord) (scheduler.DeviceView, error) {
 	if v, ok := c.views[d.ID]; ok {
 		return v, nil
 	}
-	desired, err := c.planner.Desired(c.read, c.cfg.recordSelection(d))
+	desired, err := c.planner.Desired(c.read, d.ID, c.cfg.recordSelection(d))
 	if err != nil {
 		return scheduler.DeviceView{}, err
 	}

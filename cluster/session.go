@@ -280,7 +280,7 @@ func (sess *agentSession) handlePull(ctx context.Context, p *wire.Pull) error {
 		return sess.lagging(p.KnownRevision)
 	}
 	read := a.state.Read()
-	desired, err := sess.a.planner.Desired(read, sess.selectionLabels(read))
+	desired, err := sess.a.planner.Desired(read, sess.deviceID, sess.selectionLabels(read))
 	if err != nil {
 		return closeWith(wire.CloseInternalError, "compute desired state: %v", err)
 	}
@@ -427,7 +427,7 @@ func (sess *agentSession) register(welcome *fsm.Read) {
 		// so that an unrelated revision (another device registering) does
 		// not make every agent pull.
 		var err error
-		if base, err = sess.a.planner.Desired(welcome, sess.selectionLabels(welcome)); err != nil {
+		if base, err = sess.a.planner.Desired(welcome, sess.deviceID, sess.selectionLabels(welcome)); err != nil {
 			sess.logger.Warn("compute desired state at registration", "error", err)
 		}
 	}
@@ -457,11 +457,17 @@ func (sess *agentSession) maybeNotify(read *fsm.Read, byLabels map[string]*sched
 	}
 	sess.mu.Unlock()
 	labels := sess.selectionLabels(read)
-	key := labelsKey(labels)
+	assigned, err := scheduler.AssignmentKey(read, sess.deviceID)
+	if err != nil {
+		sess.logger.Warn("compute desired state for notify", "error", err)
+		return
+	}
+	// Devices with the same labels and the same rollout releases have the
+	// same desired state.
+	key := labelsKey(labels) + "\x00" + assigned
 	desired, ok := byLabels[key]
 	if !ok {
-		var err error
-		if desired, err = sess.a.planner.Desired(read, labels); err != nil {
+		if desired, err = sess.a.planner.Desired(read, sess.deviceID, labels); err != nil {
 			sess.logger.Warn("compute desired state for notify", "error", err)
 			return
 		}

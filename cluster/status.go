@@ -277,7 +277,7 @@ func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]st
 // what is applied even though no status moved, as when a rollout's new
 // version lands between two reports). fill adds the report to it.
 func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Time, force bool, fill func(*fsm.StatusTransition)) (*queuedTransition, error) {
-	desired, err := o.planner.Desired(read, o.cfg.recordSelection(&d.rec))
+	desired, err := o.planner.Desired(read, d.rec.ID, o.cfg.recordSelection(&d.rec))
 	if err != nil {
 		return nil, err
 	}

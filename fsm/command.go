@@ -44,6 +44,12 @@ const (
 	UnrevokeDeviceType MessageType = 13
 	// AuditMemberChangeType records a membership change in the audit log.
 	AuditMemberChangeType MessageType = 14
+	// RolloutStepType records a decision of the leader's rollout worker:
+	// releases, wave and gate state, completion or revert.
+	RolloutStepType MessageType = 15
+	// RolloutControlType records an operator's action on a rollout:
+	// approve, pause, resume or abort.
+	RolloutControlType MessageType = 16
 
 	// IgnoreUnknownTypeFlag marks a command that older servers may skip
 	// rather than panic on. Set it only on commands whose loss cannot make
@@ -80,6 +86,10 @@ func (t MessageType) String() string {
 		return "unrevoke-device"
 	case AuditMemberChangeType:
 		return "audit-member-change"
+	case RolloutStepType:
+		return "rollout-step"
+	case RolloutControlType:
+		return "rollout-control"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }
@@ -224,6 +234,9 @@ type ApplyResult struct {
 	Err error
 	// Labels are the labels a use-enroll-token command assigned.
 	Labels map[string]string
+	// Unchanged says a put-intent changed nothing: the document equals
+	// the current revision's, which Revision then is.
+	Unchanged bool
 }
 
 var (

@@ -26,6 +26,8 @@ func FuzzCommand(f *testing.F) {
 		DeviceSessionType:      &DeviceSessionRequest{ID: "dev-2", SessionID: "s", Server: "s1"},
 		StatusBatchType:        &StatusBatchRequest{Owner: "s2", Transitions: []StatusTransition{{Device: "dev-3", Seq: 99, Status: "drifted", Full: true}}},
 		DeviceSessionBatchType: &DeviceSessionBatchRequest{Sessions: []DeviceSessionRequest{{ID: "dev-4", SessionID: "t", Server: "s3"}}},
+		RolloutStepType:        &RolloutStepRequest{Intent: "intent-1", Revision: 1, Basis: 1, Release: []string{"dev-1"}, State: RolloutProgressing, Waves: make([]WaveState, 3)},
+		RolloutControlType:     &RolloutControlRequest{Intent: "intent-1", Action: RolloutPause, Reason: "x"},
 	}
 	seeded := map[MessageType]bool{}
 	add := func(cmd []byte) {

@@ -29,6 +29,8 @@ var handlers = map[MessageType]handler{
 	RevokeDeviceType:      (*FSM).applyRevokeDevice,
 	UnrevokeDeviceType:    (*FSM).applyUnrevokeDevice,
 	AuditMemberChangeType: (*FSM).applyMemberChange,
+	RolloutStepType:       (*FSM).applyRolloutStep,
+	RolloutControlType:    (*FSM).applyRolloutControl,
 }
 
 // Apply applies one committed command at Raft index index. It panics on a
@@ -143,7 +145,10 @@ func (f *FSM) applyPutIntent(txn *memdb.Txn, index uint64, body []byte) (ApplyRe
 	// Proposers validate before proposing; validating again here keeps a
 	// buggy or old proposer from storing what readers cannot handle. The
 	// validation rules are pure, so every replica decides the same way.
-	if err := req.Intent.Validate(); err != nil {
+	// A rollout block committed before its rules existed may not pass
+	// them: ValidateCommitted leaves it out, and such an intent rolls out
+	// at once, as it did then.
+	if err := req.Intent.ValidateCommitted(); err != nil {
 		return rejected(txn, err)
 	}
 	name := req.Intent.Name
@@ -157,6 +162,10 @@ func (f *FSM) applyPutIntent(txn *memdb.Txn, index uint64, body []byte) (ApplyRe
 	}
 	if err := checkIfMatch(name, req.IfMatch, cur); err != nil {
 		return rejected(txn, err)
+	}
+	if cur != nil && sameIntent(cur.Intent, req.Intent) {
+		// Applying the same document again changes nothing.
+		return ApplyResult{Revision: cur.Revision, Unchanged: true}, nil
 	}
 	rev, err := nextRevision(txn)
 	if err != nil {
@@ -174,7 +183,10 @@ func (f *FSM) applyPutIntent(txn *memdb.Txn, index uint64, body []byte) (ApplyRe
 	if err := txn.Insert(tableIntents, rec); err != nil {
 		return ApplyResult{}, err
 	}
-	if err := f.appendHistory(txn, &HistoryRecord{Name: name, Revision: rev, Doc: doc, Index: index, Time: req.Time}); err != nil {
+	if err := f.startRollout(txn, index, cur, rec, req.Time, req.Actor); err != nil {
+		return ApplyResult{}, err
+	}
+	if err := f.appendHistory(txn, &HistoryRecord{Name: name, Revision: rev, Doc: doc, Index: index, Time: req.Time, Actor: req.Actor}); err != nil {
 		return ApplyResult{}, err
 	}
 	summary := fmt.Sprintf("revision %d", rev)
@@ -213,7 +225,10 @@ func (f *FSM) applyDeleteIntent(txn *memdb.Txn, index uint64, body []byte) (Appl
 	if err := txn.Delete(tableIntents, cur); err != nil {
 		return ApplyResult{}, err
 	}
-	if err := f.appendHistory(txn, &HistoryRecord{Name: req.Name, Revision: rev, Deleted: true, Index: index, Time: req.Time}); err != nil {
+	if err := f.dropRollout(txn, index, req.Name, rev, req.Time, req.Actor); err != nil {
+		return ApplyResult{}, err
+	}
+	if err := f.appendHistory(txn, &HistoryRecord{Name: req.Name, Revision: rev, Deleted: true, Index: index, Time: req.Time, Actor: req.Actor}); err != nil {
 		return ApplyResult{}, err
 	}
 	summary := fmt.Sprintf("deleted at revision %d (was revision %d)", rev, cur.Revision)
@@ -237,7 +252,8 @@ func checkIfMatch(name string, ifMatch *uint64, cur *IntentRecord) error {
 	return nil
 }
 
-// appendHistory stores h and trims the intent's history to the limit.
+// appendHistory stores h and trims the intent's history to the limit,
+// keeping the revisions a rollout still has devices hold.
 func (f *FSM) appendHistory(txn *memdb.Txn, h *HistoryRecord) error {
 	if err := txn.Insert(tableHistory, h); err != nil {
 		return err
@@ -258,16 +274,45 @@ func (f *FSM) appendHistory(txn *memdb.Txn, h *HistoryRecord) error {
 	if drop <= 0 {
 		return nil
 	}
-	for _, r := range recs[:drop] {
-		if err := txn.Delete(tableHistory, r); err != nil {
+	pins, err := pinned(txn, h.Name)
+	if err != nil {
+		return err
+	}
+	// Drop the oldest unpinned records. A record kept after dropped ones
+	// says from which revision on they are gone (DroppedFrom), so that
+	// IntentAt does not answer for them with an older revision.
+	var gapFrom uint64
+	kept := 0
+	for i, r := range recs {
+		if drop > 0 && !pins[r.Revision] && i < len(recs)-1 {
+			if err := txn.Delete(tableHistory, r); err != nil {
+				return err
+			}
+			drop--
+			if gapFrom == 0 {
+				gapFrom = r.Revision
+				if r.DroppedFrom != 0 {
+					gapFrom = r.DroppedFrom
+				}
+			}
+			continue
+		}
+		kept++
+		if gapFrom == 0 {
+			continue
+		}
+		// Records are immutable once stored: replace with a copy.
+		c := *r
+		if c.DroppedFrom == 0 || gapFrom < c.DroppedFrom {
+			c.DroppedFrom = gapFrom
+		}
+		c.Truncated = c.Truncated || kept == 1
+		if err := txn.Insert(tableHistory, &c); err != nil {
 			return err
 		}
+		gapFrom = 0
 	}
-	// Records are immutable once stored: replace the new oldest with a
-	// copy that says older revisions were dropped.
-	oldest := *recs[drop]
-	oldest.Truncated = true
-	return txn.Insert(tableHistory, &oldest)
+	return nil
 }
 
 func (f *FSM) applyUpsertDevice(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {

@@ -179,6 +179,9 @@ func randomLog(t testing.TB, seed uint64, n int) [][]byte {
 		case 0, 1:
 			in := testIntent(name, fmt.Sprintf("v%d", i))
 			in.Selector = map[string]string{"region": []string{"eu", "us"}[rng.IntN(2)]}
+			if rng.IntN(2) == 0 {
+				in.Rollout = map[string]any{"waves": []any{int64(1), "50%", "100%"}}
+			}
 			req := &PutIntentRequest{Intent: in, Time: int64(i)}
 			if rng.IntN(4) == 0 {
 				req.IfMatch = u64(uint64(rng.IntN(i + 1)))
@@ -186,6 +189,17 @@ func randomLog(t testing.TB, seed uint64, n int) [][]byte {
 			log = append(log, mustEncode(t, PutIntentType, req))
 		case 2:
 			log = append(log, mustEncode(t, DeleteIntentType, &DeleteIntentRequest{Name: name, Time: int64(i)}))
+		case 3:
+			// A worker step on a guessed record: some apply, most are stale.
+			log = append(log, mustEncode(t, RolloutStepType, &RolloutStepRequest{
+				Intent: name, Revision: uint64(rng.IntN(i + 1)), Basis: uint64(1 + rng.IntN(3)), Time: int64(i),
+				Release: []string{fmt.Sprintf("dev-%d", rng.IntN(20))}, State: RolloutProgressing,
+				Waves: make([]WaveState, 3), Complete: rng.IntN(4) == 0,
+			}))
+		case 4:
+			log = append(log, mustEncode(t, RolloutControlType, &RolloutControlRequest{
+				Intent: name, Action: []string{RolloutApprove, RolloutPause, RolloutResume, RolloutAbort}[rng.IntN(4)], Time: int64(i),
+			}))
 		case 5:
 			log = append(log, mustEncode(t, StatusBatchType, &StatusBatchRequest{Owner: "s1", Transitions: []StatusTransition{{
 				Device: fmt.Sprintf("dev-%d", rng.IntN(20)), Seq: uint64(rng.IntN(i + 1)), Time: int64(i),

@@ -18,6 +18,11 @@ const (
 	tableTokens   = "tokens"
 	tableAudit    = "audit"
 	tableRevoked  = "revoked_devices"
+
+	tableRollouts        = "rollouts"
+	tableReleases        = "releases"
+	tableRolloutEvents   = "rollout_events"
+	tableRolloutOutcomes = "rollout_outcomes"
 )
 
 // IntentRecord is the current version of an intent.
@@ -46,6 +51,13 @@ type HistoryRecord struct {
 	Doc      json.RawMessage `json:"intent,omitempty"`
 	Index    uint64          `json:"index"`
 	Time     int64           `json:"time"`
+	// Actor applied the revision (the zero Actor for a deletion by an
+	// older proposer, or Meteor itself).
+	Actor Actor `json:"actor,omitzero"`
+	// DroppedFrom, when not 0, says that the intent's revisions from
+	// DroppedFrom up to this one were dropped by the history limit while
+	// an older revision was kept, because a rollout still released it.
+	DroppedFrom uint64 `json:"dropped_from,omitempty"`
 	// Truncated marks the oldest retained record of an intent whose
 	// older revisions were dropped by the history limit.
 	Truncated bool `json:"truncated,omitempty"`
@@ -199,6 +211,40 @@ func schema() *memdb.DBSchema {
 			Name: tableRevoked,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "ID"}},
+			},
+		},
+		tableRollouts: {
+			Name: tableRollouts,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Intent"}},
+			},
+		},
+		tableReleases: {
+			Name: tableReleases,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
+					&memdb.StringFieldIndex{Field: "Intent"},
+					&memdb.StringFieldIndex{Field: "Device"},
+				}}},
+			},
+		},
+		tableRolloutEvents: {
+			Name: tableRolloutEvents,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
+					&memdb.StringFieldIndex{Field: "Intent"},
+					&memdb.UintFieldIndex{Field: "Index"},
+					&memdb.IntFieldIndex{Field: "N"},
+				}}},
+			},
+		},
+		tableRolloutOutcomes: {
+			Name: tableRolloutOutcomes,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
+					&memdb.StringFieldIndex{Field: "Intent"},
+					&memdb.UintFieldIndex{Field: "Revision"},
+				}}},
 			},
 		},
 		tableMeta: {

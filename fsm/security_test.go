@@ -229,7 +229,7 @@ func TestAuditLog(t *testing.T) {
 	a.ok(CreateTokenType, create)
 	in := testIntent("web", "x")
 	a.ok(PutIntentType, &PutIntentRequest{Intent: in, Actor: alice, Time: 1})
-	a.ok(PutIntentType, &PutIntentRequest{Intent: in, Actor: alice, Time: 2})
+	a.ok(PutIntentType, &PutIntentRequest{Intent: testIntent("web", "y"), Actor: alice, Time: 2})
 	a.refused(PutIntentType, &PutIntentRequest{Intent: in, IfMatch: u64(1), Actor: alice, Time: 3}, "expected revision 1")
 	a.ok(DeviceSessionType, &DeviceSessionRequest{ID: "d1", SessionID: "s", Server: "a", Connected: true, Time: 4})
 	a.ok(SetDeviceLabelsType, &SetDeviceLabelsRequest{ID: "d1", Labels: map[string]string{"region": "eu"}, Actor: alice, Time: 5})

@@ -22,7 +22,8 @@ const (
 
 // snapshotTables are the tables a snapshot holds, in order. A table added
 // later goes last, so older snapshots remain a prefix of the format.
-var snapshotTables = []string{tableIntents, tableHistory, tableDevices, tableTimeline, tableTokens, tableAudit, tableRevoked}
+var snapshotTables = []string{tableIntents, tableHistory, tableDevices, tableTimeline, tableTokens, tableAudit, tableRevoked,
+	tableRollouts, tableReleases, tableRolloutEvents, tableRolloutOutcomes}
 
 type snapshotHeader struct {
 	Format       string `json:"format"`
@@ -43,6 +44,11 @@ type snapshotEntry struct {
 	Token   *TokenRecord   `json:"token,omitempty"`
 	Audit   *AuditRecord   `json:"audit,omitempty"`
 	Revoked *RevokedDevice `json:"revoked_device,omitempty"`
+	// Rollouts came later still.
+	Rollout        *RolloutRecord `json:"rollout,omitempty"`
+	Release        *ReleaseRecord `json:"release,omitempty"`
+	RolloutEvent   *RolloutEvent  `json:"rollout_event,omitempty"`
+	RolloutOutcome *RolloutRecord `json:"rollout_outcome,omitempty"`
 }
 
 // Snapshot is a point-in-time copy of the state, cheap to take (memdb is
@@ -92,6 +98,16 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 				e.Audit = r
 			case *RevokedDevice:
 				e.Revoked = r
+			case *RolloutRecord:
+				if table == tableRollouts {
+					e.Rollout = r
+				} else {
+					e.RolloutOutcome = r
+				}
+			case *ReleaseRecord:
+				e.Release = r
+			case *RolloutEvent:
+				e.RolloutEvent = r
 			default:
 				// A table in snapshotTables without its entry field
 				// would write empty entries that Restore refuses.
@@ -195,6 +211,14 @@ func (f *FSM) Restore(r io.Reader) error {
 			audits++
 		case e.Revoked != nil:
 			table, obj = tableRevoked, e.Revoked
+		case e.Rollout != nil:
+			table, obj = tableRollouts, e.Rollout
+		case e.Release != nil:
+			table, obj = tableReleases, e.Release
+		case e.RolloutEvent != nil:
+			table, obj = tableRolloutEvents, e.RolloutEvent
+		case e.RolloutOutcome != nil:
+			table, obj = tableRolloutOutcomes, e.RolloutOutcome
 		default:
 			return fmt.Errorf("restore snapshot: entry %d: empty or of an unknown kind", n)
 		}

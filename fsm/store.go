@@ -185,6 +185,9 @@ func (r *Read) IntentAt(name string, rev uint64) (*HistoryRecord, error) {
 		return nil, fmt.Errorf("intent %q at revision %d: %w", name, rev, ErrNotFound)
 	}
 	h := raw.(*HistoryRecord)
+	if n := r.historyAfter(h); n != nil && n.DroppedFrom != 0 && rev >= n.DroppedFrom {
+		return nil, fmt.Errorf("intent %q at revision %d: %w (revisions %d to %d were dropped)", name, rev, ErrCompacted, n.DroppedFrom, n.Revision-1)
+	}
 	if h.Deleted {
 		return nil, fmt.Errorf("intent %q at revision %d: %w (deleted at revision %d)", name, rev, ErrNotFound, h.Revision)
 	}
@@ -206,6 +209,19 @@ func (r *Read) History(name string) ([]*HistoryRecord, error) {
 		out = append(out, h)
 	}
 	return out, nil
+}
+
+// historyAfter returns the history record of h's intent after h, or nil.
+func (r *Read) historyAfter(h *HistoryRecord) *HistoryRecord {
+	it, err := r.txn.LowerBound(tableHistory, "id", h.Name, h.Revision+1)
+	if err != nil {
+		return nil
+	}
+	raw := it.Next()
+	if raw == nil || raw.(*HistoryRecord).Name != h.Name {
+		return nil
+	}
+	return raw.(*HistoryRecord)
 }
 
 func (r *Read) oldestHistory(name string) (*HistoryRecord, bool) {

@@ -52,7 +52,7 @@ func (d *DesiredState) Fingerprint() wire.Digest {
 // is safe for concurrent use.
 type Planner struct {
 	mu    sync.Mutex
-	cache map[cacheKey][]*Resource // guarded by mu
+	cache map[cacheKey]*cacheEntry // guarded by mu
 }
 
 type cacheKey struct {
@@ -61,19 +61,29 @@ type cacheKey struct {
 }
 
 // NewPlanner returns a planner with an empty cache.
-func NewPlanner() *Planner { return &Planner{cache: map[cacheKey][]*Resource{}} }
+func NewPlanner() *Planner { return &Planner{cache: map[cacheKey]*cacheEntry{}} }
 
-// Desired returns the desired state of a device with the given labels:
-// every resource of every current intent whose selector matches, as of the
-// read view's revision. Resources are shared with the cache: do not modify.
-func (p *Planner) Desired(read *fsm.Read, labels map[string]string) (*DesiredState, error) {
-	recs, err := read.IntentsFor(nil, labels)
+// Desired returns the desired state of a device with the given ID and
+// labels: every resource of every intent at the revision the device is
+// assigned (fsm.Read.AssignedRevision: its current one, or what its
+// rollout released to the device) whose selector at that revision
+// matches, as of the read view's revision. Resources are shared with the
+// cache: do not modify.
+func (p *Planner) Desired(read *fsm.Read, device string, labels map[string]string) (*DesiredState, error) {
+	recs, err := read.Intents(nil)
 	if err != nil {
 		return nil, err
 	}
 	out := &DesiredState{Revision: read.Revision()}
 	for _, rec := range recs {
-		rs, err := p.resources(rec)
+		rev, err := read.AssignedRevision(rec, device)
+		if err != nil {
+			return nil, err
+		}
+		if rev == 0 {
+			continue
+		}
+		rs, err := p.Resources(read, rec, rev, labels)
 		if err != nil {
 			return nil, err
 		}
@@ -83,36 +93,73 @@ func (p *Planner) Desired(read *fsm.Read, labels map[string]string) (*DesiredSta
 	return out, nil
 }
 
-func (p *Planner) resources(rec *fsm.IntentRecord) ([]*Resource, error) {
-	k := cacheKey{rec.Name, rec.Revision}
+// Resources returns the resources intent rec asks of a device with the
+// given labels at revision rev: none unless the selector of that revision
+// matches. Resources are shared with the cache: do not modify.
+func (p *Planner) Resources(read *fsm.Read, rec *fsm.IntentRecord, rev uint64, labels map[string]string) ([]*Resource, error) {
+	e, err := p.entry(read, rec, rev)
+	if err != nil {
+		return nil, err
+	}
+	if !e.doc.Matches(labels) {
+		return nil, nil
+	}
+	return e.resources, nil
+}
+
+// cacheEntry is one intent revision, encoded.
+type cacheEntry struct {
+	doc       *intent.Intent
+	resources []*Resource
+}
+
+// revisionsCached is how many revisions of one intent the planner keeps:
+// a rollout has devices on its stable revision, the one it rolls out and
+// perhaps one it superseded.
+const revisionsCached = 4
+
+func (p *Planner) entry(read *fsm.Read, rec *fsm.IntentRecord, rev uint64) (*cacheEntry, error) {
+	k := cacheKey{rec.Name, rev}
 	p.mu.Lock()
-	rs, ok := p.cache[k]
+	e, ok := p.cache[k]
 	p.mu.Unlock()
 	if ok {
-		return rs, nil
+		return e, nil
 	}
-	rs = make([]*Resource, 0, len(rec.Intent.Resources))
-	for _, r := range rec.Intent.Resources {
+	doc, err := read.IntentDoc(rec, rev)
+	if err != nil {
+		return nil, err
+	}
+	e = &cacheEntry{doc: doc, resources: make([]*Resource, 0, len(doc.Resources))}
+	for _, r := range doc.Resources {
 		b := intent.ResourceBody{Intent: rec.Name, Resource: r}
 		body, err := b.Canonical()
 		if err != nil {
 			return nil, err
 		}
-		rs = append(rs, &Resource{
-			Key: b.Key(), Intent: rec.Name, Revision: rec.Revision,
+		e.resources = append(e.resources, &Resource{
+			Key: b.Key(), Intent: rec.Name, Revision: rev,
 			Resource: r, Body: body, Digest: wire.DigestOf(body),
 		})
 	}
 	p.mu.Lock()
-	// Drop older revisions of the same intent: they are not asked for again.
+	// Keep the newest revisionsCached revisions of the intent; an older
+	// one asked for again is encoded again.
+	var revs []uint64
 	for ck := range p.cache {
-		if ck.name == rec.Name && ck.revision < rec.Revision {
-			delete(p.cache, ck)
+		if ck.name == rec.Name {
+			revs = append(revs, ck.revision)
 		}
 	}
-	p.cache[k] = rs
+	if len(revs) >= revisionsCached {
+		slices.Sort(revs)
+		for _, r := range revs[:len(revs)-revisionsCached+1] {
+			delete(p.cache, cacheKey{rec.Name, r})
+		}
+	}
+	p.cache[k] = e
 	p.mu.Unlock()
-	return rs, nil
+	return e, nil
 }
 
 // Applied is what a device reports holding for one resource.

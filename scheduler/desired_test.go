@@ -44,7 +44,7 @@ func TestDesiredSelectsByLabels(t *testing.T) {
 	put(t, f, 2, fileIntent("us-net", map[string]string{"region": "us"}, map[string]string{"a": "1"}))
 	put(t, f, 3, fileIntent("all", nil, map[string]string{"motd": "hi"}))
 	p := NewPlanner()
-	d, err := p.Desired(f.Read(), map[string]string{"region": "eu"})
+	d, err := p.Desired(f.Read(), "d1", map[string]string{"region": "eu"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestDeltaFollowsChangeNotHistory(t *testing.T) {
 	}
 	put(t, f, 1, fileIntent("big", nil, files))
 	p := NewPlanner()
-	before, _ := p.Desired(f.Read(), nil)
+	before, _ := p.Desired(f.Read(), "d1", nil)
 	var applied []Applied
 	for _, r := range before.Resources {
 		applied = append(applied, Applied{Key: r.Key, Digest: r.Digest})
@@ -85,7 +85,7 @@ func TestDeltaFollowsChangeNotHistory(t *testing.T) {
 		files[fmt.Sprintf("r%02d", i%3)] = fmt.Sprintf("v%d", i+1)
 		put(t, f, uint64(i+2), fileIntent("big", nil, files))
 	}
-	after, _ := p.Desired(f.Read(), nil)
+	after, _ := p.Desired(f.Read(), "d1", nil)
 	d := ComputeDelta(after, applied)
 	if diff := cmp.Diff([]string{"big/r00", "big/r01", "big/r02"}, keys(d.Upserts)); diff != "" {
 		t.Fatalf("upserts (-want +got):\n%s", diff)
@@ -112,7 +112,7 @@ func TestDeltaFollowsChangeNotHistory(t *testing.T) {
 func TestCompareThreeStates(t *testing.T) {
 	f, _ := fsm.New(fsm.DefaultConfig())
 	put(t, f, 1, fileIntent("net", nil, map[string]string{"a": "1", "b": "2", "c": "3", "d": "4", "e": "5"}))
-	d, _ := NewPlanner().Desired(f.Read(), nil)
+	d, _ := NewPlanner().Desired(f.Read(), "d1", nil)
 	dg := func(i int) string { return fmt.Sprintf("%x", d.Resources[i].Digest) }
 	rec := &fsm.DeviceRecord{ID: "x", AckedRevision: 1, Resources: []fsm.ResourceStatus{
 		{Key: "net/a", AppliedDigest: dg(0), Effective: "ok"},

@@ -164,7 +164,7 @@ func TestResourceBodiesAreExactAndAsServed(t *testing.T) {
 	if res := state.Apply(1, cmd); res.Err != nil {
 		t.Fatal(res.Err)
 	}
-	desired, err := scheduler.NewPlanner().Desired(state.Read(), deviceLabels())
+	desired, err := scheduler.NewPlanner().Desired(state.Read(), "bench-device", deviceLabels())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -161,10 +161,10 @@ func (r *Rollout) WaveMaxParallel(i int) int {
 
 // Values and limits of rollout blocks.
 const (
-	strategyWaves     = "waves"
-	strategyImmediate = "immediate"
-	actionPause       = "pause"
-	actionRevert      = "revert"
+	StrategyWaves     = "waves"
+	StrategyImmediate = "immediate"
+	ActionPause       = "pause"
+	ActionRevert      = "revert"
 
 	maxWaves                = 32
 	maxWaveCount            = 1_000_000
@@ -214,17 +214,17 @@ func parseRollout(intent string, m map[string]any) (*Rollout, error) {
 func (c *checker) rollout(p path, m map[string]any) *Rollout {
 	c.keys(p, m, "gate", "maxParallel", "onFailure", "progressDeadline", "strategy", "waves", "window")
 	r := &Rollout{
-		Strategy:         strategyWaves,
+		Strategy:         StrategyWaves,
 		Gate:             Gate{Converged: 100},
-		OnFailure:        OnFailure{Action: actionPause},
+		OnFailure:        OnFailure{Action: ActionPause},
 		ProgressDeadline: defaultProgressDeadline,
 	}
 	if s, ok := c.str(p, m, "strategy", false); ok {
 		switch s {
-		case strategyWaves, strategyImmediate:
+		case StrategyWaves, StrategyImmediate:
 			r.Strategy = s
 		default:
-			c.fail(p.field("strategy"), "unknown strategy %s; allowed: %s, %s", quote(s), strategyWaves, strategyImmediate)
+			c.fail(p.field("strategy"), "unknown strategy %s; allowed: %s, %s", quote(s), StrategyWaves, StrategyImmediate)
 		}
 	}
 	r.MaxParallel = c.maxParallel(p, m)
@@ -265,10 +265,10 @@ func (c *checker) onFailure(p path, m map[string]any, f OnFailure) OnFailure {
 	}
 	if s, ok := c.str(p, m, "action", false); ok {
 		switch s {
-		case actionPause, actionRevert:
+		case ActionPause, ActionRevert:
 			f.Action = s
 		default:
-			c.fail(p.field("action"), "unknown action %s; allowed: %s, %s", quote(s), actionPause, actionRevert)
+			c.fail(p.field("action"), "unknown action %s; allowed: %s, %s", quote(s), ActionPause, ActionRevert)
 		}
 	}
 	return f
@@ -326,7 +326,7 @@ func (c *checker) waves(p path, m map[string]any, r *Rollout) []Wave {
 		return nil
 	}
 	switch {
-	case r.Strategy == strategyImmediate:
+	case r.Strategy == StrategyImmediate:
 		if len(list) > 0 {
 			c.fail(wp, `not allowed with strategy "immediate", which releases every device at once; remove waves or use strategy "waves"`)
 		}
