@@ -160,6 +160,9 @@ type Config struct {
 
 	// ApplyTimeout bounds how long a write waits to be committed.
 	ApplyTimeout time.Duration
+	// RolloutInterval is how often the leader judges every rollout in
+	// progress and commits what it decides; 0 means a second.
+	RolloutInterval time.Duration
 	// ReconcileInterval is how often the leader reconciles Raft membership
 	// with gossip, besides reacting to gossip events.
 	ReconcileInterval time.Duration

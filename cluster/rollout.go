@@ -55,9 +55,13 @@ type sample struct {
 }
 
 func (s *Server) rolloutWorker() *rolloutWorker {
+	interval := s.config.RolloutInterval
+	if interval <= 0 {
+		interval = rolloutInterval
+	}
 	return &rolloutWorker{
 		logger: s.logger.Named("rollout"), clock: s.clock, cfg: &s.config, state: s.fsm,
-		planner: s.devicePlanner(), propose: s, interval: rolloutInterval,
+		planner: s.devicePlanner(), propose: s, interval: interval,
 	}
 }
 

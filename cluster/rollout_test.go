@@ -474,3 +474,84 @@ func TestRolloutUndoAndSupersede(t *testing.T) {
 		t.Fatalf("after undo dev-001 holds %s, want %s", d.Resources[0].Body, want)
 	}
 }
+
+// leaderProposerOf commits on whichever server of a test cluster leads.
+type leaderProposerOf struct{ c *testCluster }
+
+func (l leaderProposerOf) apply(ctx context.Context, t fsm.MessageType, req any) (fsm.ApplyResult, uint64, error) {
+	var res fsm.ApplyResult
+	var index uint64
+	waitFor(l.c.t, 20*time.Second, func() error {
+		var err error
+		res, index, err = l.c.waitLeader().Propose(ctx, t, req)
+		return err
+	})
+	return res, index, nil
+}
+
+// TestRolloutCarriesOnAfterLeaderLoss kills the leader in the middle of a
+// rollout on a real three-server cluster: the new leader's worker carries
+// on from the committed state, releasing no device twice and skipping
+// none.
+func TestRolloutCarriesOnAfterLeaderLoss(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.TrustReportedLabels = true
+		cfg.RolloutInterval = 100 * time.Millisecond
+	})
+	leader := c.waitLeader()
+	via := c.follower()
+	fleet := newSimFleet(t, leaderProposerOf{c}, via.fsm.Read, 60, func(int) map[string]string { return map[string]string{"region": "eu"} })
+	c.propose(netIntent("v1", nil))
+	waitFor(t, 10*time.Second, func() error {
+		fleet.react()
+		return nil
+	})
+	r2 := c.propose(netIntent("v2", map[string]any{"waves": []any{int64(5), "25%", "50%", "100%"}, "maxParallel": int64(3)})).Revision
+	released := func() int { return len(fleet.holding("net", r2)) }
+	waitFor(t, 30*time.Second, func() error {
+		fleet.react()
+		if n := released(); n < 12 {
+			return fmt.Errorf("%d devices released", n)
+		}
+		return nil
+	})
+	t.Logf("killing the leader %s with %d of 60 devices released", leader.config.NodeID, released())
+	c.kill(c.index(leader))
+	waitFor(t, 60*time.Second, func() error {
+		fleet.react()
+		ro, err := via.fsm.Read().Rollout(nil, "net")
+		if err != nil {
+			return err
+		}
+		if ro.State != fsm.RolloutCompleted {
+			return fmt.Errorf("rollout %s (%s), %d devices released", ro.State, ro.Reason, released())
+		}
+		return nil
+	})
+	if next := c.waitLeader(); next == leader {
+		t.Fatal("the killed server still leads")
+	}
+	evs, err := via.fsm.Read().RolloutEvents(nil, "net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, e := range evs {
+		if e.Kind == fsm.EventRelease && e.Revision == r2 {
+			for _, d := range e.Devices {
+				seen[d]++
+			}
+		}
+	}
+	if len(seen) != 60 {
+		t.Fatalf("%d devices released, want 60", len(seen))
+	}
+	for d, n := range seen {
+		if n != 1 {
+			t.Fatalf("device %s released %d times", d, n)
+		}
+	}
+	if got := released(); got != 60 {
+		t.Fatalf("%d devices hold revision %d", got, r2)
+	}
+}
