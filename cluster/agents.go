@@ -242,6 +242,11 @@ func (a *agentServer) notifyLoop(ctx context.Context) {
 			a.logger.Error("watch intents", "error", err)
 			return
 		}
+		// A release changes desired states without changing an intent.
+		if err := read.WatchReleases(ws); err != nil {
+			a.logger.Error("watch releases", "error", err)
+			return
+		}
 		a.mu.Lock()
 		sessions := make([]*agentSession, 0, len(a.sessions))
 		for sess := range a.sessions {

@@ -91,7 +91,17 @@ func (h *httpAPI) intentProgress(read *fsm.Read, views *viewCache, rec *fsm.Inte
 		}
 		targeted = append(targeted, d)
 		out.Targeted++
-		if d.AckedRevision >= rec.Revision {
+		// A device the revision is not released to yet holds an earlier
+		// one: whatever it has converged on, it is not this revision.
+		assigned, since, err := read.Assignment(rec, d.ID)
+		if err != nil {
+			return out, err
+		}
+		if assigned != rec.Revision {
+			continue
+		}
+		out.Released++
+		if d.AckedRevision >= max(rec.Revision, since) {
 			out.Acknowledged++
 		}
 		if deviceStatus(d) == scheduler.StatusUnreachable {

@@ -231,6 +231,19 @@ func (r *Read) Rollouts(ws memdb.WatchSet) ([]*RolloutRecord, error) {
 	return readAll[*RolloutRecord](r, ws, tableRollouts)
 }
 
+// WatchReleases adds to ws channels that fire when any rollout or release
+// changes: what, with the intents, decides every device's desired state.
+func (r *Read) WatchReleases(ws memdb.WatchSet) error {
+	for _, table := range []string{tableRollouts, tableReleases} {
+		it, err := r.txn.Get(table, "id")
+		if err != nil {
+			return fmt.Errorf("watch %s: %w", table, err)
+		}
+		r.watch(ws, it.WatchCh())
+	}
+	return nil
+}
+
 // Release returns the release of an intent to a device, or nil.
 func (r *Read) Release(name, device string) (*ReleaseRecord, error) {
 	raw, err := r.txn.First(tableReleases, "id", name, device)
@@ -298,21 +311,30 @@ func (r *Read) RolloutOutcomes(name string) ([]*RolloutRecord, error) {
 // released to the device, else the rollout's stable revision. 0 means
 // none. Whether the device is selected is up to that revision's selector.
 func (r *Read) AssignedRevision(rec *IntentRecord, device string) (uint64, error) {
+	rev, _, err := r.Assignment(rec, device)
+	return rev, err
+}
+
+// Assignment is AssignedRevision and, for a revision released to the
+// device, the cluster revision from which its desired state includes it
+// (ReleaseRecord.DesiredRevision; 0 otherwise): an agent that acknowledged
+// less has not received it.
+func (r *Read) Assignment(rec *IntentRecord, device string) (rev, since uint64, err error) {
 	raw, err := r.txn.First(tableRollouts, "id", rec.Name)
 	if err != nil {
-		return 0, fmt.Errorf("read rollout %q: %w", rec.Name, err)
+		return 0, 0, fmt.Errorf("read rollout %q: %w", rec.Name, err)
 	}
 	if raw == nil {
-		return rec.Revision, nil
+		return rec.Revision, 0, nil
 	}
 	rel, err := r.Release(rec.Name, device)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if rel != nil {
-		return rel.Revision, nil
+		return rel.Revision, rel.DesiredRevision, nil
 	}
-	return raw.(*RolloutRecord).Stable, nil
+	return raw.(*RolloutRecord).Stable, 0, nil
 }
 
 // IntentDoc returns what intent rec said at revision rev (its current

@@ -32,6 +32,11 @@ type DesiredState struct {
 	Revision uint64
 	// Resources are sorted by key.
 	Resources []*Resource
+	// Since maps an intent whose revision was released to the device by a
+	// rollout to the cluster revision from which the device's desired
+	// state includes it: an agent that acknowledged less has not received
+	// it (fsm.Read.Assignment).
+	Since map[string]uint64
 }
 
 // Fingerprint summarises the state's keys and digests, to tell cheaply
@@ -76,12 +81,18 @@ func (p *Planner) Desired(read *fsm.Read, device string, labels map[string]strin
 	}
 	out := &DesiredState{Revision: read.Revision()}
 	for _, rec := range recs {
-		rev, err := read.AssignedRevision(rec, device)
+		rev, since, err := read.Assignment(rec, device)
 		if err != nil {
 			return nil, err
 		}
 		if rev == 0 {
 			continue
+		}
+		if since != 0 {
+			if out.Since == nil {
+				out.Since = map[string]uint64{}
+			}
+			out.Since[rec.Name] = since
 		}
 		rs, err := p.Resources(read, rec, rev, labels)
 		if err != nil {

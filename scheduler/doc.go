@@ -6,7 +6,10 @@
 // keys are the model's (intent.ResourceBody, intent.ResourceKey); digests
 // are wire.DigestOf, the definition agents verify against.
 //
-// The rollout engine (waves, gates, windows, approvals) will live here too;
-// today every intent revision is released to every matching device at once,
-// and rollout blocks are stored but not acted on (docs/architecture.md).
+// The rollout decisions live here too (rollout.go): which wave a device is
+// in (Assign), how far a released device is (Judge), and what a rollout does
+// next (Decide: releases within the window and maxParallel, gates, the
+// failure policy, approvals). They are pure; the leader's rollout worker in
+// package cluster commits them through Raft (docs/architecture.md,
+// docs/rollouts.md).
 package scheduler

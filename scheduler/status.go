@@ -47,7 +47,9 @@ func Compare(d *DesiredState, rec *fsm.DeviceRecord) DeviceView {
 	v := DeviceView{DesiredRevision: d.Revision, Counts: map[string]int{}}
 	for _, r := range d.Resources {
 		rv := ResourceView{Key: r.Key, IntendedDigest: hex.EncodeToString(r.Digest[:]), IntendedRevision: r.Revision, Reported: reported[r.Key]}
-		rv.State = resourceState(rv, rec.AckedRevision)
+		// A revision released by a rollout reaches the agent with the
+		// desired state of the release, not with the intent's revision.
+		rv.State = resourceState(rv, rec.AckedRevision, max(r.Revision, d.Since[r.Intent]))
 		delete(reported, r.Key)
 		v.Resources = append(v.Resources, rv)
 	}
@@ -65,7 +67,7 @@ func Compare(d *DesiredState, rec *fsm.DeviceRecord) DeviceView {
 	return v
 }
 
-func resourceState(rv ResourceView, acked uint64) string {
+func resourceState(rv ResourceView, acked, sent uint64) string {
 	rep := rv.Reported
 	switch {
 	case rep != nil && rep.AppliedDigest == rv.IntendedDigest:
@@ -78,7 +80,7 @@ func resourceState(rv ResourceView, acked uint64) string {
 		return StateApplied
 	case rep != nil && rep.LastError != "":
 		return StateFailed
-	case acked < rv.IntendedRevision:
+	case acked < sent:
 		return StatePending
 	}
 	return StateProgressing

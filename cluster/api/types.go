@@ -279,7 +279,12 @@ type Timeline struct {
 // IntentCounts counts the devices an intent revision targets by where they
 // are with it.
 type IntentCounts struct {
-	Targeted     int `json:"targeted"`
+	Targeted int `json:"targeted"`
+	// Released counts the targeted devices the revision is released to;
+	// the others hold an earlier one until their wave of the rollout
+	// (docs/rollouts.md). Without a rollout it equals Targeted. Every other
+	// count is of released devices.
+	Released     int `json:"released"`
 	Acknowledged int `json:"acknowledged"`
 	Converged    int `json:"converged"`
 	Failed       int `json:"failed"`

@@ -77,9 +77,9 @@ func printStatus(w io.Writer, st *api.FleetStatus) {
 	}
 	fmt.Fprintln(w, "\nIntents:")
 	tw := table(w)
-	fmt.Fprintln(tw, "  NAME\tREVISION\tTARGETED\tACKED\tCONVERGED\tFAILED\tDRIFTED\tUNREACHABLE\tPROGRESS")
+	fmt.Fprintln(tw, "  NAME\tREVISION\tTARGETED\tRELEASED\tACKED\tCONVERGED\tFAILED\tDRIFTED\tUNREACHABLE\tPROGRESS")
 	for _, in := range st.Intents {
-		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s %3.0f%%\n", in.Name, in.Revision, in.Targeted, in.Acknowledged,
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s %3.0f%%\n", in.Name, in.Revision, in.Targeted, in.Released, in.Acknowledged,
 			in.Converged, in.Failed, in.Drifted, in.Unreachable, bar(in.Converged, in.Targeted, 20), pct(in.Converged, in.Targeted))
 	}
 	tw.Flush()
