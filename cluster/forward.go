@@ -24,6 +24,8 @@ type applyResponse struct {
 	// Rejected is the state machine's deterministic rejection, if any, as
 	// the API would report it.
 	Rejected *api.Error `json:"rejected,omitempty"`
+	// Unchanged says a put-intent changed nothing (fsm.ApplyResult).
+	Unchanged bool `json:"unchanged,omitempty"`
 }
 
 // apply commits a command from any server: on the leader it proposes
@@ -119,7 +121,7 @@ func (h *httpAPI) handleInternalApply(w http.ResponseWriter, r *http.Request) {
 	t := fsm.MessageType(data[0])
 	switch t {
 	case fsm.PutIntentType, fsm.DeleteIntentType:
-	case fsm.CreateTokenType, fsm.RevokeTokenType, fsm.UseEnrollTokenType, fsm.AuditMemberChangeType, fsm.DeviceSessionType, fsm.DeviceSessionBatchType, fsm.UpsertDeviceType, fsm.StatusBatchType:
+	case fsm.CreateTokenType, fsm.RevokeTokenType, fsm.UseEnrollTokenType, fsm.AuditMemberChangeType, fsm.DeviceSessionType, fsm.DeviceSessionBatchType, fsm.UpsertDeviceType, fsm.StatusBatchType, fsm.RolloutControlType:
 		if len(h.cfg.ClusterSecret) == 0 {
 			writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "device commands need a cluster secret shared by all servers (--cluster-secret-file)"})
 			return
@@ -137,7 +139,7 @@ func (h *httpAPI) handleInternalApply(w http.ResponseWriter, r *http.Request) {
 		writeError(w, toAPIError(err))
 		return
 	}
-	out := applyResponse{Revision: res.Revision, Index: index}
+	out := applyResponse{Revision: res.Revision, Index: index, Unchanged: res.Unchanged}
 	if res.Err != nil {
 		out.Rejected = toAPIError(res.Err)
 	}

@@ -115,6 +115,15 @@ func (h *httpAPI) handler() http.Handler {
 	mux.HandleFunc("GET /v1/revocations", read(h.handleListRevoked))
 	mux.HandleFunc("GET /v1/intents/{name}/progress", read(h.handleIntentProgress))
 	mux.HandleFunc("GET /v1/status", read(h.handleFleetStatus))
+	mux.HandleFunc("GET /v1/rollouts", read(h.handleListRollouts))
+	mux.HandleFunc("GET /v1/rollouts/{name}", read(h.handleGetRollout))
+	mux.HandleFunc("GET /v1/rollouts/{name}/history", read(h.handleRolloutHistory))
+	mux.HandleFunc("GET /v1/rollouts/{name}/events", read(h.handleRolloutEvents))
+	for _, action := range []string{fsm.RolloutApprove, fsm.RolloutPause, fsm.RolloutResume, fsm.RolloutAbort} {
+		mux.HandleFunc("POST /v1/rollouts/{name}/"+action, h.authorize("", h.onLeader(h.handleRolloutControl(action))))
+	}
+	mux.HandleFunc("POST /v1/rollouts/{name}/undo", h.authorize("", h.onLeader(h.handleRolloutUndo)))
+	mux.HandleFunc("POST /v1/plan", read(h.handlePlan))
 	mux.HandleFunc("GET /v1/cluster/members", h.authorize(acl.ActionRead, h.handleMembers))
 	mux.HandleFunc("GET /v1/cluster/ownership", h.authorize(acl.ActionRead, h.handleOwnership))
 	mux.HandleFunc("DELETE /v1/cluster/members/{id}", h.authorize(acl.ActionManageMembers, h.onLeader(h.handleRemoveMember)))
@@ -343,7 +352,7 @@ func (h *httpAPI) writeResult(w http.ResponseWriter, r *http.Request, name strin
 	}
 	w.Header().Set("ETag", strconv.Quote(strconv.FormatUint(res.Revision, 10)))
 	w.Header().Set(api.HeaderRevision, strconv.FormatUint(res.Revision, 10))
-	writeJSON(w, http.StatusOK, api.WriteResponse{Name: name, Revision: res.Revision, Index: index})
+	writeJSON(w, http.StatusOK, api.WriteResponse{Name: name, Revision: res.Revision, Index: index, Unchanged: res.Unchanged})
 }
 
 // commit commits a command for a request and sets the index header; if

@@ -195,7 +195,7 @@ func (p *peerClient) apply(ctx context.Context, addr string, t fsm.MessageType, 
 	if err := json.Unmarshal(body, &ar); err != nil {
 		return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: fmt.Errorf("decode leader's answer: %w", err)}
 	}
-	res := fsm.ApplyResult{Revision: ar.Revision}
+	res := fsm.ApplyResult{Revision: ar.Revision, Unchanged: ar.Unchanged}
 	if ar.Rejected != nil {
 		ar.Rejected.StatusCode = statusOf(ar.Rejected.Code)
 		res.Err = ar.Rejected

@@ -52,6 +52,9 @@ type WriteResponse struct {
 	Revision uint64 `json:"revision"`
 	// Index is the Raft index of the write.
 	Index uint64 `json:"index"`
+	// Unchanged says the document equals the intent's current one: the
+	// write made no revision, and Revision is the current one.
+	Unchanged bool `json:"unchanged,omitempty"`
 }
 
 // IntentResponse is one intent: its current version, or the version at a

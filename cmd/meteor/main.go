@@ -150,6 +150,8 @@ func newRootCmd() *cobra.Command {
 		newKeyringCmd(g),
 		newHealthCmd(g),
 		newStatusCmd(g),
+		newRolloutCmd(g),
+		newPlanCmd(g),
 		newTokenCmd(g),
 		newAuditCmd(g),
 		newDeviceCmd(g),

@@ -28,7 +28,9 @@ func newApplyCmd(g *globals) *cobra.Command {
 		Long: `Create or replace intents. FILE may hold several YAML documents separated by
 '---', may be a directory (every .yaml, .yml and .json file in it), or '-' for
 standard input. Every document is validated before anything is sent. Prints the
-new revision of each intent.`,
+new revision of each intent, or that it is unchanged: a document equal to the
+intent's current one makes no revision. 'meteor plan -f FILE' shows first what
+an apply would change.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(files) == 0 {
@@ -63,7 +65,7 @@ new revision of each intent.`,
 				}
 				results = append(results, *res)
 				if g.output == "table" {
-					fmt.Fprintf(cmd.OutOrStdout(), "intent/%s applied: revision %d\n", res.Name, res.Revision)
+					printApplied(cmd.OutOrStdout(), res)
 				}
 			}
 			if g.output == "json" {
@@ -75,6 +77,16 @@ new revision of each intent.`,
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "intent file, directory, or - for stdin (repeatable)")
 	cmd.Flags().Int64Var(&ifMatch, "if-match", -1, "apply only if the intent's current revision is this (0: only if it does not exist)")
 	return cmd
+}
+
+// printApplied says what a put did: a new revision, or none for an
+// unchanged document.
+func printApplied(w io.Writer, res *api.WriteResponse) {
+	if res.Unchanged {
+		fmt.Fprintf(w, "intent %s unchanged (revision %d)\n", res.Name, res.Revision)
+		return
+	}
+	fmt.Fprintf(w, "intent/%s applied: revision %d\n", res.Name, res.Revision)
 }
 
 // readIntents parses the documents in a file, a directory or stdin.
