@@ -194,6 +194,7 @@ type change struct {
 	retries   int
 	lastErr   string
 	progress  api.IntentCounts
+	rollout   *api.RolloutStatus // the last status of its rollout read
 }
 
 func newChangeRun(docs []*intent.Intent) *changeRun {
@@ -260,10 +261,22 @@ func (r *changeRun) run(ctx context.Context, c *api.Client, devices int, logger 
 		applied := time.Now()
 		r.update(ch, func(ch *change) { ch.state, ch.revision, ch.appliedAt = "rolling out", res.Revision, applied })
 		for {
+			ro, err := c.Rollout(ctx, ch.doc.Name, api.ReadOptions{Stale: true})
+			if err == nil && ro.Revision == res.Revision {
+				r.update(ch, func(ch *change) { ch.rollout = ro })
+				switch ro.State {
+				case "paused", "aborted", "reverted", "superseded":
+					r.update(ch, func(ch *change) { ch.state, ch.lastErr = "rollout "+ro.State, ro.Reason })
+					return
+				}
+			}
 			p, err := c.IntentProgress(ctx, ch.doc.Name, api.ReadOptions{Stale: true})
 			if err == nil && p.Revision == res.Revision {
 				r.update(ch, func(ch *change) { ch.progress = p.IntentCounts })
-				if p.Targeted > 0 && p.Converged*100 >= p.Targeted*changeConvergedPct {
+				// Converged once its rollout has completed (every wave
+				// passed its gate) and 99 % of the devices have.
+				done := ch.rollout == nil || ch.rollout.Revision != res.Revision || ch.rollout.State == "completed"
+				if done && p.Targeted > 0 && p.Converged*100 >= p.Targeted*changeConvergedPct {
 					r.update(ch, func(ch *change) { ch.state, ch.took = "converged", time.Since(applied) })
 					break
 				}
@@ -362,7 +375,7 @@ func (v *fleetView) render() []byte {
 	v.changes.mu.Lock()
 	defer v.changes.mu.Unlock()
 	if len(v.changes.changes) > 0 {
-		fmt.Fprintf(&b, "\nChanges, applied in order, each once the previous reached %d %% converged:\n", changeConvergedPct)
+		fmt.Fprintf(&b, "\nChanges, applied in order, each once the previous one's rollout completed and %d %% converged:\n", changeConvergedPct)
 		tw := table(&b)
 		fmt.Fprintln(tw, "  CHANGE\tREVISION\tSTATE\tTOOK\tRETRIES")
 		for _, ch := range v.changes.changes {
@@ -383,8 +396,39 @@ func (v *fleetView) render() []byte {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\n", ch.doc.Name, rev, state, took, ch.retries)
 		}
 		tw.Flush()
+		// The waves of the change rolling out, or of the last one.
+		var cur *change
+		for _, ch := range v.changes.changes {
+			if ch.rollout != nil {
+				cur = ch
+			}
+		}
+		if cur != nil {
+			printWaves(&b, cur.doc.Name, cur.rollout)
+		}
 	}
 	return b.Bytes()
+}
+
+// printWaves shows a rollout's waves, as the servers judge them.
+func printWaves(w io.Writer, name string, ro *api.RolloutStatus) {
+	fmt.Fprintf(w, "\nRollout of %s revision %d: %s", name, ro.Revision, ro.State)
+	switch {
+	case ro.WaitingFor != "":
+		fmt.Fprintf(w, " (%s)", ro.WaitingFor)
+	case ro.Reason != "":
+		fmt.Fprintf(w, " (%s)", ro.Reason)
+	}
+	fmt.Fprintln(w)
+	if len(ro.Waves) == 0 {
+		return
+	}
+	tw := table(w)
+	fmt.Fprintln(tw, "  WAVE\tNAME\tSTATE\tDEVICES\tRELEASED\tCONVERGED\tFAILED")
+	for _, wv := range ro.Waves {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%d\t%d\n", wv.Number, wv.Name, wv.State, wv.Devices, wv.Released, wv.Converged, wv.Failed)
+	}
+	tw.Flush()
 }
 
 func plural(n uint64, one, many string) string {
