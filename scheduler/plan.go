@@ -189,6 +189,24 @@ func Plan(in PlanInput) (*IntentPlan, error) {
 			out.Devices = append(out.Devices, DevicePlan{ID: t.ID, Wave: waves[i], Changes: ch})
 		}
 	}
+	// With a rollout, in the order it releases them: wave by wave, and
+	// within a wave in release order; without one, by ID.
+	slices.SortStableFunc(out.Devices, func(a, b DevicePlan) int {
+		if spec == nil {
+			return 0
+		}
+		if a.Wave != b.Wave {
+			return a.Wave - b.Wave
+		}
+		oa, ob := waveOrder(name, a.ID), waveOrder(name, b.ID)
+		switch {
+		case oa < ob:
+			return -1
+		case oa > ob:
+			return 1
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
 	for _, c := range conflicts {
 		out.Conflicts = append(out.Conflicts, *c)
 	}

@@ -33,16 +33,9 @@ intent's current one makes no revision. 'meteor plan -f FILE' shows first what
 an apply would change.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(files) == 0 {
-				return fmt.Errorf("no documents: pass -f FILE")
-			}
-			var docs []*intent.Intent
-			for _, f := range files {
-				d, err := readIntents(f)
-				if err != nil {
-					return err
-				}
-				docs = append(docs, d...)
+			docs, err := readIntentFiles(files)
+			if err != nil {
+				return err
 			}
 			if ifMatch >= 0 && len(docs) != 1 {
 				return fmt.Errorf("--if-match applies to a single intent, but %d documents were given", len(docs))
@@ -535,4 +528,20 @@ func ago(t time.Time) string {
 		d = 0
 	}
 	return d.String() + " ago"
+}
+
+// readIntentFiles reads the documents of every -f FILE, in order.
+func readIntentFiles(files []string) ([]*intent.Intent, error) {
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no documents: pass -f FILE")
+	}
+	var docs []*intent.Intent
+	for _, f := range files {
+		d, err := readIntents(f)
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, d...)
+	}
+	return docs, nil
 }

@@ -31,16 +31,9 @@ applied), and other intents that manage the same file, certificate or
 simulated resource on the same devices. FILE is read as by 'meteor apply'.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(files) == 0 {
-				return fmt.Errorf("no documents: pass -f FILE")
-			}
-			var docs []*intent.Intent
-			for _, f := range files {
-				d, err := readIntents(f)
-				if err != nil {
-					return err
-				}
-				docs = append(docs, d...)
+			docs, err := readIntentFiles(files)
+			if err != nil {
+				return err
 			}
 			body, err := intentStream(docs)
 			if err != nil {
