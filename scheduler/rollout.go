@@ -68,7 +68,8 @@ const (
 // its selector no longer matches), rec what the device last reported, and
 // acked whether the agent acknowledged the desired state with the release.
 // It compares digests and the effective probe: an apply that succeeded is
-// not converged until the probe agrees.
+// not converged until the probe agrees. acked tells a device that has not
+// received the release (pending) from one working on it (applying).
 func Judge(intentName string, want []*Resource, rec *fsm.DeviceRecord, acked bool) string {
 	reported := make(map[string]*fsm.ResourceStatus, len(rec.Resources))
 	for i := range rec.Resources {
@@ -107,7 +108,11 @@ func Judge(intentName string, want []*Resource, rec *fsm.DeviceRecord, acked boo
 		return ProgressFailed
 	case unhealthy:
 		return ProgressUnhealthy
-	case converged && acked:
+	case converged:
+		// What it holds is what the revision asks, probe included, as the
+		// device view (Compare) says, whether or not the agent has
+		// acknowledged the release yet (a device that already held this
+		// content, as after an undo, needs nothing).
 		return ProgressConverged
 	case !acked:
 		return ProgressPending
