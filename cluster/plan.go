@@ -38,18 +38,26 @@ func (h *httpAPI) handlePlan(w http.ResponseWriter, r *http.Request) {
 	}
 	read := h.state.Read()
 	h.setReadHeaders(w, read)
-	devices, err := read.Devices(nil)
+	out, err := h.plan(read, docs)
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// plan plans docs against the state of read.
+func (h *httpAPI) plan(read *fsm.Read, docs []*intent.Intent) (api.Plan, error) {
+	devices, err := read.Devices(nil)
+	if err != nil {
+		return api.Plan{}, err
 	}
 	targets := make([]scheduler.PlanTarget, len(devices))
 	for i, d := range devices {
 		labels := h.cfg.recordSelection(d)
 		desired, err := h.planner.Desired(read, d.ID, labels)
 		if err != nil {
-			writeError(w, toAPIError(err))
-			return
+			return api.Plan{}, err
 		}
 		targets[i] = scheduler.PlanTarget{ID: d.ID, Labels: labels, Record: d, Desired: desired}
 	}
@@ -61,17 +69,15 @@ func (h *httpAPI) handlePlan(w http.ResponseWriter, r *http.Request) {
 	for _, doc := range docs {
 		in, cur, err := planInput(read, doc, targets, others)
 		if err != nil {
-			writeError(w, toAPIError(err))
-			return
+			return api.Plan{}, err
 		}
 		plan, err := scheduler.Plan(in)
 		if err != nil {
-			writeError(w, toAPIError(err))
-			return
+			return api.Plan{}, err
 		}
 		out.Intents = append(out.Intents, apiPlan(doc.Name, cur, plan))
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
 }
 
 // planInput gathers what the plan of doc is made from: the intent's

@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -201,16 +205,21 @@ func (r *rolloutRig) tick() {
 // until ticks until done holds, at most limit ticks.
 func (r *rolloutRig) until(limit int, what string, done func(*fsm.RolloutRecord) bool, each func()) {
 	r.t.Helper()
+	r.untilOf("net", limit, what, done, each)
+}
+
+func (r *rolloutRig) untilOf(name string, limit int, what string, done func(*fsm.RolloutRecord) bool, each func()) {
+	r.t.Helper()
 	for i := 0; i < limit; i++ {
 		r.tick()
 		if each != nil {
 			each()
 		}
-		if done(r.rollout("net")) {
+		if done(r.rollout(name)) {
 			return
 		}
 	}
-	ro := r.rollout("net")
+	ro := r.rollout(name)
 	r.t.Fatalf("%s: not after %d ticks: %s (%s), wave %d", what, limit, ro.State, ro.Reason, ro.Wave+1)
 }
 
@@ -553,5 +562,113 @@ func TestRolloutCarriesOnAfterLeaderLoss(t *testing.T) {
 	}
 	if got := released(); got != 60 {
 		t.Fatalf("%d devices hold revision %d", got, r2)
+	}
+}
+
+// retailLabels labels 1,200 devices as the retail fleet of the simulator
+// (agent/sim): stores of a gateway and five tills on fiber, kiosks on
+// cellular links, pop-up sites of two tills.
+func retailLabels(i int) map[string]string {
+	regions := []string{"eu-west", "us-east", "ap-south"}
+	switch i % 10 {
+	case 6, 7, 8:
+		k := i / 10 * 3
+		return map[string]string{"region": regions[k%3], "site": fmt.Sprintf("kiosk-%04d", k), "role": "kiosk", "link": "cellular"}
+	case 9:
+		p := i / 20
+		return map[string]string{"region": regions[p%3], "site": fmt.Sprintf("popup-%04d", p), "role": "pos-terminal", "link": "popup"}
+	}
+	n := i/10*6 + i%10
+	role := "pos-terminal"
+	if n%6 == 0 {
+		role = "store-gateway"
+	}
+	return map[string]string{"region": regions[n/6%3], "site": fmt.Sprintf("store-%04d", n/6), "role": role, "link": "fiber"}
+}
+
+// TestPlanOnTheRetailFleet plans each change of the retail
+// scenario on a 1,200-device fleet, applies it, lets the rollout complete
+// and checks that the devices and resources whose reported state changed
+// are exactly those the plan named, in the waves it named.
+func TestPlanOnTheRetailFleet(t *testing.T) {
+	r := newRolloutRig(t, 1200, retailLabels)
+	h := &httpAPI{cfg: r.fleet.cfg, planner: scheduler.NewPlanner()}
+	files, err := filepath.Glob("../docs/examples/retail/*.yaml")
+	if err != nil || len(files) != 3 {
+		t.Fatalf("retail changes: %v, %v", files, err)
+	}
+	reported := func() map[string]map[string]string {
+		out := map[string]map[string]string{}
+		devs, _ := r.p.state.Read().Devices(nil)
+		for _, d := range devs {
+			m := map[string]string{}
+			for _, rs := range d.Resources {
+				m[rs.Key] = rs.AppliedDigest
+			}
+			out[d.ID] = m
+		}
+		return out
+	}
+	// Apply each change twice over (the second time with another value),
+	// so that plans see added and changed resources.
+	for round := range 2 {
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			doc, err := intent.Parse(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if round == 1 {
+				doc.Resources[0].Spec["value"] = fmt.Sprint(doc.Resources[0].Spec["value"], "-next")
+			}
+			plan, err := h.plan(r.p.state.Read(), []*intent.Intent{doc})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ip := plan.Intents[0]
+			want := map[string][]string{}
+			waveOf := map[string]int{}
+			for _, d := range ip.Devices {
+				for _, c := range d.Changes {
+					want[d.ID] = append(want[d.ID], c.Key)
+				}
+				waveOf[d.ID] = d.Wave
+			}
+			before := reported()
+			r.put(doc)
+			r.untilOf(doc.Name, 400, doc.Name+" completed", func(ro *fsm.RolloutRecord) bool { return ro.State == fsm.RolloutCompleted }, nil)
+			r.tick()
+			after := reported()
+			got := map[string][]string{}
+			for id, keys := range after {
+				for _, k := range slices.Sorted(maps.Keys(keys)) {
+					if name, _, _ := intent.SplitResourceKey(k); name == doc.Name && before[id][k] != keys[k] {
+						got[id] = append(got[id], k)
+					}
+				}
+			}
+			for id := range want {
+				slices.Sort(want[id])
+			}
+			if len(want) == 0 || fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("round %d, %s: the plan named %d devices, the apply changed %d:\nplanned %v\nchanged %v", round, doc.Name, len(want), len(got), want, got)
+			}
+			// Each device was released in the wave the plan gave it.
+			evs, _ := r.p.state.Read().RolloutEvents(nil, doc.Name)
+			rev := r.rollout(doc.Name).Revision
+			for _, e := range evs {
+				if e.Kind != fsm.EventRelease || e.Revision != rev {
+					continue
+				}
+				for _, d := range e.Devices {
+					if waveOf[d] != 0 && waveOf[d] != e.Wave {
+						t.Fatalf("%s: %s released in wave %d, planned in %d", doc.Name, d, e.Wave, waveOf[d])
+					}
+				}
+			}
+		}
 	}
 }
