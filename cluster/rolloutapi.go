@@ -104,7 +104,7 @@ func (h *httpAPI) rolloutStatus(read *fsm.Read, rec *fsm.IntentRecord, now time.
 	for w, v := range d.Waves {
 		wave := api.RolloutWave{
 			Number: v.Number, Name: v.Name, State: v.State, Devices: v.Devices,
-			Released: v.Released, Converged: v.Converged, Failed: v.Failed, Stuck: v.Stuck,
+			Released: v.Released, Converged: v.Converged, Failed: v.Failed, Stuck: v.Stuck, Unreachable: v.Unreachable,
 			WaitingFor: v.Waiting, SampleFailed: v.Sample,
 		}
 		if w < len(in.Spec.Waves) {

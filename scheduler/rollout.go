@@ -61,6 +61,9 @@ const (
 	// ProgressStuck: released longer than the progress deadline without
 	// converging.
 	ProgressStuck = "stuck"
+	// ProgressUnreachable: not converged, and its owner has not heard
+	// from it within its class's bound (a comms gap, not a failure).
+	ProgressUnreachable = "unreachable"
 )
 
 // Judge returns the progress of a device released revision want of an
@@ -108,6 +111,8 @@ func Judge(intentName string, want []*Resource, rec *fsm.DeviceRecord, acked boo
 		return ProgressFailed
 	case unhealthy:
 		return ProgressUnhealthy
+	case !converged && rec.Status == StatusUnreachable:
+		return ProgressUnreachable
 	case converged:
 		// What it holds is what the revision asks, probe included, as the
 		// device view (Compare) says, whether or not the agent has
@@ -147,14 +152,18 @@ type WaveView struct {
 	Number int    `json:"number"`
 	Name   string `json:"name"`
 	// State is pending, waiting-approval, progressing, done or paused.
-	State     string   `json:"state"`
-	Devices   int      `json:"devices"`
-	Released  int      `json:"released"`
-	Converged int      `json:"converged"`
-	Failed    int      `json:"failed"`
-	Stuck     int      `json:"stuck"`
-	Waiting   string   `json:"waiting_for,omitempty"`
-	Sample    []string `json:"sample_failed,omitempty"`
+	State     string `json:"state"`
+	Devices   int    `json:"devices"`
+	Released  int    `json:"released"`
+	Converged int    `json:"converged"`
+	Failed    int    `json:"failed"`
+	Stuck     int    `json:"stuck"`
+	// Unreachable counts released devices not converged that are out of
+	// contact: they hold no maxParallel slot, and still count against the
+	// gate until they converge.
+	Unreachable int      `json:"unreachable"`
+	Waiting     string   `json:"waiting_for,omitempty"`
+	Sample      []string `json:"sample_failed,omitempty"`
 }
 
 // Decision is the outcome of Decide: the step to commit (nil when nothing
@@ -315,6 +324,8 @@ func Decide(in Input) Decision {
 		case ProgressConverged:
 			v.Converged++
 			counts.Converged++
+		case ProgressUnreachable:
+			v.Unreachable++
 		case ProgressFailed, ProgressUnhealthy, ProgressStuck:
 			v.Failed++
 			counts.Failed++
@@ -410,7 +421,11 @@ func Decide(in Input) Decision {
 			}
 			budget := len(devs[w].unreleased)
 			if mp := spec.WaveMaxParallel(w); mp > 0 {
-				inFlight := v.Released - v.Converged
+				// Devices that failed, got stuck or are out of contact
+				// hold no slot: the failure policy judges the first, and
+				// the gate waits for all of them, but they must not
+				// stall the rest of the wave.
+				inFlight := v.Released - v.Converged - v.Failed - v.Unreachable
 				budget = min(budget, max(0, mp-inFlight))
 			}
 			budget = min(budget, fsm.MaxReleasesPerStep)
@@ -427,7 +442,7 @@ func Decide(in Input) Decision {
 				changed = true
 				setState(fsm.RolloutProgressing, "")
 			} else {
-				d.Waiting = fmt.Sprintf("wave %d: %d devices in progress, maxParallel %d", w+1, v.Released-v.Converged, spec.WaveMaxParallel(w))
+				d.Waiting = fmt.Sprintf("wave %d: %d devices in progress, maxParallel %d", w+1, v.Released-v.Converged-v.Failed-v.Unreachable, spec.WaveMaxParallel(w))
 			}
 			break
 		}

@@ -253,3 +253,29 @@ func TestJudge(t *testing.T) {
 		}
 	}
 }
+
+// A device out of contact or failed holds no maxParallel slot: the rest of
+// the wave goes on, and the gate still waits for it.
+func TestDecideUnreachableHoldsNoSlot(t *testing.T) {
+	r := newDecideRig(t, 10, map[string]any{"waves": []any{"100%"}, "maxParallel": int64(2), "onFailure": map[string]any{"threshold": "50%"}})
+	r.decide(ProgressApplying)
+	if r.released() != 2 {
+		t.Fatalf("%d released, want 2", r.released())
+	}
+	if d := r.decide(ProgressApplying); d.Step != nil || r.released() != 2 {
+		t.Fatalf("released beyond maxParallel: %d", r.released())
+	}
+	d := r.decide(ProgressUnreachable)
+	if r.released() != 4 {
+		t.Fatalf("with the first two out of contact %d released, want 4", r.released())
+	}
+	if d.Waves[0].Unreachable != 2 {
+		t.Fatalf("wave = %+v", d.Waves[0])
+	}
+	for range 5 {
+		r.decide(ProgressUnreachable)
+	}
+	if r.released() != 10 || r.ro.State != fsm.RolloutProgressing || r.ro.Waves[0].DoneAt != 0 {
+		t.Fatalf("all released: %d, %s, wave %+v; the gate must still wait", r.released(), r.ro.State, r.ro.Waves[0])
+	}
+}

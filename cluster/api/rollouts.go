@@ -49,6 +49,9 @@ type RolloutWave struct {
 	// them released longer than the progress deadline.
 	Failed int `json:"failed"`
 	Stuck  int `json:"stuck"`
+	// Unreachable counts released devices not converged and out of
+	// contact; they hold no maxParallel slot.
+	Unreachable int `json:"unreachable,omitempty"`
 	// Approval says the wave waits for an operator's approval before it
 	// releases; ApprovedBy is who gave it.
 	Approval   bool   `json:"approval,omitempty"`
