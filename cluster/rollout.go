@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -124,7 +125,7 @@ func (w *rolloutWorker) step(ctx context.Context, read *fsm.Read, ro *fsm.Rollou
 		}
 	}
 	if step == nil || (len(step.Events) == 0 && len(step.Release) == 0 && !step.Complete && !step.Revert &&
-		step.State == ro.State && step.Reason == ro.Reason && step.Wave == ro.Wave && wavesEqual(step.Waves, ro.Waves)) {
+		step.State == ro.State && step.Reason == ro.Reason && step.Wave == ro.Wave && slices.Equal(step.Waves, ro.Waves)) {
 		return nil
 	}
 	res, _, err := w.propose.Propose(ctx, fsm.RolloutStepType, step)
@@ -143,18 +144,6 @@ func (w *rolloutWorker) step(ctx context.Context, read *fsm.Read, ro *fsm.Rollou
 			"released", len(step.Release), "state", step.State, "reason", step.Reason)
 	}
 	return nil
-}
-
-func wavesEqual(a, b []fsm.WaveState) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // judgeRollout gathers what a rollout decision is made from: the devices

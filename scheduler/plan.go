@@ -198,14 +198,7 @@ func Plan(in PlanInput) (*IntentPlan, error) {
 		if a.Wave != b.Wave {
 			return a.Wave - b.Wave
 		}
-		oa, ob := waveOrder(name, a.ID), waveOrder(name, b.ID)
-		switch {
-		case oa < ob:
-			return -1
-		case oa > ob:
-			return 1
-		}
-		return strings.Compare(a.ID, b.ID)
+		return releaseCmp(name, a.ID, b.ID)
 	})
 	for _, c := range conflicts {
 		out.Conflicts = append(out.Conflicts, *c)

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -202,7 +203,6 @@ func waveOrder(intentName, device string) uint64 {
 func Assign(intentName string, spec *intent.Rollout, targets []Target) []int {
 	out := make([]int, len(targets))
 	n := max(len(spec.Waves), 1)
-	var rest []int
 	for i, t := range targets {
 		out[i] = -1
 		if t.Release != nil && t.Release.Wave < n {
@@ -215,9 +215,6 @@ func Assign(intentName string, spec *intent.Rollout, targets []Target) []int {
 				break
 			}
 		}
-		if out[i] < 0 {
-			rest = append(rest, i)
-		}
 	}
 	// Released devices of count and percentage waves keep their place in
 	// the order: count every target not claimed by a selector.
@@ -227,16 +224,7 @@ func Assign(intentName string, spec *intent.Rollout, targets []Target) []int {
 			ordered = append(ordered, i)
 		}
 	}
-	slices.SortFunc(ordered, func(a, b int) int {
-		oa, ob := waveOrder(intentName, targets[a].ID), waveOrder(intentName, targets[b].ID)
-		switch {
-		case oa < ob:
-			return -1
-		case oa > ob:
-			return 1
-		}
-		return strings.Compare(targets[a].ID, targets[b].ID)
-	})
+	slices.SortFunc(ordered, func(a, b int) int { return releaseCmp(intentName, targets[a].ID, targets[b].ID) })
 	m := len(ordered)
 	last := n - 1
 	for w := len(spec.Waves) - 1; w >= 0; w-- {
@@ -514,17 +502,17 @@ func progressOf(t Target, now int64, deadline time.Duration) string {
 // releaseOrder sorts a wave's unreleased devices in release order.
 func releaseOrder(intentName string, targets []Target, idx []int) []int {
 	out := slices.Clone(idx)
-	slices.SortFunc(out, func(a, b int) int {
-		oa, ob := waveOrder(intentName, targets[a].ID), waveOrder(intentName, targets[b].ID)
-		switch {
-		case oa < ob:
-			return -1
-		case oa > ob:
-			return 1
-		}
-		return strings.Compare(targets[a].ID, targets[b].ID)
-	})
+	slices.SortFunc(out, func(a, b int) int { return releaseCmp(intentName, targets[a].ID, targets[b].ID) })
 	return out
+}
+
+// releaseCmp orders two devices as a rollout of the intent releases them:
+// by waveOrder, then by ID.
+func releaseCmp(intentName, a, b string) int {
+	if c := cmp.Compare(waveOrder(intentName, a), waveOrder(intentName, b)); c != 0 {
+		return c
+	}
+	return strings.Compare(a, b)
 }
 
 func waveSpec(spec *intent.Rollout, w int) intent.Wave {
