@@ -276,7 +276,12 @@ func TestLaggingServerSendsAgentElsewhere(t *testing.T) {
 	c.waitConverged()
 	// Stop a follower's progress, then move the cluster on.
 	lag := c.follower()
-	lag.raft.Shutdown()
+	// Wait for Raft's goroutines: a second Shutdown (the server's own,
+	// below) returns at once, and the server would then close the Raft
+	// store under a candidate still saving its term.
+	if err := lag.raft.Shutdown().Error(); err != nil {
+		t.Fatal(err)
+	}
 	// The test cluster's helpers look at the servers that take part in Raft.
 	c.Detach(c.index(lag))
 	t.Cleanup(func() { lag.Shutdown() })

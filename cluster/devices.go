@@ -80,7 +80,7 @@ func (h *httpAPI) handleListDevices(w http.ResponseWriter, r *http.Request) {
 		writeError(w, toAPIError(err))
 		return
 	}
-	out := api.DeviceList{Revision: read.Revision(), Devices: make([]api.DeviceSummary, 0, len(recs))}
+	out := api.DeviceList{Revision: read.Revision(), Index: read.Index(), Devices: make([]api.DeviceSummary, 0, len(recs))}
 	owners := h.owners.ownerCandidates()
 	for _, rec := range recs {
 		sum, _, err := h.deviceView(read, rec, owners)

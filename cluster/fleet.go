@@ -244,7 +244,7 @@ func (h *httpAPI) handleFleetStatus(w http.ResponseWriter, r *http.Request) {
 		writeError(w, toAPIError(err))
 		return
 	}
-	out := api.FleetStatus{Revision: read.Revision(), Devices: len(devices), ByStatus: map[string]int{}}
+	out := api.FleetStatus{Revision: read.Revision(), Index: read.Index(), Devices: len(devices), ByStatus: map[string]int{}}
 	for _, d := range devices {
 		out.ByStatus[deviceStatus(d)]++
 	}

@@ -237,6 +237,9 @@ func (s *Server) setupRaft() (*raftParts, error) {
 func (p *raftParts) close() error {
 	var errs []error
 	if p.raft != nil {
+		// Only the first Shutdown's future waits for Raft's goroutines;
+		// whatever else shuts Raft down must wait on its own future, or
+		// the store below closes under a goroutine still writing to it.
 		if err := p.raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("shut down raft: %w", err))
 		}

@@ -203,8 +203,10 @@ type DeviceSummary struct {
 
 // DeviceList is the answer to GET /v1/devices.
 type DeviceList struct {
-	Revision uint64          `json:"revision"`
-	Devices  []DeviceSummary `json:"devices"`
+	Revision uint64 `json:"revision"`
+	// Index is the Raft index of the replica state listed (FleetStatus.Index).
+	Index   uint64          `json:"index"`
+	Devices []DeviceSummary `json:"devices"`
 }
 
 // ResourceState puts a resource's intended, applied and effective states
@@ -316,7 +318,11 @@ type IntentProgress struct {
 // FleetStatus is the answer to GET /v1/status.
 type FleetStatus struct {
 	Revision uint64 `json:"revision"`
-	Devices  int    `json:"devices"`
+	// Index is the Raft index of the replica state the answer was
+	// computed from (also in the X-Meteor-Index header): two answers with
+	// the same index describe the same state.
+	Index   uint64 `json:"index"`
+	Devices int    `json:"devices"`
 	// ByStatus counts devices by status (pending, progressing, converged,
 	// drifted, overridden, blocked, failed, unreachable, stuck).
 	ByStatus map[string]int `json:"by_status"`
