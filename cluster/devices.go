@@ -72,23 +72,20 @@ func (h *httpAPI) deviceView(read *fsm.Read, rec *fsm.DeviceRecord, owners []own
 	return sum, v, nil
 }
 
+// handleListDevices answers GET /v1/devices: every device, or those a
+// query's filters select, paged or grouped (deviceQuery).
 func (h *httpAPI) handleListDevices(w http.ResponseWriter, r *http.Request) {
-	read := h.state.Read()
-	h.setReadHeaders(w, read)
-	recs, err := read.Devices(nil)
+	dq, err := parseDeviceQuery(r.URL.Query())
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return
 	}
-	out := api.DeviceList{Revision: read.Revision(), Index: read.Index(), Devices: make([]api.DeviceSummary, 0, len(recs))}
-	owners := h.owners.ownerCandidates()
-	for _, rec := range recs {
-		sum, _, err := h.deviceView(read, rec, owners)
-		if err != nil {
-			writeError(w, toAPIError(err))
-			return
-		}
-		out.Devices = append(out.Devices, sum)
+	read := h.state.Read()
+	h.setReadHeaders(w, read)
+	out, err := h.queryDevices(read, dq)
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -123,19 +120,24 @@ func (h *httpAPI) handleGetDevice(w http.ResponseWriter, r *http.Request) {
 		States: make([]api.ResourceState, 0, len(v.Resources)),
 	}
 	for _, rv := range v.Resources {
-		st := api.ResourceState{Key: rv.Key, State: rv.State, IntendedDigest: rv.IntendedDigest, IntendedRevision: rv.IntendedRevision}
-		if rep := rv.Reported; rep != nil {
-			st.AppliedDigest, st.AppliedRevision = rep.AppliedDigest, rep.AppliedRevision
-			st.Effective, st.Detail, st.LastError, st.Attempts = rep.Effective, rep.Detail, rep.LastError, rep.Attempts
-			st.AgentState, _ = scheduler.ReportedState(rep)
-			if rep.UpdatedAt != 0 {
-				t := time.Unix(0, rep.UpdatedAt).UTC()
-				st.UpdatedAt = &t
-			}
-		}
-		out.States = append(out.States, st)
+		out.States = append(out.States, resourceState(rv))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// resourceState is a resource's three states as the API shows them.
+func resourceState(rv scheduler.ResourceView) api.ResourceState {
+	st := api.ResourceState{Key: rv.Key, State: rv.State, IntendedDigest: rv.IntendedDigest, IntendedRevision: rv.IntendedRevision}
+	if rep := rv.Reported; rep != nil {
+		st.AppliedDigest, st.AppliedRevision = rep.AppliedDigest, rep.AppliedRevision
+		st.Effective, st.Detail, st.LastError, st.Attempts = rep.Effective, rep.Detail, rep.LastError, rep.Attempts
+		st.AgentState, _ = scheduler.ReportedState(rep)
+		if rep.UpdatedAt != 0 {
+			t := time.Unix(0, rep.UpdatedAt).UTC()
+			st.UpdatedAt = &t
+		}
+	}
+	return st
 }
 
 // handleDeviceLabels shows where a device's labels come from (GET

@@ -64,6 +64,9 @@ type simFleet struct {
 	// it was asked to hold: its applied digest (empty: not applied), the
 	// effective result and an apply error.
 	behave func(device string, r *scheduler.Resource) (applied bool, effective, lastError string)
+	// attempts, if set, is how many attempts a device reports for each
+	// resource (absent: one).
+	attempts map[string]uint32
 }
 
 func newSimFleet(t testing.TB, p proposer, read func() *fsm.Read, n int, labelsOf func(i int) map[string]string) *simFleet {
@@ -109,7 +112,7 @@ func (f *simFleet) react() {
 			if f.behave != nil {
 				ok, eff, lastErr = f.behave(id, r)
 			}
-			rs := fsm.ResourceStatus{Key: r.Key, Effective: eff, LastError: lastErr, State: "converged"}
+			rs := fsm.ResourceStatus{Key: r.Key, Effective: eff, LastError: lastErr, State: "converged", Attempts: f.attempts[id]}
 			if ok {
 				rs.AppliedDigest, rs.AppliedRevision = hex.EncodeToString(r.Digest[:]), r.Revision
 			} else {

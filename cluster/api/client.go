@@ -234,8 +234,77 @@ func decodeError(method, path string, status int, data []byte) *Error {
 
 // ListDevices lists the devices the cluster knows.
 func (c *Client) ListDevices(ctx context.Context, o ReadOptions) (*DeviceList, error) {
+	return c.QueryDevices(ctx, DeviceQuery{}, o)
+}
+
+// DeviceQuery selects devices for GET /v1/devices: every field set is a
+// filter a listed device passes (docs/api.md names each). Empty fields
+// select everything.
+type DeviceQuery struct {
+	Intent        string // targeted by the intent's current revision
+	IntentState   string // with Intent: converged, not-converged, not-released, failed, drifted, progressing, pending (comma-separated)
+	Resource      string // holds or is meant to hold this resource key
+	AppliedDigest string // with Resource: a hex prefix of the applied digest, or "none"
+	Status        string // comma-separated device statuses
+	Reason        string // a substring of the status reason
+	Selector      string // k=v,k2=v2 on the labels the device is selected by
+	Region        string
+	Server        string // the server it is (or was last) connected to
+	Owner         string
+	Connected     *bool
+	Converged     *bool
+	Retried       *bool // a resource (of Intent or Resource, if given) took more than one attempt
+	AckedBelow    uint64
+	AckedRevision *uint64
+	Limit         int
+	After         string
+	// GroupBy counts the matching devices per value instead of listing
+	// them: status, intent-state, applied-digest, acked-revision,
+	// desired-revision, region, server, owner or connected.
+	GroupBy string
+}
+
+func (q DeviceQuery) values(v url.Values) {
+	set := func(k, s string) {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	set("intent", q.Intent)
+	set("intent_state", q.IntentState)
+	set("resource", q.Resource)
+	set("applied_digest", q.AppliedDigest)
+	set("status", q.Status)
+	set("reason", q.Reason)
+	set("selector", q.Selector)
+	set("region", q.Region)
+	set("server", q.Server)
+	set("owner", q.Owner)
+	set("after", q.After)
+	set("group_by", q.GroupBy)
+	for k, b := range map[string]*bool{"connected": q.Connected, "converged": q.Converged, "retried": q.Retried} {
+		if b != nil {
+			v.Set(k, strconv.FormatBool(*b))
+		}
+	}
+	if q.AckedBelow != 0 {
+		v.Set("acked_below", strconv.FormatUint(q.AckedBelow, 10))
+	}
+	if q.AckedRevision != nil {
+		v.Set("acked_revision", strconv.FormatUint(*q.AckedRevision, 10))
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+}
+
+// QueryDevices lists the devices a query selects, or counts them per
+// value of its GroupBy.
+func (c *Client) QueryDevices(ctx context.Context, q DeviceQuery, o ReadOptions) (*DeviceList, error) {
 	var out DeviceList
-	err := c.do(ctx, http.MethodGet, "/v1/devices", o.query(), nil, nil, &out)
+	v := o.query()
+	q.values(v)
+	err := c.do(ctx, http.MethodGet, "/v1/devices", v, nil, nil, &out)
 	return &out, err
 }
 

@@ -199,14 +199,52 @@ type DeviceSummary struct {
 	StatusReason string     `json:"status_reason,omitempty"`
 	StatusSince  *time.Time `json:"status_since,omitempty"`
 	NextRetry    *time.Time `json:"next_retry,omitempty"`
+	// Intent is the device's state on the intent a query named
+	// (?intent=NAME); Resource the state of the resource it named
+	// (?resource=KEY).
+	Intent   *DeviceIntent  `json:"intent,omitempty"`
+	Resource *ResourceState `json:"resource,omitempty"`
+}
+
+// DeviceIntent is a device's state on one intent.
+type DeviceIntent struct {
+	Name string `json:"name"`
+	// Revision is the revision of the intent the device is meant to hold
+	// (the one a rollout released to it); CurrentRevision the intent's.
+	Revision        uint64 `json:"revision"`
+	CurrentRevision uint64 `json:"current_revision"`
+	// State is converged (every resource of the intent converged on
+	// Revision), not-released (a rollout has not released the current
+	// revision to it yet), or the worst state of its resources: failed,
+	// drifted, progressing or pending.
+	State     string `json:"state"`
+	Resources int    `json:"resources"`
+	Converged int    `json:"converged"`
+}
+
+// DeviceGroup counts the devices of a query with one value of its
+// group_by, naming a few of them.
+type DeviceGroup struct {
+	Value  string   `json:"value"`
+	Count  int      `json:"count"`
+	Sample []string `json:"sample"`
 }
 
 // DeviceList is the answer to GET /v1/devices.
 type DeviceList struct {
 	Revision uint64 `json:"revision"`
 	// Index is the Raft index of the replica state listed (FleetStatus.Index).
-	Index   uint64          `json:"index"`
-	Devices []DeviceSummary `json:"devices"`
+	Index uint64 `json:"index"`
+	// Matched counts every device that passed the query's filters, on
+	// this page and after it.
+	Matched int             `json:"matched"`
+	Devices []DeviceSummary `json:"devices,omitzero"`
+	// Next, when set, is the ?after= of the next page.
+	Next string `json:"next,omitempty"`
+	// GroupBy and Groups answer a query with group_by: the matching
+	// devices counted per value, most first.
+	GroupBy string        `json:"group_by,omitempty"`
+	Groups  []DeviceGroup `json:"groups,omitempty"`
 }
 
 // ResourceState puts a resource's intended, applied and effective states

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -187,24 +188,72 @@ func newGetCmd(g *globals) *cobra.Command {
 	}
 	one.Flags().Uint64Var(&rev, "revision", 0, "show the intent as it was at this cluster revision")
 
+	var dq api.DeviceQuery
+	var connected, converged, retried string
 	devices := &cobra.Command{
-		Use: "devices", Short: "List devices and whether they converged", Args: cobra.NoArgs,
+		Use:   "devices [--intent NAME] [--status S] [--resource KEY] [--group-by G] ...",
+		Short: "List devices, or those a query selects, or count them by a value",
+		Long: `List the devices the cluster knows, with their status and revisions.
+
+The flags select devices; each one given is a filter a listed device
+passes. With --intent the list shows each device's state on that intent
+(the revision released to it, converged or what is worst among its
+resources), with --resource that resource's applied digest and state.
+--group-by counts the selected devices per value instead, naming a few of
+each.
+
+The questions an operator asks after a change, one command each:
+
+  # which devices missed the update, and why
+  meteor get devices --intent change-1-network-policy --intent-state not-converged
+  # which devices needed more than one attempt and converged in the end
+  meteor get devices --intent change-1-network-policy --retried --intent-state converged
+  # which devices serve the old certificate, which the new one
+  meteor get devices --resource change-3-cert-rotation/pos-tls --group-by applied-digest`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			res, err := g.client().ListDevices(cmd.Context(), api.ReadOptions{Stale: stale})
+			var err error
+			if dq.Connected, err = optBool("--connected", connected); err != nil {
+				return err
+			}
+			if dq.Converged, err = optBool("--converged", converged); err != nil {
+				return err
+			}
+			if dq.Retried, err = optBool("--retried", retried); err != nil {
+				return err
+			}
+			res, err := g.client().QueryDevices(cmd.Context(), dq, api.ReadOptions{Stale: stale})
 			if err != nil {
 				return err
 			}
 			if g.output == "json" {
 				return printJSON(cmd.OutOrStdout(), res)
 			}
-			tw := table(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "ID\tSTATUS\tCONNECTED\tSERVER\tOWNER\tDESIRED\tACKED\tRESOURCES\tLAST SEEN\tLABELS")
-			for _, d := range res.Devices {
-				fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.ID, d.Status, d.Connected, d.Server, d.Owner, d.DesiredRevision, d.AckedRevision, counts(d.Resources, d.Counts), ago(d.LastSeen), labels(d.Labels))
-			}
-			return tw.Flush()
+			printDeviceList(cmd.OutOrStdout(), res)
+			return nil
 		},
 	}
+	df := devices.Flags()
+	df.StringVar(&dq.Intent, "intent", "", "only devices the intent's current revision targets; shows each one's state on it")
+	df.StringVar(&dq.IntentState, "intent-state", "", "with --intent: converged, not-converged, not-released, failed, drifted, progressing or pending (comma-separated)")
+	df.StringVar(&dq.Resource, "resource", "", "only devices that hold or are meant to hold this resource key (intent/id); shows its state")
+	df.StringVar(&dq.AppliedDigest, "applied-digest", "", "with --resource: a prefix of the applied digest (at least 4 hex digits), or none")
+	df.StringVar(&dq.Status, "status", "", "device statuses, comma-separated (pending, progressing, converged, drifted, overridden, blocked, failed, unreachable, stuck)")
+	df.StringVar(&dq.Reason, "reason", "", "a word or phrase of the status reason")
+	df.StringVar(&dq.Selector, "selector", "", "labels the device is selected by, k=v,k2=v2")
+	df.StringVar(&dq.Region, "region", "", "the region label")
+	df.StringVar(&dq.Server, "server", "", "the server the device is (or was last) connected to")
+	df.StringVar(&dq.Owner, "owner", "", "the server that owns the device")
+	df.StringVar(&connected, "connected", "", "true or false")
+	df.StringVar(&converged, "converged", "", "true or false: every resource of the device converged")
+	df.StringVar(&retried, "retried", "", "true or false: a resource (of --intent or --resource, if given) took more than one attempt")
+	df.Lookup("retried").NoOptDefVal = "true"
+	df.Lookup("connected").NoOptDefVal = "true"
+	df.Lookup("converged").NoOptDefVal = "true"
+	df.Uint64Var(&dq.AckedBelow, "acked-below", 0, "only devices whose acknowledged revision is below this one")
+	df.IntVar(&dq.Limit, "limit", 0, "list at most this many (the answer says where the next page starts)")
+	df.StringVar(&dq.After, "after", "", "list devices after this ID (the next page)")
+	df.StringVar(&dq.GroupBy, "group-by", "", "count the devices per status, intent-state, applied-digest, acked-revision, desired-revision, region, server, owner or connected")
 	var timeline bool
 	device := &cobra.Command{
 		Use: "device ID", Short: "Show a device: each resource's intended, applied and effective state", Args: cobra.ExactArgs(1),
@@ -261,6 +310,83 @@ func newGetCmd(g *globals) *cobra.Command {
 	}
 	cmd.AddCommand(list, one, devices, device, ownership)
 	return cmd
+}
+
+// optBool parses an optional true/false flag ("" is unset).
+func optBool(flag, v string) (*bool, error) {
+	if v == "" {
+		return nil, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: want true or false", flag, v)
+	}
+	return &b, nil
+}
+
+// printDeviceList prints a device query's answer: its groups, or its
+// devices with their state on the intent or resource it named.
+func printDeviceList(w io.Writer, res *api.DeviceList) {
+	if res.GroupBy != "" {
+		tw := table(w)
+		fmt.Fprintf(tw, "%s\tDEVICES\tSAMPLE\n", strings.ToUpper(res.GroupBy))
+		for _, g := range res.Groups {
+			sample := strings.Join(g.Sample, ", ")
+			if more := g.Count - len(g.Sample); more > 0 {
+				sample += fmt.Sprintf(", and %d more", more)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", g.Value, g.Count, sample)
+		}
+		tw.Flush()
+		fmt.Fprintf(w, "%s in %s\n", nDevices(res.Matched), plural(uint64(len(res.Groups)), "group", "groups"))
+		return
+	}
+	var withIntent, withResource bool
+	for _, d := range res.Devices {
+		withIntent = withIntent || d.Intent != nil
+		withResource = withResource || d.Resource != nil
+	}
+	tw := table(w)
+	head := "ID\tSTATUS\tCONNECTED\tSERVER\tOWNER\tDESIRED\tACKED"
+	if withIntent {
+		head += "\tINTENT REV\tON INTENT"
+	}
+	if withResource {
+		head += "\tRESOURCE\tAPPLIED"
+	}
+	fmt.Fprintln(tw, head+"\tRESOURCES\tLAST SEEN\tREASON")
+	for _, d := range res.Devices {
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%d\t%d", d.ID, d.Status, d.Connected, orDash(d.Server), orDash(d.Owner), d.DesiredRevision, d.AckedRevision)
+		if withIntent {
+			if in := d.Intent; in != nil {
+				fmt.Fprintf(tw, "\t%d\t%s (%d/%d)", in.Revision, in.State, in.Converged, in.Resources)
+			} else {
+				fmt.Fprint(tw, "\t-\t-")
+			}
+		}
+		if withResource {
+			if r := d.Resource; r != nil {
+				fmt.Fprintf(tw, "\t%s\t%s", r.State, orDash(shortDigest(r.AppliedDigest)))
+			} else {
+				fmt.Fprint(tw, "\t-\t-")
+			}
+		}
+		fmt.Fprintf(tw, "\t%s\t%s\t%s\n", counts(d.Resources, d.Counts), ago(d.LastSeen), orDash(d.StatusReason))
+	}
+	tw.Flush()
+	if res.Next != "" {
+		fmt.Fprintf(w, "%d of %s shown; the next page: --after %s\n", len(res.Devices), nDevices(res.Matched), res.Next)
+	} else if res.Matched != len(res.Devices) || len(res.Devices) == 0 {
+		fmt.Fprintf(w, "%s\n", nDevices(res.Matched))
+	}
+}
+
+// shortDigest is a digest's first 12 hex digits.
+func shortDigest(d string) string {
+	if len(d) > 12 {
+		return d[:12]
+	}
+	return d
 }
 
 func printDevice(w io.Writer, d *api.Device) {

@@ -236,3 +236,30 @@ func TestRolloutCommands(t *testing.T) {
 		t.Fatal("status of an unknown intent: no error")
 	}
 }
+
+// TestPrintDeviceList: a grouped answer shows each value's count and
+// sample; a listed one shows the device's state on the intent and the
+// resource asked about, and where the next page starts.
+func TestPrintDeviceList(t *testing.T) {
+	var out bytes.Buffer
+	printDeviceList(&out, &api.DeviceList{Matched: 9, GroupBy: "applied-digest", Groups: []api.DeviceGroup{
+		{Value: "9f2c", Count: 7, Sample: []string{"a", "b", "c", "d", "e"}},
+		{Value: "none", Count: 2, Sample: []string{"f", "g"}},
+	}})
+	for _, want := range []string{"APPLIED-DIGEST", "a, b, c, d, e, and 2 more", "f, g", "9 devices in 2 groups"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("grouped: no %q in\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	printDeviceList(&out, &api.DeviceList{Matched: 3, Next: "pos-2", Devices: []api.DeviceSummary{
+		{ID: "pos-1", Status: "failed", StatusReason: "store-net/policy: exit status 1", Intent: &api.DeviceIntent{Name: "store-net", Revision: 12, CurrentRevision: 12, State: "failed", Resources: 2, Converged: 1},
+			Resource: &api.ResourceState{Key: "store-net/policy", State: "failed", AppliedDigest: "0123456789abcdef"}},
+		{ID: "pos-2", Status: "converged", Intent: &api.DeviceIntent{Name: "store-net", Revision: 9, CurrentRevision: 12, State: "not-released", Resources: 2, Converged: 2}},
+	}})
+	for _, want := range []string{"INTENT REV", "ON INTENT", "failed (1/2)", "not-released (2/2)", "0123456789ab ", "store-net/policy: exit status 1", "2 of 3 devices shown; the next page: --after pos-2"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("listed: no %q in\n%s", want, out.String())
+		}
+	}
+}
