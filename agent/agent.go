@@ -151,12 +151,11 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) Status() Status {
 	s := a.st.snapshot()
 	if j := a.jnl.Load(); j != nil {
-		if sess, err := j.Session(); err == nil {
+		if sum, err := j.Summary(); err == nil {
+			sess := sum.Session
 			s.SessionID, s.AckedRevision = sess.ID, sess.AckedRevision
 			s.LastReportSeq, s.AckedReportSeq = sess.LastReportSeq, sess.AckedReportSeq
-		}
-		if pending, err := j.PendingReports(); err == nil {
-			s.PendingReports = len(pending)
+			s.PendingReports = sum.PendingReports
 		}
 	}
 	return s

@@ -121,6 +121,7 @@ type statusStore struct {
 	mu        sync.Mutex
 	s         Status                    // guarded by mu
 	resources map[string]ResourceStatus // guarded by mu
+	sorted    []ResourceStatus          // resources in key order, built once a pass; guarded by mu
 	passedAny bool                      // a reconcile pass completed; guarded by mu
 }
 
@@ -143,11 +144,14 @@ func (st *statusStore) setResources(desiredRev uint64, list []ResourceStatus, no
 		next[r.Key] = r
 	}
 	st.resources = next
+	st.sorted = st.sorted[:0:0]
+	for _, k := range slices.Sorted(maps.Keys(next)) {
+		st.sorted = append(st.sorted, next[k])
+	}
 	st.passedAny = true
 	st.s.DesiredRevision = desiredRev
 	st.s.State, st.s.BlockedReason = StateConverged, ""
-	for _, k := range slices.Sorted(maps.Keys(next)) {
-		r := next[k]
+	for _, r := range st.sorted {
 		if stateRank[r.State] > stateRank[st.s.State] {
 			st.s.State = r.State
 		}
@@ -181,10 +185,9 @@ func (st *statusStore) snapshot() Status {
 	defer st.mu.Unlock()
 	s := st.s
 	s.ServerRTTs = maps.Clone(st.s.ServerRTTs)
-	s.Resources = make([]ResourceStatus, 0, len(st.resources))
-	for _, k := range slices.Sorted(maps.Keys(st.resources)) {
-		s.Resources = append(s.Resources, st.resources[k])
-	}
+	// Sampled often (the fleet simulator: every agent five times a
+	// second); the key order was settled when the pass set them.
+	s.Resources = append(make([]ResourceStatus, 0, len(st.sorted)), st.sorted...)
 	return s
 }
 
@@ -211,8 +214,7 @@ func (st *statusStore) report() *wire.Report {
 		BlockedReason:   truncate(st.s.BlockedReason, wire.MaxTextLen),
 		States:          true,
 	}
-	for _, k := range slices.Sorted(maps.Keys(st.resources)) {
-		r := st.resources[k]
+	for _, r := range st.sorted {
 		rep.Resources = append(rep.Resources, wire.ResourceReport{
 			Key:               r.Key,
 			AppliedDigest:     digestFromHex(r.AppliedDigest),

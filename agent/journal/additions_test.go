@@ -64,3 +64,45 @@ func TestReplaceReports(t *testing.T) {
 		t.Errorf("pending after ack = %v", got)
 	}
 }
+
+// TestSummaryFollowsWrites: the summary, read from a cache between
+// writes, shows every write's effect on the session and the pending
+// reports, and is what a fresh read of the file says.
+func TestSummaryFollowsWrites(t *testing.T) {
+	j := openT(t, t.TempDir())
+	defer closeT(t, j)
+	check := func(step string) {
+		t.Helper()
+		got, err := j.Summary()
+		must(t, err)
+		again, err := j.Summary() // from the cache
+		must(t, err)
+		sess, err := j.Session()
+		must(t, err)
+		pending, err := j.PendingReports()
+		must(t, err)
+		want := Summary{Session: sess, PendingReports: len(pending)}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s: summary (-file +summary):\n%s", step, diff)
+		}
+		if diff := cmp.Diff(got, again); diff != "" {
+			t.Errorf("%s: a second summary differs (-first +second):\n%s", step, diff)
+		}
+	}
+	check("empty")
+	must(t, j.SetSession("s-1", []byte("token")))
+	check("session set")
+	for range 3 {
+		_, err := j.QueueReport([]byte("r"))
+		must(t, err)
+		check("report queued")
+	}
+	must(t, j.AckReports(2))
+	check("two acknowledged")
+	_, err := j.ReplaceReports(0, []byte("full"))
+	must(t, err)
+	check("replaced")
+	if got, _ := j.Summary(); got.PendingReports != 1 || got.Session.ID != "s-1" || got.Session.LastReportSeq != 4 {
+		t.Fatalf("summary %+v, want session s-1, 1 pending report, last seq 4", got)
+	}
+}

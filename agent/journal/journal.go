@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -83,6 +84,12 @@ type Journal struct {
 	now    func() time.Time
 	logger hclog.Logger
 	cut    atomic.Bool // PowerCut was called
+	// gen counts committed writes; it is the key of the summary cache.
+	gen atomic.Uint64
+
+	sumMu  sync.Mutex
+	sum    Summary // guarded by sumMu; as of sumGen
+	sumGen uint64  // guarded by sumMu; 0: nothing cached
 }
 
 // ErrPowerCut is the error of every write after PowerCut.
@@ -156,7 +163,11 @@ func (j *Journal) update(what string, fn func(tx *bolt.Tx) error) error {
 	if j.cut.Load() {
 		return fmt.Errorf("journal: %s: %w", what, ErrPowerCut)
 	}
-	if err := j.db.Update(fn); err != nil {
+	err := j.db.Update(fn)
+	// Counted whatever the outcome: a failed commit may still have
+	// changed what a reader sees, and a needless re-read costs little.
+	j.gen.Add(1)
+	if err != nil {
 		return fmt.Errorf("journal: %s: %w", what, err)
 	}
 	return nil

@@ -134,6 +134,42 @@ func (j *Journal) AckReports(upTo uint64) error {
 	})
 }
 
+// Summary is what an agent's status shows of its journal: the session and
+// how many reports await acknowledgement.
+type Summary struct {
+	Session        Session
+	PendingReports int
+}
+
+// Summary returns the session and the number of pending reports. It reads
+// the file only after a write: the agent's status is sampled far more
+// often than the journal changes (the fleet simulator samples every
+// agent five times a second).
+func (j *Journal) Summary() (Summary, error) {
+	gen := j.gen.Load() + 1 // + 1: 0 means nothing cached
+	j.sumMu.Lock()
+	defer j.sumMu.Unlock()
+	if j.sumGen == gen {
+		return j.sum, nil
+	}
+	var sum Summary
+	err := j.view("read summary", func(tx *bolt.Tx) error {
+		var err error
+		if sum.Session, err = readSession(tx); err != nil {
+			return err
+		}
+		sum.PendingReports = tx.Bucket(bucketReports).Stats().KeyN
+		return nil
+	})
+	if err != nil {
+		return Summary{}, err
+	}
+	// Labelled with the count read before the read: a write that
+	// commits meanwhile moves the count on, and the next call reads again.
+	j.sum, j.sumGen = sum, gen
+	return sum, nil
+}
+
 // PendingReports returns the reports not yet acknowledged, oldest first,
 // for resending after a reconnect.
 func (j *Journal) PendingReports() ([]Report, error) {

@@ -65,6 +65,7 @@ each device sent and received.
 	f.Float64Var(&opts.Loss, "loss", 0, "replace the random loss of cellular and popup links (0..1, each direction)")
 	f.Float64Var(&opts.TimeScale, "time-scale", 1, "multiply outage and offline periods (0.01: minutes become seconds)")
 	f.IntVar(&opts.RampBatch, "ramp", opts.RampBatch, "devices started per second")
+	f.DurationVar(&opts.SampleEvery, "sample-every", opts.SampleEvery, "how often every agent's state is sampled (the resolution of the report's convergence times; each sample costs CPU per device)")
 	_ = cmd.MarkFlagRequired("servers")
 	_ = cmd.MarkFlagRequired("pki")
 	return cmd
