@@ -155,12 +155,32 @@ func (h *httpAPI) handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", debug(pprof.Trace))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		// This catch-all takes the place of the mux's own 405: a path
+		// served for other methods is a 405 naming them, not a 404.
+		if allow := allowedMethods(mux, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, &api.Error{StatusCode: http.StatusMethodNotAllowed, Code: api.CodeMethod, Message: fmt.Sprintf("%s %s: the endpoint takes %s (see docs/api.md)", r.Method, r.URL.Path, strings.Join(allow, ", "))})
+			return
+		}
 		writeError(w, &api.Error{StatusCode: http.StatusNotFound, Code: api.CodeNotFound, Message: fmt.Sprintf("no such endpoint: %s %s (see docs/api.md)", r.Method, r.URL.Path)})
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(api.HeaderServedBy, h.cfg.NodeID)
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// allowedMethods returns the methods mux serves r's path with, other than
+// through its catch-all "/".
+func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete} {
+		probe := &http.Request{Method: m, URL: r.URL, Host: r.Host, Header: http.Header{}}
+		if _, pattern := mux.Handler(probe); pattern != "" && pattern != "/" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // onLeader runs next on the leader; a follower forwards the request.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
@@ -88,5 +89,38 @@ func TestHTTPAPIWithoutCluster(t *testing.T) {
 	}
 	if w = do(http.MethodGet, "/v1/intents/motd?stale=true", nil); w.Code != http.StatusOK {
 		t.Fatalf("stale read on a follower: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestWrongMethodIs405: a path the API serves for other methods answers
+// 405 naming them in Allow; a path it does not serve answers 404.
+func TestWrongMethodIs405(t *testing.T) {
+	p := newLocalProposer(t)
+	cfg := DefaultConfig()
+	cfg.NodeID = "s1"
+	h := &httpAPI{
+		cfg: &cfg, logger: hclog.NewNullLogger(), clock: SystemClock{}, state: p.state, propose: p,
+		node: &fakeLeader{leads: true}, owners: fixedOwners{{ID: "s1", Region: "eu"}}, planner: scheduler.NewPlanner(),
+	}
+	handler := h.handler()
+	for _, tc := range []struct {
+		method, path string
+		code         int
+		allow        string
+	}{
+		{http.MethodPost, "/v1/intents", http.StatusMethodNotAllowed, "GET"},
+		{http.MethodPost, "/v1/intents/motd", http.StatusMethodNotAllowed, "GET, PUT, DELETE"},
+		{http.MethodDelete, "/v1/status", http.StatusMethodNotAllowed, "GET"},
+		{http.MethodGet, "/v1/rollouts/motd/approve", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodGet, "/v1/nothing-here", http.StatusNotFound, ""},
+	} {
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, httptest.NewRequest(tc.method, tc.path, nil))
+		if w.Code != tc.code || w.Header().Get("Allow") != tc.allow {
+			t.Errorf("%s %s: %d, Allow %q (%s); want %d, Allow %q", tc.method, tc.path, w.Code, w.Header().Get("Allow"), w.Body, tc.code, tc.allow)
+		}
+		if tc.code == http.StatusMethodNotAllowed && !strings.Contains(w.Body.String(), api.CodeMethod) {
+			t.Errorf("%s %s: body %s, want code %s", tc.method, tc.path, w.Body, api.CodeMethod)
+		}
 	}
 }

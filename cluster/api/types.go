@@ -9,17 +9,18 @@ import (
 
 // Error codes carried in error responses.
 const (
-	CodeBadRequest      = "bad_request"     // 400: the document or request is invalid
-	CodeNotFound        = "not_found"       // 404
-	CodeConflict        = "conflict"        // 409: If-Match did not match
-	CodeNoLeader        = "no_leader"       // 503: no leader; nothing was written, retry
-	CodeUnknownOutcome  = "unknown_outcome" // 503: the write may or may not have been applied
-	CodeTimeout         = "timeout"         // 503/504: the write was not committed in time
-	CodeInternal        = "internal"        // 500
-	CodeShuttingDown    = "shutting_down"   // 503: this server is stopping
-	CodeUnauthenticated = "unauthenticated" // 401: no valid token (with the ACL on)
-	CodeForbidden       = "forbidden"       // 403: the token's policy or scope does not allow it
-	CodeRateLimited     = "rate_limited"    // 429: too many failed authentications
+	CodeBadRequest      = "bad_request"        // 400: the document or request is invalid
+	CodeNotFound        = "not_found"          // 404
+	CodeMethod          = "method_not_allowed" // 405: the endpoint exists for other methods (Allow names them)
+	CodeConflict        = "conflict"           // 409: If-Match did not match
+	CodeNoLeader        = "no_leader"          // 503: no leader; nothing was written, retry
+	CodeUnknownOutcome  = "unknown_outcome"    // 503: the write may or may not have been applied
+	CodeTimeout         = "timeout"            // 503/504: the write was not committed in time
+	CodeInternal        = "internal"           // 500
+	CodeShuttingDown    = "shutting_down"      // 503: this server is stopping
+	CodeUnauthenticated = "unauthenticated"    // 401: no valid token (with the ACL on)
+	CodeForbidden       = "forbidden"          // 403: the token's policy or scope does not allow it
+	CodeRateLimited     = "rate_limited"       // 429: too many failed authentications
 )
 
 // Error is the body of every error response.
