@@ -212,7 +212,15 @@ func (h *httpAPI) scopedOnLeader(next http.HandlerFunc) http.HandlerFunc {
 // ?stale, otherwise on the leader after ConsistentRead.
 func (h *httpAPI) reader(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if stale, _ := strconv.ParseBool(r.URL.Query().Get("stale")); stale {
+		stale := false
+		if v := r.URL.Query().Get("stale"); v != "" {
+			var err error
+			if stale, err = strconv.ParseBool(v); err != nil {
+				writeError(w, badRequest("query parameter stale=%q: want true or false", v))
+				return
+			}
+		}
+		if stale {
 			w.Header().Set(api.HeaderConsistency, "stale")
 			w.Header().Set(api.HeaderLeader, h.node.leaderID())
 			next(w, r)

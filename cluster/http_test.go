@@ -93,7 +93,8 @@ func TestHTTPAPIWithoutCluster(t *testing.T) {
 }
 
 // TestWrongMethodIs405: a path the API serves for other methods answers
-// 405 naming them in Allow; a path it does not serve answers 404.
+// 405 naming them in Allow; a path it does not serve answers 404; a bad
+// ?stale is a 400.
 func TestWrongMethodIs405(t *testing.T) {
 	p := newLocalProposer(t)
 	cfg := DefaultConfig()
@@ -113,6 +114,8 @@ func TestWrongMethodIs405(t *testing.T) {
 		{http.MethodDelete, "/v1/status", http.StatusMethodNotAllowed, "GET"},
 		{http.MethodGet, "/v1/rollouts/motd/approve", http.StatusMethodNotAllowed, "POST"},
 		{http.MethodGet, "/v1/nothing-here", http.StatusNotFound, ""},
+		// A read's consistency is never guessed.
+		{http.MethodGet, "/v1/intents?stale=maybe", http.StatusBadRequest, ""},
 	} {
 		w := httptest.NewRecorder()
 		handler.ServeHTTP(w, httptest.NewRequest(tc.method, tc.path, nil))
