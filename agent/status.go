@@ -144,7 +144,7 @@ func (st *statusStore) setResources(desiredRev uint64, list []ResourceStatus, no
 		next[r.Key] = r
 	}
 	st.resources = next
-	st.sorted = st.sorted[:0:0]
+	st.sorted = st.sorted[:0] // snapshot and report copy out of it under mu
 	for _, k := range slices.Sorted(maps.Keys(next)) {
 		st.sorted = append(st.sorted, next[k])
 	}

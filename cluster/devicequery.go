@@ -60,6 +60,10 @@ var deviceStatuses = []string{
 
 var intentStates = []string{intentStateConverged, intentStateNotConv, intentStateNotReleased, intentStateFailed, intentStateDrifted, intentStateProgressing, intentStatePending}
 
+// intentStateRank orders a resource's states on an intent, worst last: a
+// device's state on the intent is its worst resource's.
+var intentStateRank = map[string]int{intentStateConverged: 0, intentStatePending: 1, intentStateProgressing: 2, intentStateDrifted: 3, intentStateFailed: 4}
+
 // groupSample is how many device IDs a group names.
 const groupSample = 5
 
@@ -76,9 +80,7 @@ func parseDeviceQuery(q url.Values) (*deviceQuery, error) {
 		var err error
 		switch key {
 		case "stale":
-			if _, err = strconv.ParseBool(v); err != nil {
-				err = fmt.Errorf("want true or false")
-			}
+			// Checked by httpAPI.reader before the query is parsed.
 		case "intent":
 			dq.intent = v
 		case "intent_state":
@@ -219,15 +221,11 @@ func (h *httpAPI) queryDevices(read *fsm.Read, dq *deviceQuery) (api.DeviceList,
 	owners := h.owners.ownerCandidates()
 	groups := map[string]*api.DeviceGroup{}
 	for _, rec := range recs {
-		if dq.groupBy == "" && dq.after != "" && rec.ID <= dq.after {
+		if dq.after != "" && rec.ID <= dq.after { // never with group_by
 			continue
 		}
 		labels := h.cfg.recordSelection(rec)
 		if !dq.cheapMatch(rec, labels, irec) {
-			continue
-		}
-		owner := ownerOf(rec.ID, rec.Labels["region"], owners)
-		if dq.owner != "" && owner != dq.owner {
 			continue
 		}
 		var sum api.DeviceSummary
@@ -236,11 +234,15 @@ func (h *httpAPI) queryDevices(read *fsm.Read, dq *deviceQuery) (api.DeviceList,
 			if sum, v, err = h.deviceView(read, rec, owners); err != nil {
 				return out, err
 			}
-			if !dq.viewMatch(read, rec, &sum, v, irec) {
+			if dq.owner != "" && sum.Owner != dq.owner || !dq.viewMatch(read, rec, &sum, v, irec) {
 				continue
 			}
 		} else {
-			sum = api.DeviceSummary{ID: rec.ID, Labels: labels, Connected: rec.Connected, Server: rec.Server, Owner: owner, AckedRevision: rec.AckedRevision, Status: deviceStatus(rec)}
+			sum = api.DeviceSummary{ID: rec.ID, Labels: labels, Connected: rec.Connected, Server: rec.Server,
+				Owner: ownerOf(rec.ID, rec.Labels["region"], owners), AckedRevision: rec.AckedRevision, Status: deviceStatus(rec)}
+			if dq.owner != "" && sum.Owner != dq.owner {
+				continue
+			}
 		}
 		out.Matched++
 		if dq.groupBy != "" {
@@ -358,7 +360,6 @@ func intentState(read *fsm.Read, irec *fsm.IntentRecord, rec *fsm.DeviceRecord, 
 	}
 	prefix := irec.Name + "/"
 	worst, retried := intentStateConverged, false
-	rank := map[string]int{intentStateConverged: 0, intentStatePending: 1, intentStateProgressing: 2, intentStateDrifted: 3, intentStateFailed: 4}
 	for _, rv := range v.Resources {
 		if !strings.HasPrefix(rv.Key, prefix) {
 			continue
@@ -381,7 +382,7 @@ func intentState(read *fsm.Read, irec *fsm.IntentRecord, rec *fsm.DeviceRecord, 
 		default: // progressing, applied (not verified yet), removing
 			s = intentStateProgressing
 		}
-		if rank[s] > rank[worst] {
+		if intentStateRank[s] > intentStateRank[worst] {
 			worst = s
 		}
 	}

@@ -244,9 +244,9 @@ The questions an operator asks after a change, one command each:
 	df.StringVar(&dq.Region, "region", "", "the region label")
 	df.StringVar(&dq.Server, "server", "", "the server the device is (or was last) connected to")
 	df.StringVar(&dq.Owner, "owner", "", "the server that owns the device")
-	df.StringVar(&connected, "connected", "", "true or false")
-	df.StringVar(&converged, "converged", "", "true or false: every resource of the device converged")
-	df.StringVar(&retried, "retried", "", "true or false: a resource (of --intent or --resource, if given) took more than one attempt")
+	df.StringVar(&connected, "connected", "", "only devices with a session now (--connected=false: without one)")
+	df.StringVar(&converged, "converged", "", "only devices with every resource converged (--converged=false: the others)")
+	df.StringVar(&retried, "retried", "", "only devices where a resource (of --intent or --resource, if given) took more than one attempt (--retried=false: the others)")
 	df.Lookup("retried").NoOptDefVal = "true"
 	df.Lookup("connected").NoOptDefVal = "true"
 	df.Lookup("converged").NoOptDefVal = "true"
