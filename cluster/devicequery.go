@@ -79,7 +79,7 @@ func parseDeviceQuery(q url.Values) (*deviceQuery, error) {
 		v := strings.TrimSpace(vals[0])
 		var err error
 		switch key {
-		case "stale":
+		case "stale", "index", "wait":
 			// Checked by httpAPI.reader before the query is parsed.
 		case "intent":
 			dq.intent = v

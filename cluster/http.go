@@ -53,6 +53,9 @@ type httpAPI struct {
 	planner *scheduler.Planner
 	// auth authenticates operator requests; nil when Config.ACL is nil.
 	auth *authenticator
+	// done is closed when the server stops, ending event streams and
+	// blocking reads (http.Server.Shutdown would wait for them).
+	done <-chan struct{}
 
 	leaveOnce sync.Once
 }
@@ -61,6 +64,7 @@ type httpAPI struct {
 // whole state the chaos checks compare.
 type replica interface {
 	stateReader
+	eventSource
 	StateHash() (fsm.StateHash, error)
 	checkpointReplica
 }
@@ -115,6 +119,7 @@ func (h *httpAPI) handler() http.Handler {
 	mux.HandleFunc("GET /v1/revocations", read(h.handleListRevoked))
 	mux.HandleFunc("GET /v1/intents/{name}/progress", read(h.handleIntentProgress))
 	mux.HandleFunc("GET /v1/status", read(h.handleFleetStatus))
+	mux.HandleFunc("GET /v1/events", h.authorize(acl.ActionRead, h.handleEvents))
 	mux.HandleFunc("GET /v1/rollouts", read(h.handleListRollouts))
 	mux.HandleFunc("GET /v1/rollouts/{name}", read(h.handleGetRollout))
 	mux.HandleFunc("GET /v1/rollouts/{name}/history", read(h.handleRolloutHistory))
@@ -220,15 +225,26 @@ func (h *httpAPI) reader(next http.HandlerFunc) http.HandlerFunc {
 				return
 			}
 		}
+		index, wait, blocking, err := blockingRead(r.URL.Query())
+		if err != nil {
+			writeError(w, err.(*api.Error))
+			return
+		}
 		if stale {
+			if blocking {
+				h.waitIndex(r.Context(), index, wait)
+			}
 			w.Header().Set(api.HeaderConsistency, "stale")
 			w.Header().Set(api.HeaderLeader, h.node.leaderID())
 			next(w, r)
 			return
 		}
 		if !h.node.IsLeader() {
-			h.forward(w, r)
+			h.forward(w, r) // the leader blocks
 			return
+		}
+		if blocking {
+			h.waitIndex(r.Context(), index, wait)
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.ApplyTimeout)
 		defer cancel()

@@ -162,7 +162,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.api = &httpAPI{
 		cfg: &s.config, logger: s.logger, clock: s.clock, state: s.fsm, propose: s, node: s, admin: s,
-		owners: s.gossip, reports: s.status, peers: s.peers, planner: s.devicePlanner(),
+		owners: s.gossip, reports: s.status, peers: s.peers, planner: s.devicePlanner(), done: s.ctx.Done(),
 	}
 	if cfg.ACL != nil {
 		s.api.auth = newAuthenticator(cfg.ACL, s.fsm, s.clock, s.peers, cfg.PeerTLS != nil)

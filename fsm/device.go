@@ -3,6 +3,7 @@ package fsm
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -67,6 +68,7 @@ func (f *FSM) applySession(txn *memdb.Txn, index uint64, req *DeviceSessionReque
 			return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
 		}
 		rec.Connected = false
+		f.emit(index, Event{Kind: KindSession, Action: "disconnected", Time: req.Time, Device: req.ID, Message: "from " + req.Server})
 	} else {
 		revoked, err := txn.First(tableRevoked, "id", req.ID)
 		if err != nil {
@@ -74,6 +76,12 @@ func (f *FSM) applySession(txn *memdb.Txn, index uint64, req *DeviceSessionReque
 		}
 		if revoked != nil {
 			return rejected(txn, fmt.Errorf("device %q: %w", req.ID, ErrDeviceRevoked))
+		}
+		if cur == nil {
+			f.emit(index, Event{Kind: KindDevice, Action: "registered", Time: req.Time, Device: req.ID, Message: "first session, on " + req.Server})
+		}
+		if cur == nil || !cur.Connected || cur.Server != req.Server || cur.Conn != req.Conn {
+			f.emit(index, Event{Kind: KindSession, Action: "connected", Time: req.Time, Device: req.ID, Message: "to " + req.Server})
 		}
 		rec.SessionID, rec.Server, rec.Conn, rec.Connected = req.SessionID, req.Server, req.Conn, true
 		changed := false
@@ -167,6 +175,7 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 			if err := txn.Insert(tableTimeline, entry); err != nil {
 				return ApplyResult{}, err
 			}
+			f.emitStatus(index, req.Owner, &tr)
 			if rec.TimelineSeq > uint64(f.timelineLimit) {
 				old, err := txn.First(tableTimeline, "id", rec.ID, rec.TimelineSeq-uint64(f.timelineLimit))
 				if err != nil {
@@ -184,4 +193,28 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 		}
 	}
 	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+}
+
+// emitStatus publishes a device's status transition, and a drift event
+// for each resource that drifted or whose local change is now tolerated.
+func (f *FSM) emitStatus(index uint64, owner string, tr *StatusTransition) {
+	f.emit(index, Event{
+		Kind: KindStatus, Time: tr.Time, Device: tr.Device, Revision: tr.Revision,
+		Status: tr.Status, Reason: tr.Reason, Resources: tr.ResourceStates, Message: "judged by " + owner,
+	})
+	for _, key := range slices.Sorted(maps.Keys(tr.ResourceStates)) {
+		switch st := tr.ResourceStates[key]; st {
+		case "drifted", "overridden": // scheduler.StatusDrifted, StatusOverridden
+			detail := ""
+			for _, r := range tr.Resources {
+				if r.Key == key {
+					detail = r.Detail
+				}
+			}
+			f.emit(index, Event{
+				Kind: KindDrift, Action: st, Time: tr.Time, Device: tr.Device, Revision: tr.Revision,
+				Status: st, Resources: map[string]string{key: st}, Message: detail,
+			})
+		}
+	}
 }

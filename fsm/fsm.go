@@ -52,6 +52,7 @@ func (f *FSM) ApplyBatch(indexes []uint64, data [][]byte) []ApplyResult {
 		out[i] = f.applyLocked(txn, indexes[i], d)
 	}
 	txn.Commit()
+	f.events.publish()
 	return out
 }
 
@@ -107,6 +108,9 @@ func (f *FSM) touchIndex(txn *memdb.Txn, index uint64) ApplyResult {
 	}
 	return ApplyResult{Revision: metaValue(txn, metaRevision)}
 }
+
+// emit stages an event of the command at index, published with the batch.
+func (f *FSM) emit(index uint64, e Event) { f.events.stage(index, e) }
 
 // nextRevision bumps and returns the cluster revision.
 func nextRevision(txn *memdb.Txn) (uint64, error) {
@@ -196,6 +200,7 @@ func (f *FSM) applyPutIntent(txn *memdb.Txn, index uint64, body []byte) (ApplyRe
 	if err := f.audit(txn, index, req.Time, req.Actor, "put-intent", "intent/"+name, summary); err != nil {
 		return ApplyResult{}, err
 	}
+	f.emit(index, Event{Kind: KindIntent, Action: "put", Time: req.Time, Intent: name, Revision: rev, Message: summary, Actor: req.Actor.String()})
 	return ApplyResult{Revision: rev}, nil
 }
 
@@ -235,6 +240,7 @@ func (f *FSM) applyDeleteIntent(txn *memdb.Txn, index uint64, body []byte) (Appl
 	if err := f.audit(txn, index, req.Time, req.Actor, "delete-intent", "intent/"+req.Name, summary); err != nil {
 		return ApplyResult{}, err
 	}
+	f.emit(index, Event{Kind: KindIntent, Action: "delete", Time: req.Time, Intent: req.Name, Revision: rev, Message: summary, Actor: req.Actor.String()})
 	return ApplyResult{Revision: rev}, nil
 }
 
@@ -352,5 +358,10 @@ func (f *FSM) applyUpsertDevice(txn *memdb.Txn, index uint64, body []byte) (Appl
 	if err := txn.Insert(tableDevices, rec); err != nil {
 		return ApplyResult{}, err
 	}
+	action := "labelled"
+	if raw == nil {
+		action = "registered"
+	}
+	f.emit(index, Event{Kind: KindDevice, Action: action, Time: req.Time, Device: req.ID, Revision: rev, Message: fmt.Sprintf("labels %v", req.Labels)})
 	return ApplyResult{Revision: rev}, nil
 }

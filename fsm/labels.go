@@ -80,6 +80,7 @@ func (f *FSM) applySetDeviceLabels(txn *memdb.Txn, index uint64, body []byte) (A
 		return ApplyResult{}, err
 	}
 	summary := fmt.Sprintf("labels %v", labels)
+	f.emit(index, Event{Kind: KindDevice, Action: "labelled", Time: req.Time, Device: req.ID, Message: summary, Actor: req.Actor.String()})
 	return f.audited(txn, index, req.Time, req.Actor, "set-device-labels", "device/"+req.ID, summary)
 }
 
@@ -98,6 +99,9 @@ func (f *FSM) setControlLabels(txn *memdb.Txn, index uint64, id string, labels m
 		rec = &c
 	} else if !create {
 		return fmt.Errorf("device %q: %w", id, ErrNotFound)
+	}
+	if cur == nil {
+		f.emit(index, Event{Kind: KindDevice, Action: "registered", Time: t, Device: id, Message: "enrolled"})
 	}
 	if cur == nil || !cur.LabelsControlled || !maps.Equal(cur.Labels, labels) {
 		rev, err := nextRevision(txn)

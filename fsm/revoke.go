@@ -59,6 +59,7 @@ func (f *FSM) applyRevokeDevice(txn *memdb.Txn, index uint64, body []byte) (Appl
 	if err := txn.Insert(tableRevoked, rec); err != nil {
 		return ApplyResult{}, err
 	}
+	f.emit(index, Event{Kind: KindDevice, Action: "revoked", Time: req.Time, Device: req.ID, Reason: req.Reason, Actor: req.Actor.String()})
 	return f.audited(txn, index, req.Time, req.Actor, "revoke-device", "device/"+req.ID, req.Reason)
 }
 
@@ -78,6 +79,7 @@ func (f *FSM) applyUnrevokeDevice(txn *memdb.Txn, index uint64, body []byte) (Ap
 		return ApplyResult{}, err
 	}
 	summary := fmt.Sprintf("revoked at index %d", raw.(*RevokedDevice).Index)
+	f.emit(index, Event{Kind: KindDevice, Action: "unrevoked", Time: req.Time, Device: req.ID, Message: summary, Actor: req.Actor.String()})
 	return f.audited(txn, index, req.Time, req.Actor, "unrevoke-device", "device/"+req.ID, summary)
 }
 

@@ -515,6 +515,7 @@ func (f *FSM) rolloutEvents(txn *memdb.Txn, name string, index uint64, t int64, 
 		if err := txn.Insert(tableRolloutEvents, &e); err != nil {
 			return err
 		}
+		f.emitRollout(index, &e)
 	}
 	it, err := txn.LowerBound(tableRolloutEvents, "id", name, uint64(0), 0)
 	if err != nil {
@@ -752,4 +753,23 @@ func revisionName(rev uint64) string {
 		return "none (the intent is removed from them)"
 	}
 	return fmt.Sprintf("revision %d", rev)
+}
+
+// emitRollout publishes a rollout event on the event stream: releases,
+// approvals and samples under kinds of their own, the other decisions as
+// rollout events.
+func (f *FSM) emitRollout(index uint64, e *RolloutEvent) {
+	kind := KindRollout
+	switch e.Kind {
+	case EventRelease:
+		kind = KindRelease
+	case EventApproved:
+		kind = KindApproval
+	case EventSample:
+		kind = KindProgress
+	}
+	f.emit(index, Event{
+		Kind: kind, Action: e.Kind, Time: e.Time, Intent: e.Intent, Revision: e.Revision, Wave: e.Wave,
+		Message: e.Message, Devices: len(e.Devices), Counts: e.Counts, Actor: e.Actor.String(),
+	})
 }

@@ -237,6 +237,7 @@ func (f *FSM) Restore(r io.Reader) error {
 	f.mu.Unlock()
 	close(old)
 	f.cps.reset()
+	f.events.restored(hdr.Index)
 	return nil
 }
 

@@ -19,6 +19,10 @@ type Config struct {
 	// AuditLimit is how many audit records are kept (the newest); the
 	// same on every server. Zero means DefaultAuditLimit.
 	AuditLimit int
+	// EventLimit is how many recent events this server keeps for event
+	// streams (events.go); servers may differ. Zero means
+	// DefaultEventLimit.
+	EventLimit int
 }
 
 // DefaultHistoryLimit is the default number of revisions kept per intent.
@@ -46,6 +50,9 @@ func (c Config) Validate() error {
 	if c.AuditLimit < 0 || c.AuditLimit > 1000000 {
 		return fmt.Errorf("audit limit %d: must be between 1 and 1000000 (0 means the default, %d)", c.AuditLimit, DefaultAuditLimit)
 	}
+	if c.EventLimit < 0 || c.EventLimit > 10000000 {
+		return fmt.Errorf("event limit %d: must be between 1 and 10000000 (0 means the default, %d)", c.EventLimit, DefaultEventLimit)
+	}
 	return nil
 }
 
@@ -64,6 +71,8 @@ type FSM struct {
 	abandonCh chan struct{}
 	// cps are the recent checkpoints (checkpoint.go).
 	cps checkpoints
+	// events are the recent events (events.go).
+	events *eventLog
 }
 
 // New returns an empty FSM.
@@ -80,11 +89,14 @@ func New(cfg Config) (*FSM, error) {
 	if cfg.AuditLimit == 0 {
 		cfg.AuditLimit = DefaultAuditLimit
 	}
+	if cfg.EventLimit == 0 {
+		cfg.EventLimit = DefaultEventLimit
+	}
 	db, err := memdb.NewMemDB(schema())
 	if err != nil {
 		return nil, fmt.Errorf("create state store: %w", err)
 	}
-	return &FSM{historyLimit: cfg.HistoryLimit, timelineLimit: cfg.TimelineLimit, auditLimit: cfg.AuditLimit, db: db, abandonCh: make(chan struct{})}, nil
+	return &FSM{historyLimit: cfg.HistoryLimit, timelineLimit: cfg.TimelineLimit, auditLimit: cfg.AuditLimit, db: db, abandonCh: make(chan struct{}), events: newEventLog(cfg.EventLimit)}, nil
 }
 
 func (f *FSM) current() (*memdb.MemDB, chan struct{}) {
@@ -125,6 +137,20 @@ func (r *Read) Index() uint64 { return metaValue(r.txn, metaIndex) }
 // WatchRevision adds to ws a channel that fires when the revision changes.
 func (r *Read) WatchRevision(ws memdb.WatchSet) uint64 {
 	ch, raw, err := r.txn.FirstWatch(tableMeta, "id", metaRevision)
+	if err != nil {
+		panic(fmt.Sprintf("fsm: read meta: %v", err))
+	}
+	r.watch(ws, ch)
+	if raw == nil {
+		return 0
+	}
+	return raw.(*metaRecord).Value
+}
+
+// WatchIndex adds to ws a channel that fires when a command is applied,
+// and returns the index applied.
+func (r *Read) WatchIndex(ws memdb.WatchSet) uint64 {
+	ch, raw, err := r.txn.FirstWatch(tableMeta, "id", metaIndex)
 	if err != nil {
 		panic(fmt.Sprintf("fsm: read meta: %v", err))
 	}

@@ -55,6 +55,11 @@ type ReadOptions struct {
 	Stale bool
 	// Revision, when non-zero, asks what the intent said at that revision.
 	Revision uint64
+	// WaitIndex, when non-zero, makes the read a blocking one: the server
+	// answers once its state has passed this Raft index (the Index of an
+	// earlier answer), or after Wait (zero: 5 minutes; at most 10).
+	WaitIndex uint64
+	Wait      time.Duration
 }
 
 func (o ReadOptions) query() url.Values {
@@ -65,7 +70,33 @@ func (o ReadOptions) query() url.Values {
 	if o.Revision != 0 {
 		q.Set("revision", strconv.FormatUint(o.Revision, 10))
 	}
+	if o.WaitIndex != 0 {
+		q.Set("index", strconv.FormatUint(o.WaitIndex, 10))
+		if o.Wait > 0 {
+			q.Set("wait", o.Wait.String())
+		}
+	}
 	return q
+}
+
+// DefaultBlockingWait is how long a blocking read waits when ReadOptions
+// sets WaitIndex without Wait.
+const DefaultBlockingWait = 5 * time.Minute
+
+// httpClientFor returns the HTTP client for a request with query q: one
+// whose timeout leaves room for the server's wait when q makes the read
+// a blocking one.
+func (c *Client) httpClientFor(q url.Values) *http.Client {
+	if !q.Has("index") || c.hc.Timeout == 0 {
+		return c.hc
+	}
+	wait := DefaultBlockingWait
+	if d, err := time.ParseDuration(q.Get("wait")); err == nil {
+		wait = d
+	}
+	hc := *c.hc
+	hc.Timeout += wait
+	return &hc
 }
 
 // PutIntent writes an intent document (YAML or JSON). ifMatch, when
@@ -201,7 +232,7 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, q url.Value
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.httpClientFor(q).Do(req)
 	if err != nil {
 		return 0, nil, fmt.Errorf("%s %s: %w (is a Meteor server listening at %s? set --addr or METEOR_ADDR)", method, path, err, c.base)
 	}

@@ -368,3 +368,34 @@ type FleetStatus struct {
 	// Intents summarises every current intent at its current revision.
 	Intents []IntentProgress `json:"intents"`
 }
+
+// Event is one change on the event stream (GET /v1/events): what changed
+// in the replicated state, in log order. ID is "INDEX-N": the Raft index
+// of the command that caused it and its position among that command's
+// events, the same on every server, so a stream resumes anywhere. Fields
+// that do not apply to the kind are empty.
+type Event struct {
+	ID   string `json:"id"`
+	Kind string `json:"kind"`
+	// Action says what happened within the kind (docs/api.md lists them).
+	Action    string            `json:"action,omitempty"`
+	Index     uint64            `json:"index"`
+	Time      time.Time         `json:"time"`
+	Intent    string            `json:"intent,omitempty"`
+	Revision  uint64            `json:"revision,omitempty"`
+	Wave      int               `json:"wave,omitempty"`
+	Device    string            `json:"device,omitempty"`
+	Status    string            `json:"status,omitempty"`
+	Reason    string            `json:"reason,omitempty"`
+	Message   string            `json:"message,omitempty"`
+	Devices   int               `json:"devices,omitempty"`
+	Resources map[string]string `json:"resources,omitempty"`
+	Counts    *RolloutCounts    `json:"counts,omitempty"`
+	Actor     string            `json:"actor,omitempty"`
+}
+
+// EventReset is the kind of the event a stream sends when events after
+// the client's last one are no longer kept by the server (or were never
+// seen by it, before a snapshot it installed): the client must read the
+// state again. Its ID is where the stream goes on from.
+const EventReset = "reset"
