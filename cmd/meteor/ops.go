@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -58,12 +57,12 @@ an apply would change.`,
 					return fmt.Errorf("apply intent %q: %w", in.Name, err)
 				}
 				results = append(results, *res)
-				if g.output == "table" {
+				if !g.structured() {
 					printApplied(cmd.OutOrStdout(), res)
 				}
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), results)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), results)
 			}
 			return nil
 		},
@@ -146,8 +145,8 @@ func newGetCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			tw := table(cmd.OutOrStdout())
 			fmt.Fprintln(tw, "NAME\tREVISION\tRESOURCES\tSELECTOR\tUPDATED")
@@ -167,8 +166,8 @@ func newGetCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "Name:      %s\nRevision:  %d\nUpdated:   %s (%s)\nSelector:  %s\n", res.Name, res.Revision, res.UpdatedAt.Format(time.RFC3339), ago(res.UpdatedAt), labels(res.Intent.Selector))
@@ -226,8 +225,8 @@ The questions an operator asks after a change, one command each:
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			printDeviceList(cmd.OutOrStdout(), res)
 			return nil
@@ -269,11 +268,11 @@ The questions an operator asks after a change, one command each:
 					return err
 				}
 			}
-			if g.output == "json" {
+			if g.structured() {
 				if tl != nil {
-					return printJSON(cmd.OutOrStdout(), map[string]any{"device": d, "timeline": tl})
+					return g.print(cmd.OutOrStdout(), map[string]any{"device": d, "timeline": tl})
 				}
-				return printJSON(cmd.OutOrStdout(), d)
+				return g.print(cmd.OutOrStdout(), d)
 			}
 			printDevice(cmd.OutOrStdout(), d)
 			if tl != nil {
@@ -291,8 +290,8 @@ The questions an operator asks after a change, one command each:
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			tw := table(cmd.OutOrStdout())
 			fmt.Fprintln(tw, "SERVER\tREGION\tDEVICES")
@@ -300,7 +299,7 @@ The questions an operator asks after a change, one command each:
 				fmt.Fprintf(tw, "%s\t%s\t%d\n", s.ID, s.Region, s.Devices)
 			}
 			tw.Flush()
-			fmt.Fprintf(cmd.OutOrStdout(), "%d devices", res.Devices)
+			fmt.Fprint(cmd.OutOrStdout(), nDevices(res.Devices))
 			if res.Unowned > 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), ", %d without an alive server", res.Unowned)
 			}
@@ -481,8 +480,8 @@ func newDeleteCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "intent/%s deleted: revision %d\n", res.Name, res.Revision)
 			return nil
@@ -511,8 +510,8 @@ checkpoint in common yet, or the server did not answer).`,
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			printMembers(cmd.OutOrStdout(), res)
 			return nil
@@ -585,8 +584,8 @@ func newHealthCmd(g *globals) *cobra.Command {
 			c.RetryNoLeader = 0
 			res, err := c.Health(cmd.Context())
 			if res != nil && res.Node != "" {
-				if g.output == "json" {
-					if perr := printJSON(cmd.OutOrStdout(), res); perr != nil {
+				if g.structured() {
+					if perr := g.print(cmd.OutOrStdout(), res); perr != nil {
 						return perr
 					}
 				} else {
@@ -602,22 +601,22 @@ func newHealthCmd(g *globals) *cobra.Command {
 	}
 }
 
-func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use: "version", Short: "Print the version", Args: cobra.NoArgs,
-		Run: func(cmd *cobra.Command, args []string) { fmt.Fprintln(cmd.OutOrStdout(), "meteor", cluster.Version) },
-	}
+// versionInfo is what 'meteor version -o json' prints.
+type versionInfo struct {
+	Version string `json:"version"`
 }
 
-func printJSON(w io.Writer, v any) error {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return err
+func newVersionCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use: "version", Short: "Print the version", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), versionInfo{Version: cluster.Version})
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "meteor", cluster.Version)
+			return nil
+		},
 	}
-	_, err := w.Write(buf.Bytes())
-	return err
 }
 
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }

@@ -96,8 +96,8 @@ func runSim(ctx context.Context, out io.Writer, opts sim.Options, duration time.
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "Simulating %d devices (%s, seed %d) against %s; logs in %s. Ctrl-C stops.\n",
-		fl.Len(), opts.Profile, opts.Seed, strings.Join(opts.Servers, ","), logPath)
+	fmt.Fprintf(out, "Simulating %s (%s, seed %d) against %s; logs in %s. Ctrl-C stops.\n",
+		nDevices(fl.Len()), opts.Profile, opts.Seed, strings.Join(opts.Servers, ","), logPath)
 	if duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, duration)
