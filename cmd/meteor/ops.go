@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,17 +24,31 @@ import (
 func newApplyCmd(g *globals) *cobra.Command {
 	var files []string
 	var ifMatch int64
+	var wait bool
+	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "apply -f FILE",
+		Use:   "apply -f FILE [--wait [--timeout D]]",
 		Short: "Create or replace intents from YAML or JSON documents",
 		Long: `Create or replace intents. FILE may hold several YAML documents separated by
 '---', may be a directory (every .yaml, .yml and .json file in it), or '-' for
 standard input. Every document is validated before anything is sent. Prints the
 new revision of each intent, or that it is unchanged: a document equal to the
 intent's current one makes no revision. 'meteor plan -f FILE' shows first what
-an apply would change.`,
+an apply would change.
+
+--wait then follows each intent's revision, printing a line whenever its
+progress changes, until every device it targets has converged on it (exit
+0). It fails (exit 1, naming devices that did not converge) once the
+revision cannot converge without an operator: its rollout paused, aborted
+or reverted, a newer revision replaced it, or every device has settled with
+some failed; and after --timeout, saying what was still missing.`,
+		Example: `  meteor apply -f store-net.yaml
+  meteor apply -f intents/ --wait --timeout 10m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if timeout != 0 && !wait {
+				return &usageError{errors.New("--timeout bounds --wait, which is not given")}
+			}
 			docs, err := readIntentFiles(files)
 			if err != nil {
 				return err
@@ -62,13 +78,35 @@ an apply would change.`,
 				}
 			}
 			if g.structured() {
-				return g.print(cmd.OutOrStdout(), results)
+				if err := g.print(cmd.OutOrStdout(), results); err != nil {
+					return err
+				}
+			}
+			if !wait {
+				return nil
+			}
+			ctx := cmd.Context()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			progress := cmd.OutOrStdout()
+			if g.structured() {
+				progress = cmd.ErrOrStderr()
+			}
+			for _, res := range results {
+				if err := waitApplied(ctx, c, res.Name, res.Revision, api.ReadOptions{}, progress, api.WatchEvery); err != nil {
+					return err
+				}
 			}
 			return nil
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "intent file, directory, or - for stdin (repeatable)")
 	cmd.Flags().Int64Var(&ifMatch, "if-match", -1, "apply only if the intent's current revision is this (0: only if it does not exist)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "then wait until every targeted device has converged on each new revision (non-zero exit if it fails or times out)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --wait, give up after this long (0: no limit)")
 	return cmd
 }
 
@@ -307,8 +345,69 @@ The questions an operator asks after a change, one command each:
 			return nil
 		},
 	}
-	cmd.AddCommand(list, one, devices, device, ownership)
+	progress := &cobra.Command{
+		Use:   "progress NAME",
+		Short: "Show where the devices an intent's current revision targets are with it, and how they got there",
+		Long: `Show the progress of an intent's current revision (GET
+/v1/intents/{name}/progress): how many devices it targets, how many it is
+released to, acknowledged, converged on it, failed, drifted or unreachable,
+then the targeted devices' statuses over time since the revision was
+written, one row per committed transition (at most 120).
+
+It covers the current revision only: the devices of an earlier revision
+are counted by where they are with the current one. 'meteor rollout
+history NAME' shows how earlier revisions' rollouts ended.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := g.client().IntentProgress(cmd.Context(), args[0], api.ReadOptions{Stale: stale})
+			if err != nil {
+				return err
+			}
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
+			}
+			printProgress(cmd.OutOrStdout(), res)
+			return nil
+		},
+	}
+	cmd.AddCommand(list, one, devices, device, progress, ownership)
 	return cmd
+}
+
+// printProgress prints an intent revision's counts, then its devices'
+// statuses over time.
+func printProgress(w io.Writer, p *api.IntentProgress) {
+	fmt.Fprintf(w, "Intent:        %s revision %d, the current one (progress covers the current revision only)\n", p.Name, p.Revision)
+	fmt.Fprintf(w, "Written:       %s (%s)\n", p.UpdatedAt.Local().Format(time.RFC3339), ago(p.UpdatedAt))
+	fmt.Fprintf(w, "Targeted:      %s\n", nDevices(p.Targeted))
+	share := func(n int) string { return fmt.Sprintf("%d  (%s)", n, percent(n, p.Targeted)) }
+	fmt.Fprintf(w, "Released:      %s\n", share(p.Released))
+	fmt.Fprintf(w, "Acknowledged:  %s\n", share(p.Acknowledged))
+	fmt.Fprintf(w, "Converged:     %s  %s\n", share(p.Converged), bar(p.Converged, p.Targeted, 20))
+	fmt.Fprintf(w, "Failed:        %d\nDrifted:       %d\nUnreachable:   %d\n", p.Failed, p.Drifted, p.Unreachable)
+	if len(p.Series) == 0 {
+		return
+	}
+	var cols []string
+	for _, s := range statusOrder {
+		for _, pt := range p.Series {
+			if pt.Counts[s] > 0 {
+				cols = append(cols, s)
+				break
+			}
+		}
+	}
+	fmt.Fprintln(w, "Device statuses since the revision was written:")
+	tw := table(w)
+	fmt.Fprintf(tw, "  TIME\t%s\n", strings.ToUpper(strings.Join(cols, "\t")))
+	for _, pt := range p.Series {
+		row := make([]string, len(cols))
+		for i, s := range cols {
+			row[i] = strconv.Itoa(pt.Counts[s])
+		}
+		fmt.Fprintf(tw, "  %s\t%s\n", pt.Time.Local().Format("15:04:05.000"), strings.Join(row, "\t"))
+	}
+	tw.Flush()
 }
 
 // optBool parses an optional true/false flag ("" is unset).
