@@ -226,6 +226,7 @@ func newRootCmd() *cobra.Command {
 		newTokenCmd(g),
 		newAuditCmd(g),
 		newDeviceCmd(g),
+		newDescribeCmd(g),
 		newCACmd(),
 		newTLSCmd(),
 		newChaosCmd(g),

@@ -308,7 +308,7 @@ The questions an operator asks after a change, one command each:
 			}
 			if g.structured() {
 				if tl != nil {
-					return g.print(cmd.OutOrStdout(), map[string]any{"device": d, "timeline": tl})
+					return g.print(cmd.OutOrStdout(), deviceDescription{Device: d, Timeline: tl})
 				}
 				return g.print(cmd.OutOrStdout(), d)
 			}
@@ -487,6 +487,19 @@ func shortDigest(d string) string {
 	return d
 }
 
+// statusMeanings say in plain words what each device status means.
+var statusMeanings = map[string]string{
+	"pending":     "its agent has not acknowledged its desired revision yet",
+	"progressing": "its agent acknowledged its desired state and is applying it",
+	"converged":   "every resource is applied as intended and its probe agrees",
+	"drifted":     "a probe sees something other than what was applied",
+	"overridden":  "a local change that the resource's drift policy tolerates",
+	"blocked":     "a precondition or a workload lock holds a step back",
+	"failed":      "the last apply failed; the agent retries with backoff unless the error is terminal",
+	"unreachable": "no contact for longer than its class allows: a comms gap, not an apply failure",
+	"stuck":       "connected, but no progress past the progress deadline",
+}
+
 func printDevice(w io.Writer, d *api.Device) {
 	conn := "no"
 	if d.Connected {
@@ -494,12 +507,18 @@ func printDevice(w io.Writer, d *api.Device) {
 	} else if d.Server != "" {
 		conn = "no (last on " + d.Server + ")"
 	}
+	if d.SessionID != "" {
+		conn += ", session " + d.SessionID
+	}
 	status := d.Status
-	if d.StatusReason != "" {
-		status += ": " + d.StatusReason
+	if m := statusMeanings[d.Status]; m != "" {
+		status += " - " + m
 	}
 	if d.StatusSince != nil {
 		status += " (since " + ago(*d.StatusSince) + ")"
+	}
+	if d.StatusReason != "" {
+		status += "\n            why: " + d.StatusReason
 	}
 	source := "reported by the device, trusted by this cluster"
 	if d.LabelsControlled {
@@ -517,15 +536,73 @@ func printDevice(w io.Writer, d *api.Device) {
 	}
 	fmt.Fprintln(w, "Resources:")
 	tw := table(w)
-	fmt.Fprintln(tw, "  KEY\tSTATE\tINTENDED\tAPPLIED\tEFFECTIVE\tDETAIL")
+	fmt.Fprintln(tw, "  KEY\tSTATE\tINTENDED\tAPPLIED\tEFFECTIVE\tATTEMPTS\tDETAIL")
 	for _, r := range d.States {
 		detail := r.Detail
 		if r.LastError != "" {
 			detail = "error: " + r.LastError
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", r.Key, r.State, short(r.IntendedDigest, r.IntendedRevision), short(r.AppliedDigest, r.AppliedRevision), orDash(r.Effective), detail)
+		attempts := "-"
+		if r.Attempts > 0 {
+			attempts = strconv.FormatUint(uint64(r.Attempts), 10)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Key, r.State, short(r.IntendedDigest, r.IntendedRevision), short(r.AppliedDigest, r.AppliedRevision), orDash(r.Effective), attempts, orDash(detail))
 	}
 	tw.Flush()
+}
+
+// describeTimeline is how many of its latest transitions 'meteor describe
+// device' shows.
+const describeTimeline = 10
+
+func newDescribeCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "describe", Short: "Explain one object: where it stands and why"}
+	var stale bool
+	cmd.PersistentFlags().BoolVar(&stale, "stale", false, "read from the contacted server's replica without confirming leadership (faster, may lag)")
+	device := &cobra.Command{
+		Use:   "device ID",
+		Short: "Explain a device: its labels and where they come from, its connection, status and why, each resource's three states, its latest transitions",
+		Long: fmt.Sprintf(`Explain a device, from GET /v1/devices/{id} and its timeline: the labels it
+is selected by and where they come from (the control plane, or what it
+reports), the labels it reports, its connection and session, its status in
+plain words with the reason its owner gave, each resource's intended,
+applied and effective state side by side (as 'meteor get devices' judges
+them), and its latest %d status transitions ('meteor get device ID
+--timeline' shows them all).`, describeTimeline),
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := g.client()
+			d, err := c.GetDevice(cmd.Context(), args[0], api.ReadOptions{Stale: stale})
+			if err != nil {
+				return err
+			}
+			tl, err := c.Timeline(cmd.Context(), args[0], api.ReadOptions{Stale: stale})
+			if err != nil {
+				return err
+			}
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), deviceDescription{Device: d, Timeline: tl})
+			}
+			printDevice(cmd.OutOrStdout(), d)
+			fmt.Fprintln(cmd.OutOrStdout())
+			recent := *tl
+			if n := len(recent.Entries); n > describeTimeline {
+				recent.Entries = recent.Entries[n-describeTimeline:]
+				fmt.Fprintf(cmd.OutOrStdout(), "The latest %d of %d transitions:\n", describeTimeline, n)
+			}
+			printTimeline(cmd.OutOrStdout(), &recent)
+			return nil
+		},
+	}
+	cmd.AddCommand(device)
+	return cmd
+}
+
+// deviceDescription is what 'meteor describe device -o json' prints, and
+// 'meteor get device --timeline -o json'.
+type deviceDescription struct {
+	Device   *api.Device   `json:"device"`
+	Timeline *api.Timeline `json:"timeline"`
 }
 
 func counts(total int, c map[string]int) string {

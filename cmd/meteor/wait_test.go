@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/meteor-edge/meteor/agent"
 	"github.com/meteor-edge/meteor/agent/sim"
@@ -160,6 +163,46 @@ func TestApplyWaitAndProgress(t *testing.T) {
 	if code != exitError || !strings.Contains(errOut, "intent net revision "+revisionOf(out)+": stopped: 3 of 3 devices failed; failed: sim-") || !strings.Contains(errOut, "; failed: sim-") ||
 		!strings.Contains(errOut, "(meteor get devices --intent net --intent-state failed)") {
 		t.Fatalf("apply --wait of a failing revision: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// describe device puts the device's status in words beside its
+	// owner's reason, each resource's three states side by side, and its
+	// latest transitions.
+	code, out, errOut = meteor("", "describe", "device", "sim-fiber-0001")
+	for _, want := range []string{
+		"Device:     sim-fiber-0001\n",
+		"(reported by the device, trusted by this cluster)",
+		"Connected:  yes, to " + l.ID(0) + ", session ",
+		"Status:     failed - the last apply failed; the agent retries with backoff unless the error is terminal (since ",
+		"            why: net/motd: apply failed (attempt 1, terminal): unknown resource type \"file\": not simulated",
+		"KEY       STATE      INTENDED",
+		"\n  net/cfg   converged  ",
+		"\n  net/motd  failed     ",
+		"error: unknown resource type",
+		"Timeline of sim-fiber-0001 (oldest first):",
+	} {
+		if code != exitOK || !strings.Contains(out, want) {
+			t.Errorf("describe device: exit %d, no %q in\n%s%s", code, want, out, errOut)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^  \S+ +\d+ +converged +`+l.ID(0)+` `).MatchString(out) || !regexp.MustCompile(`(?m)^  \S+ +\d+ +failed +`+l.ID(0)+` +net/motd: apply failed`).MatchString(out) {
+		t.Errorf("describe device: the timeline lacks the converged and the failed transition:\n%s", out)
+	}
+	var desc struct {
+		Device struct {
+			ID     string           `yaml:"id"`
+			States []map[string]any `yaml:"resource_states"`
+		} `yaml:"device"`
+		Timeline struct {
+			Entries []map[string]any `yaml:"entries"`
+		} `yaml:"timeline"`
+	}
+	_, out, _ = meteor("", "-o", "yaml", "describe", "device", "sim-fiber-0001")
+	if err := yaml.Unmarshal([]byte(out), &desc); err != nil || desc.Device.ID != "sim-fiber-0001" || len(desc.Device.States) != 2 || len(desc.Timeline.Entries) == 0 {
+		t.Errorf("describe device -o yaml: %v\n%s", err, out)
+	}
+	if code, _, errOut = meteor("", "describe", "device", "nothing"); code != exitNotFound {
+		t.Errorf("describe of an unknown device: exit %d, %s", code, errOut)
 	}
 
 	code, out, errOut = meteor("name: net\nresources:\n  - {id: cfg, type: sim, spec: {value: v2, applyTime: 10ms}}\nrollout:\n  waves:\n    - {name: pilot, count: 1, approval: true}\n",
