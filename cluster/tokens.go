@@ -129,7 +129,7 @@ func (h *httpAPI) auditMember(r *http.Request, change, member string, outcome er
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.ApplyTimeout)
 	defer cancel()
 	if _, _, err := applied(ctx, h.propose, fsm.AuditMemberChangeType, req); err != nil {
-		h.logger.Error("record member change in the audit log", "change", change, "server", member, "error", err)
+		h.logger.Error("record member change in the audit log", "change", change, "peer", member, "error", err)
 	}
 }
 
