@@ -133,7 +133,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.jnl.Store(j)
 	defer a.jnl.Store(nil)
 
-	a.log.Info("agent starting", "servers", a.cfg.Servers, "data_dir", a.cfg.DataDir, "socket", pc.LocalAddr().String(),
+	a.log.Info("agent starting", "server_addrs", a.cfg.Servers, "data_dir", a.cfg.DataDir, "socket", pc.LocalAddr().String(),
 		"session", sess.ID, "acked_revision", sess.AckedRevision, "desired_revision", rev)
 	var wg sync.WaitGroup
 	wg.Go(func() { a.rec.run(ctx) })

@@ -109,7 +109,7 @@ func (cm *connManager) run(ctx context.Context) {
 
 // ended updates the server table after a session on addr ended.
 func (cm *connManager) ended(addr string, end sessionEnd) {
-	log := cm.log.With("server", addr)
+	log := cm.log.With("server_addr", addr)
 	if end.established {
 		cm.mu.Lock()
 		cm.info[addr].failures, cm.failed = 0, 0
@@ -117,7 +117,7 @@ func (cm *connManager) ended(addr string, end sessionEnd) {
 	}
 	switch {
 	case end.switchTo != "":
-		log.Info("moving to a nearer server", "to", end.switchTo)
+		log.Info("moving to a nearer server", "nearer_addr", end.switchTo)
 		cm.mu.Lock()
 		cm.preferred = end.switchTo
 		clear(cm.streak)
@@ -148,7 +148,7 @@ func (cm *connManager) refused(addr string, r *wire.Refusal, goAway bool) {
 	if goAway {
 		what = "GoAway"
 	}
-	log := cm.log.With("server", addr, "code", r.Code.String(), "reason", r.Reason, "redirect", r.Redirect, "retry_after", r.RetryAfter)
+	log := cm.log.With("server_addr", addr, "code", r.Code.String(), "reason", r.Reason, "redirect", r.Redirect, "retry_after", r.RetryAfter)
 	switch r.Code {
 	case wire.CodeSessionUnknown:
 		cm.forgetSession(log, fmt.Errorf("%s: %s", what, r.Reason))
@@ -246,7 +246,7 @@ func (cm *connManager) connect(ctx context.Context) (*quic.Conn, string, error) 
 			if ctx.Err() != nil {
 				return nil, "", ctx.Err()
 			}
-			cm.log.Warn("dial failed", "server", addr, "error", err)
+			cm.log.Warn("dial failed", "server_addr", addr, "error", err)
 			cm.penalize(addr, 0)
 		}
 	}
@@ -305,14 +305,14 @@ func (cm *connManager) race(ctx context.Context, cands []string) (*quic.Conn, st
 			results <- result{addr, conn, rtt, err}
 		})
 	}
-	cm.log.Debug("racing handshakes", "servers", cands)
+	cm.log.Debug("racing handshakes", "server_addrs", cands)
 	var lastErr error
 	for n := 1; n <= len(cands); n++ {
 		r := <-results
 		if r.err != nil {
 			lastErr = r.err
 			if ctx.Err() == nil {
-				cm.log.Warn("dial failed", "server", r.addr, "error", r.err)
+				cm.log.Warn("dial failed", "server_addr", r.addr, "error", r.err)
 				cm.penalize(r.addr, 0)
 			}
 			continue
@@ -333,7 +333,7 @@ func (cm *connManager) race(ctx context.Context, cands []string) (*quic.Conn, st
 				l.conn.CloseWithError(wire.CloseNormal, "agent chose a nearer server")
 			}
 		})
-		cm.log.Info("nearest server", "server", r.addr, "rtt", r.rtt)
+		cm.log.Info("nearest server", "server_addr", r.addr, "rtt", r.rtt)
 		return r.conn, r.addr, nil
 	}
 	cancel()
@@ -364,7 +364,7 @@ func (cm *connManager) probeLoop(ctx context.Context, current string, switchCh c
 		target := cm.hyst.round(current, rtts, cm.streak)
 		cm.mu.Unlock()
 		if target != "" {
-			cm.log.Info("a server is clearly nearer", "server", current, "rtt", rtts[current], "nearer", target, "nearer_rtt", rtts[target])
+			cm.log.Info("a server is clearly nearer", "server_addr", current, "rtt", rtts[current], "nearer_addr", target, "nearer_rtt", rtts[target])
 			select {
 			case switchCh <- target:
 			case <-ctx.Done():
@@ -386,7 +386,7 @@ func (cm *connManager) probeRound(ctx context.Context) map[string]time.Duration 
 		wg.Go(func() {
 			conn, rtt, err := cm.measure(pctx, addr)
 			if err != nil {
-				cm.log.Debug("rtt probe failed", "server", addr, "error", err)
+				cm.log.Debug("rtt probe failed", "server_addr", addr, "error", err)
 				return
 			}
 			conn.CloseWithError(wire.CloseNormal, "rtt probe")

@@ -268,7 +268,7 @@ func (c *certClient) request(ctx context.Context, servers []string, current *tls
 			return tls.Certificate{}, nil, fmt.Errorf("server %s: %w", addr, err)
 		}
 		if err != nil {
-			log.Warn("certificate request failed, trying the next server", "server", addr, "error", err)
+			log.Warn("certificate request failed, trying the next server", "server_addr", addr, "error", err)
 			errs = append(errs, fmt.Errorf("server %s: %w", addr, err))
 			if ctx.Err() != nil {
 				break

@@ -447,7 +447,10 @@ func (r *reconciler) status(it *item, rs *resState, a journal.Applied, blocked s
 			s.Detail += "; effective: " + rs.eff.Detail
 		}
 	}
-	if rs.corrections > 0 {
+	switch {
+	case rs.corrections == 1:
+		s.Detail += " (drift corrected once)"
+	case rs.corrections > 1:
 		s.Detail += fmt.Sprintf(" (drift corrected %d times)", rs.corrections)
 	}
 	return s

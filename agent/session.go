@@ -104,7 +104,7 @@ func (fr *frameReader) close() {
 // ends.
 func (a *Agent) runSession(ctx context.Context, conn *quic.Conn, addr string, switchCh <-chan string) sessionEnd {
 	s := &session{
-		a: a, j: a.j, conn: conn, addr: addr, log: a.log.Named("session").With("server", addr), switchCh: switchCh,
+		a: a, j: a.j, conn: conn, addr: addr, log: a.log.Named("session").With("server_addr", addr), switchCh: switchCh,
 		resend: resendBackoff{min: a.cfg.ReportResendMin, max: a.cfg.ReportInterval},
 	}
 	end := s.run(ctx)
@@ -381,7 +381,7 @@ func (s *session) onWelcome(m *wire.Welcome) error {
 	s.minor = min(m.Minor, wire.ProtocolMinor)
 	newSession := old.ID != sid
 	s.log = s.log.With("session", sid)
-	s.log.Info("session established", "server_id", m.ServerID, "resumed", !newSession,
+	s.log.Info("session established", "server", m.ServerID, "resumed", !newSession,
 		"desired_revision", m.DesiredRevision, "accepted_report_seq", m.AcceptedReportSeq, "tls_resumed", s.conn.ConnectionState().TLS.DidResume, "0rtt", s.conn.ConnectionState().Used0RTT)
 	s.a.st.update(func(st *Status) {
 		st.Connected, st.Server, st.ServerID, st.SessionID = true, s.addr, m.ServerID, sid
@@ -485,7 +485,7 @@ func (s *session) applyDelta(d *wire.Delta, inv map[string]wire.AppliedResource)
 	if floor := max(sess.AckedRevision, set.Revision); d.TargetRevision < floor {
 		// Never go back (invariant 2); a server that is behind should
 		// have said "lagging".
-		s.log.Warn("ignoring Delta older than the journaled desired state", "target", d.TargetRevision, "have", floor)
+		s.log.Warn("ignoring Delta older than the journaled desired state", "revision", d.TargetRevision, "journaled_revision", floor)
 		return nil
 	}
 	cur := make(map[string]journal.DesiredResource, len(set.Resources))
@@ -505,7 +505,7 @@ func (s *session) applyDelta(d *wire.Delta, inv map[string]wire.AppliedResource)
 			return err
 		}
 		s.a.rec.trigger()
-		s.log.Info("desired state journaled", "revision", d.TargetRevision, "base", d.BaseRevision,
+		s.log.Info("desired state journaled", "revision", d.TargetRevision, "base_revision", d.BaseRevision,
 			"upserts", len(d.Upserts), "deletes", len(d.Deletes), "changed", len(p.upserts), "removed", len(p.removes))
 	}
 	if d.TargetRevision > sess.AckedRevision {

@@ -203,7 +203,7 @@ func (a *acceptor) handle(c net.Conn) {
 		delete(a.pending, c)
 		a.mu.Unlock()
 		if err != nil {
-			a.n.logger.Debug("dropping connection", "kind", a.kind, "node", a.local, "remote", c.RemoteAddr(), "error", err)
+			a.n.logger.Debug("dropping connection", "kind", a.kind, "server", a.local, "remote", c.RemoteAddr(), "error", err)
 			c.Close()
 			return
 		}

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"time"
 
@@ -172,11 +171,12 @@ func (h *httpAPI) deviceLabels(rec *fsm.DeviceRecord) api.DeviceLabels {
 func (h *httpAPI) handleSetDeviceLabels(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req api.SetDeviceLabelsRequest
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err == nil {
-		err = json.Unmarshal(body, &req)
+	body, e := readBody(w, r, maxBodyBytes, "labels request")
+	if e != nil {
+		writeError(w, e)
+		return
 	}
-	if err != nil {
+	if err := json.Unmarshal(body, &req); err != nil {
 		writeError(w, badRequest("labels request: %v", err))
 		return
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -310,9 +309,9 @@ func (h *httpAPI) forward(w http.ResponseWriter, r *http.Request) {
 
 func (h *httpAPI) handlePutIntent(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err != nil {
-		writeError(w, badRequest("read intent document: %v", err))
+	body, e := readIntentBody(w, r)
+	if e != nil {
+		writeError(w, e)
 		return
 	}
 	in, err := parseIntent(body)

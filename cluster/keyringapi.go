@@ -317,7 +317,12 @@ func (h *httpAPI) handleKeyringChange(op string) http.HandlerFunc {
 			return
 		}
 		var req api.KeyringRequest
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
+		body, e := readBody(w, r, 64<<10, "keyring request")
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		if err := json.Unmarshal(body, &req); err != nil {
 			writeError(w, badRequest("keyring request: %v (send {\"key\": \"BASE64\"})", err))
 			return
 		}

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"errors"
-	"io"
 	"net/http"
 
 	"github.com/meteor-edge/meteor/cluster/api"
@@ -18,9 +17,9 @@ import (
 // permission and permission to write every intent the body names, as a
 // put would check it.
 func (h *httpAPI) handlePlan(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err != nil {
-		writeError(w, badRequest("read intent documents: %v", err))
+	body, e := readIntentBody(w, r)
+	if e != nil {
+		writeError(w, e)
 		return
 	}
 	docs, err := intent.ParseAll(body)

@@ -87,7 +87,7 @@ func (s *raftSnapshot) Persist(sink raft.SnapshotSink) error {
 	if err := sink.Close(); err != nil {
 		return fmt.Errorf("close snapshot: %w", err)
 	}
-	s.logger.Debug("snapshot persisted", "id", sink.ID(), "bytes", n, "took", time.Since(start))
+	s.logger.Debug("snapshot persisted", "snapshot", sink.ID(), "bytes", n, "took", time.Since(start))
 	return nil
 }
 

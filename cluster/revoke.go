@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -131,8 +130,8 @@ func (h *httpAPI) deviceSelection(id string) map[string]string {
 func (h *httpAPI) handleRevokeDevice(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req api.RevokeDeviceRequest
-	if body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes)); err != nil {
-		writeError(w, badRequest("revoke request: %v", err))
+	if body, e := readBody(w, r, maxBodyBytes, "revoke request"); e != nil {
+		writeError(w, e)
 		return
 	} else if len(body) > 0 {
 		if err := json.Unmarshal(body, &req); err != nil {

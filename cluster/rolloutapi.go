@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -186,11 +185,11 @@ func apiCounts(c fsm.RolloutCounts) api.RolloutCounts {
 }
 
 // readOptionalJSON decodes a request body into v; an empty body leaves v
-// as it is.
-func readOptionalJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err != nil {
-		return fmt.Errorf("read request body: %w", err)
+// as it is. what names the request in errors.
+func readOptionalJSON(w http.ResponseWriter, r *http.Request, v any, what string) *api.Error {
+	body, e := readBody(w, r, maxBodyBytes, what+": request body")
+	if e != nil {
+		return e
 	}
 	if len(body) == 0 {
 		return nil
@@ -198,7 +197,7 @@ func readOptionalJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("request body: %w", err)
+		return badRequest("%s: request body: %v", what, err)
 	}
 	return nil
 }
@@ -210,8 +209,8 @@ func (h *httpAPI) handleRolloutControl(action string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
 		var body api.RolloutControl
-		if err := readOptionalJSON(w, r, &body); err != nil {
-			writeError(w, badRequest("rollout %s of %q: %v", action, name, err))
+		if e := readOptionalJSON(w, r, &body, fmt.Sprintf("rollout %s of %q", action, name)); e != nil {
+			writeError(w, e)
 			return
 		}
 		switch {
@@ -275,8 +274,8 @@ func (h *httpAPI) handleRolloutControl(action string) http.HandlerFunc {
 func (h *httpAPI) handleRolloutUndo(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	var body api.UndoRequest
-	if err := readOptionalJSON(w, r, &body); err != nil {
-		writeError(w, badRequest("undo %q: %v", name, err))
+	if e := readOptionalJSON(w, r, &body, fmt.Sprintf("undo %q", name)); e != nil {
+		writeError(w, e)
 		return
 	}
 	read := h.state.Read()

@@ -209,7 +209,7 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 		}
 		sess.register(welcome)
 		a.stats.sessions.Add(1)
-		sess.logger.Debug("session established", "resumed", resumed, "acked", sess.acked, "early", hello.Early)
+		sess.logger.Debug("session established", "resumed", resumed, "acked_revision", sess.acked, "early", hello.Early)
 	}()
 	defer func() {
 		<-registered
@@ -328,7 +328,7 @@ func (sess *agentSession) handleAck(ctx context.Context, m *wire.Ack) error {
 		return err
 	}
 	if !sess.isRecorded(acked) {
-		sess.logger.Debug("acknowledged revision not recorded yet; recording in the background", "acked", acked)
+		sess.logger.Debug("acknowledged revision not recorded yet; recording in the background", "acked_revision", acked)
 	}
 	return nil
 }

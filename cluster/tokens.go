@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -20,10 +19,12 @@ import (
 // generates the secret, commits only its hash, and answers the secret once.
 func (h *httpAPI) handleCreateToken(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateTokenRequest
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err == nil {
-		err = json.Unmarshal(body, &req)
+	body, e := readBody(w, r, maxBodyBytes, "token request")
+	if e != nil {
+		writeError(w, e)
+		return
 	}
+	err := json.Unmarshal(body, &req)
 	if err != nil {
 		writeError(w, badRequest("token request: %v", err))
 		return
@@ -128,7 +129,7 @@ func (h *httpAPI) auditMember(r *http.Request, change, member string, outcome er
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.ApplyTimeout)
 	defer cancel()
 	if _, _, err := applied(ctx, h.propose, fsm.AuditMemberChangeType, req); err != nil {
-		h.logger.Error("record member change in the audit log", "change", change, "server", member, "error", err)
+		h.logger.Error("record member change in the audit log", "change", change, "peer", member, "error", err)
 	}
 }
 

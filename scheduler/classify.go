@@ -271,10 +271,17 @@ func Classify(v DeviceView, rec *fsm.DeviceRecord, classes Classes, resources ma
 		switch subject.Status {
 		case StatusConverged:
 			out.Reason = fmt.Sprintf("all %d resources converged", len(out.Resources))
+			if len(out.Resources) == 1 {
+				out.Reason = "its 1 resource converged"
+			}
 		case StatusPending:
 			out.Reason = fmt.Sprintf("desired revision %d not acknowledged yet (device acknowledged %d)", pendingRev, rec.AckedRevision)
 		case StatusProgressing:
-			out.Reason = fmt.Sprintf("%d of %d resources converged; %s: %s", counts[StatusConverged], len(out.Resources), subject.Key, subject.Reason)
+			of := "resources"
+			if len(out.Resources) == 1 {
+				of = "resource"
+			}
+			out.Reason = fmt.Sprintf("%d of %d %s converged; %s: %s", counts[StatusConverged], len(out.Resources), of, subject.Key, subject.Reason)
 		case StatusBlocked:
 			out.Reason, out.Since = rec.BlockedReason, since
 			if out.Reason == "" {

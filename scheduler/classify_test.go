@@ -151,7 +151,7 @@ func TestClassify(t *testing.T) {
 		desired:  desiredAt(5, motd),
 		rec:      fsm.DeviceRecord{AckedRevision: 5, LastSeen: ago(time.Minute).UnixNano(), Resources: []fsm.ResourceStatus{applied(motd)}},
 		progress: mark(12 * time.Minute),
-		want: summary{Status: StatusProgressing, Reason: "0 of 1 resources converged; cfg/motd: applied; the probe has not confirmed it yet",
+		want: summary{Status: StatusProgressing, Reason: "0 of 1 resource converged; cfg/motd: applied; the probe has not confirmed it yet",
 			Since: ago(12 * time.Minute), Resources: map[string]string{motd: "progressing"}},
 	}, {
 		name:     "comms gap: unreachable although the last report said failed",
@@ -226,7 +226,7 @@ func TestClassify(t *testing.T) {
 		desired:  desiredAt(5),
 		rec:      fsm.DeviceRecord{Connected: true, AckedRevision: 5, Resources: []fsm.ResourceStatus{converged("old/x")}},
 		progress: mark(time.Minute),
-		want: summary{Status: StatusProgressing, Reason: "0 of 1 resources converged; old/x: no longer desired; the device has not removed it yet",
+		want: summary{Status: StatusProgressing, Reason: "0 of 1 resource converged; old/x: no longer desired; the device has not removed it yet",
 			Since: ago(time.Minute), Resources: map[string]string{"old/x": "progressing"}},
 	}, {
 		name:    "custom classes: backoff and thresholds come from the resource's class",

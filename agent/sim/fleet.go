@@ -319,7 +319,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 		f.markAt = now
 	}
 	f.mu.Unlock()
-	f.log.Info("fleet starting", "devices", len(f.devices), "profile", f.opts.Profile, "servers", f.opts.Servers, "seed", f.opts.Seed)
+	f.log.Info("fleet starting", "devices", len(f.devices), "profile", f.opts.Profile, "server_addrs", f.opts.Servers, "seed", f.opts.Seed)
 
 	var wg sync.WaitGroup
 	wg.Go(func() { f.every(ctx, f.opts.SampleEvery, f.sample) })

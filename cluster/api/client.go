@@ -104,6 +104,9 @@ func (c *Client) httpClientFor(q url.Values) *http.Client {
 // (0: only if it does not exist).
 func (c *Client) PutIntent(ctx context.Context, name string, doc []byte, ifMatch *uint64) (*WriteResponse, error) {
 	h := http.Header{"Content-Type": {"application/yaml"}}
+	if json.Valid(doc) {
+		h.Set("Content-Type", "application/json")
+	}
 	if ifMatch != nil {
 		h.Set("If-Match", strconv.Quote(strconv.FormatUint(*ifMatch, 10)))
 	}

@@ -21,6 +21,7 @@ const (
 	CodeUnauthenticated = "unauthenticated"    // 401: no valid token (with the ACL on)
 	CodeForbidden       = "forbidden"          // 403: the token's policy or scope does not allow it
 	CodeRateLimited     = "rate_limited"       // 429: too many failed authentications
+	CodeTooLarge        = "request_too_large"  // 413: the body is over the limit the message names
 )
 
 // Error is the body of every error response.

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
 	"github.com/meteor-edge/meteor/agent"
@@ -21,8 +20,9 @@ import (
 
 func newAgentCmd() *cobra.Command {
 	cfg := agent.DefaultConfig()
-	var servers, labelList, deviceID, caFile, certFile, keyFile, logLevel, execAllow, execEnvAllow string
+	var servers, labelList, deviceID, caFile, certFile, keyFile, execAllow, execEnvAllow string
 	var enrollToken, enrollFile string
+	var logs logFlags
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the device agent",
@@ -61,8 +61,10 @@ resources may run. See docs/agent.md and docs/security.md.`,
 					cfg.Servers = append(cfg.Servers, s)
 				}
 			}
-			cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "meteor", Level: hclog.LevelFromString(logLevel), Output: os.Stderr})
 			var err error
+			if cfg.Logger, err = logs.logger(os.Stderr); err != nil {
+				return err
+			}
 			if certFile == "" && keyFile == "" {
 				// The certificate the agent enrolled for, and renews, in
 				// its data dir.
@@ -128,7 +130,7 @@ resources may run. See docs/agent.md and docs/security.md.`,
 	f.DurationVar(&cfg.PullInterval, "pull-interval", cfg.PullInterval, "how often to pull without a push, unless the server says otherwise")
 	f.DurationVar(&cfg.ReportInterval, "report-interval", cfg.ReportInterval, "longest time between two reports")
 	f.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "how often applied resources are re-checked for drift and probed")
-	f.StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	logs.register(f, "info")
 	return cmd
 }
 

@@ -356,7 +356,7 @@ same plan; --plan-only prints it without touching anything.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "; state agreed at index %d (%.12s)", res.Index, res.Digest)
 			}
 			if res.Devices > 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "; %d devices converged %s after the faults were undone", res.Devices, res.FleetConverge.Round(time.Millisecond))
+				fmt.Fprintf(cmd.OutOrStdout(), "; %s converged %s after the faults were undone", nDevices(res.Devices), res.FleetConverge.Round(time.Millisecond))
 			}
 			fmt.Fprintln(cmd.OutOrStdout())
 			if len(res.Violations) > 0 {

@@ -27,6 +27,7 @@ func newDevCmd() *cobra.Command {
 	var servers, basePort, fleetDevices int
 	var examples, dataDir, fleet, changes string
 	var keepRunning bool
+	var logs logFlags
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local development cluster and apply example intents",
@@ -39,7 +40,7 @@ Server i listens on ports base+10*i (HTTP), +1 (Raft), +2 (gossip).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runDev(cmd.Context(), cmd.OutOrStdout(), devOptions{
 				servers: servers, basePort: basePort, dataDir: dataDir, examples: examples,
-				fleet: fleet, fleetDevices: fleetDevices, changes: changes, keepRunning: keepRunning,
+				fleet: fleet, fleetDevices: fleetDevices, changes: changes, keepRunning: keepRunning, logs: logs,
 			})
 		},
 	}
@@ -51,6 +52,7 @@ Server i listens on ports base+10*i (HTTP), +1 (Raft), +2 (gossip).`,
 	cmd.Flags().IntVar(&fleetDevices, "fleet-devices", 0, "devices in the simulated fleet (0: the profile's default, 1,200 for retail)")
 	cmd.Flags().StringVar(&changes, "changes", "", "with --fleet: a directory of intents applied one after another, each once the previous has converged, while the fleet status is redrawn")
 	cmd.Flags().BoolVar(&keepRunning, "keep-running", false, "with --fleet: keep the cluster and the fleet running after the last change, until Ctrl-C")
+	logs.register(cmd.Flags(), "info")
 	return cmd
 }
 
@@ -58,6 +60,9 @@ type devOptions struct {
 	servers, basePort, fleetDevices   int
 	dataDir, examples, fleet, changes string
 	keepRunning                       bool
+	// logs are the servers' (meteor.log in the data dir); the fleet
+	// simulator's log (fleet.log) takes their format.
+	logs logFlags
 }
 
 // devCluster is the running dev cluster, as the fleet view needs it.
@@ -139,7 +144,10 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) (err error) {
 		return err
 	}
 	defer logFile.Close()
-	logger := hclog.New(&hclog.LoggerOptions{Name: "meteor", Level: hclog.Info, Output: logFile})
+	logger, err := o.logs.logger(logFile)
+	if err != nil {
+		return err
+	}
 
 	pkiDir := filepath.Join(dataDir, "pki")
 	if err := initCA(io.Discard, pkiDir, 365*24*time.Hour); err != nil {

@@ -83,8 +83,8 @@ mistake with 'meteor device unrevoke' (admin token).`,
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "device %s revoked at index %d\n", res.ID, res.Index)
 			return nil
@@ -110,8 +110,8 @@ mistake with 'meteor device unrevoke' (admin token).`,
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			tw := table(cmd.OutOrStdout())
 			fmt.Fprintln(tw, "ID\tREVOKED\tBY\tINDEX\tREASON")
@@ -133,8 +133,8 @@ func printDeviceLabels(w io.Writer, g *globals, d *api.DeviceLabels, err error) 
 	if err != nil {
 		return err
 	}
-	if g.output == "json" {
-		return printJSON(w, d)
+	if g.structured() {
+		return g.print(w, d)
 	}
 	control := formatLabels(d.Labels)
 	if !d.Controlled {

@@ -143,6 +143,9 @@ func startFleet(cl *devCluster, o devOptions, devices int) (*fleetProc, error) {
 		// samples only time the devices in its report, and at five a
 		// second they were a third of its CPU.
 		"--sample-every", "1s")
+	if o.logs.json {
+		p.cmd.Args = append(p.cmd.Args, "--log-json")
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	setChildAttrs(p.cmd)
 	if err := p.cmd.Start(); err != nil {
@@ -311,13 +314,13 @@ func (r *changeRun) summary(elections uint64) (string, bool) {
 			took = append(took, fmt.Sprintf("%.0f s", ch.took.Seconds()))
 			continue
 		}
-		missed = append(missed, fmt.Sprintf("%s %s (%d of %d devices converged)", ch.doc.Name, ch.state, ch.progress.Converged, ch.progress.Targeted))
+		missed = append(missed, fmt.Sprintf("%s %s (%d of %s converged)", ch.doc.Name, ch.state, ch.progress.Converged, nDevices(ch.progress.Targeted)))
 	}
 	el := plural(elections, "election", "elections")
 	if len(missed) == 0 {
-		return fmt.Sprintf("all %d changes converged: %s (%s)", len(r.changes), strings.Join(took, ", "), el), true
+		return fmt.Sprintf("all %s converged: %s (%s)", plural(uint64(len(r.changes)), "change", "changes"), strings.Join(took, ", "), el), true
 	}
-	return fmt.Sprintf("%d of %d changes converged; %s (%s)", len(took), len(r.changes), strings.Join(missed, "; "), el), false
+	return fmt.Sprintf("%d of %s converged; %s (%s)", len(took), plural(uint64(len(r.changes)), "change", "changes"), strings.Join(missed, "; "), el), false
 }
 
 // fleetView is what the screen shows; every count on it comes from the
@@ -437,13 +440,6 @@ func printWaves(w io.Writer, name string, ro *api.RolloutStatus) {
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%d\t%d\n", wv.Number, wv.Name, wv.State, wv.Devices, wv.Released, wv.Converged, wv.Failed)
 	}
 	tw.Flush()
-}
-
-func plural(n uint64, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -41,8 +41,8 @@ the command line ends up in shell history, so prefer --key-file.`,
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			printKeyring(cmd.OutOrStdout(), res)
 			if failed := res.Failed(); len(failed) > 0 {
@@ -97,8 +97,8 @@ func keyringChangeCmd(g *globals, op, short string, do func(context.Context, *ap
 			if res == nil || len(res.Servers) == 0 {
 				return err
 			}
-			if g.output == "json" {
-				if perr := printJSON(cmd.OutOrStdout(), res); perr != nil {
+			if g.structured() {
+				if perr := g.print(cmd.OutOrStdout(), res); perr != nil {
 					return perr
 				}
 			} else {

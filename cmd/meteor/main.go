@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -27,14 +28,84 @@ func main() {
 	// process: this program, started again.
 	scenario.RunFleetProcessIfAsked()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := newRootCmd().ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "Error:", err)
-		var apiErr *api.Error
-		if errors.As(err, &apiErr) && apiErr.StatusCode == 404 {
-			os.Exit(3)
+	code := execute(ctx, newRootCmd(), os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit statuses (docs/api.md, "CLI").
+const (
+	exitOK       = 0
+	exitError    = 1
+	exitUsage    = 2 // an unknown command or flag, a missing subcommand
+	exitNotFound = 3 // the server answered 404: the thing asked for does not exist
+)
+
+// execute runs the command line args and returns its exit status. An
+// error goes to stderr, followed by the command's usage when the command
+// line itself was wrong.
+func execute(ctx context.Context, root *cobra.Command, args []string, stdout, stderr io.Writer) int {
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(stderr, "Error:", err)
+	var usage *usageError
+	if errors.As(err, &usage) || strings.HasPrefix(err.Error(), "unknown command ") {
+		if cmd == nil {
+			cmd = root
 		}
-		os.Exit(1)
+		fmt.Fprintf(stderr, "\n%s", cmd.UsageString())
+		return exitUsage
+	}
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) && apiErr.StatusCode == 404 {
+		return exitNotFound
+	}
+	return exitError
+}
+
+// usageError is a command line that names no command, or flags that do
+// not parse: execute prints the command's usage after it.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// requireSubcommands makes every command below root that only groups
+// others refuse to run without one of them: "meteor get foo" and a bare
+// "meteor delete" are errors, not the group's help. The root alone still
+// prints its help.
+func requireSubcommands(root *cobra.Command) {
+	for _, c := range root.Commands() {
+		requireSubcommands(c)
+		if !c.HasSubCommands() || c.Runnable() {
+			continue
+		}
+		// Its usage names it with a command only, not as one to run.
+		c.SetUsageTemplate(strings.Replace(c.UsageTemplate(), "{{if .Runnable}}", "{{if and .Runnable (not .HasAvailableSubCommands)}}", 1))
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			var names []string
+			for _, sub := range cmd.Commands() {
+				if sub.IsAvailableCommand() {
+					names = append(names, sub.Name())
+				}
+			}
+			if len(args) > 0 {
+				msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+				if cmd.SuggestionsMinimumDistance <= 0 {
+					cmd.SuggestionsMinimumDistance = 2 // cobra's own
+				}
+				if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+					msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, " or "))
+				}
+				return &usageError{errors.New(msg)}
+			}
+			return &usageError{fmt.Errorf("%q needs a subcommand: %s", cmd.CommandPath(), strings.Join(names, ", "))}
+		}
 	}
 }
 
@@ -121,8 +192,8 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			if g.output != "table" && g.output != "json" {
-				return fmt.Errorf("-o %q: must be table or json", g.output)
+			if err := checkOutput(g.output); err != nil {
+				return &usageError{err}
 			}
 			if err := g.loadTLS(); err != nil {
 				return err
@@ -135,7 +206,7 @@ func newRootCmd() *cobra.Command {
 		defAddr = "127.0.0.1:8470"
 	}
 	root.PersistentFlags().StringVar(&g.addr, "addr", defAddr, "HTTP address of any Meteor server (env METEOR_ADDR)")
-	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
+	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: "+strings.Join(outputFormats, ", ")+" (json and yaml print the API's answer)")
 	root.PersistentFlags().StringVar(&g.token, "token", "", "operator token sent to the server (env METEOR_TOKEN); servers with the ACL on require one")
 	root.PersistentFlags().StringVar(&g.caCert, "ca-cert", "", "the cluster CA's certificate (ca.pem from 'meteor tls init'; env METEOR_CACERT): speak TLS to the servers and trust only theirs")
 	root.PersistentFlags().StringVar(&g.tokenFile, "token-file", "", "file holding the operator token, such as admin.token from 'meteor tls init' (used unless --token is given)")
@@ -155,11 +226,14 @@ func newRootCmd() *cobra.Command {
 		newTokenCmd(g),
 		newAuditCmd(g),
 		newDeviceCmd(g),
+		newDescribeCmd(g),
 		newCACmd(),
 		newTLSCmd(),
 		newChaosCmd(g),
 		newSimCmd(),
-		newVersionCmd(),
+		newVersionCmd(g),
 	)
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &usageError{err} })
+	requireSubcommands(root)
 	return root
 }

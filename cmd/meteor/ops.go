@@ -1,8 +1,9 @@
 package main
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -23,17 +24,31 @@ import (
 func newApplyCmd(g *globals) *cobra.Command {
 	var files []string
 	var ifMatch int64
+	var wait bool
+	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "apply -f FILE",
+		Use:   "apply -f FILE [--wait [--timeout D]]",
 		Short: "Create or replace intents from YAML or JSON documents",
 		Long: `Create or replace intents. FILE may hold several YAML documents separated by
 '---', may be a directory (every .yaml, .yml and .json file in it), or '-' for
 standard input. Every document is validated before anything is sent. Prints the
 new revision of each intent, or that it is unchanged: a document equal to the
 intent's current one makes no revision. 'meteor plan -f FILE' shows first what
-an apply would change.`,
+an apply would change.
+
+--wait then follows each intent's revision, printing a line whenever its
+progress changes, until every device it targets has converged on it (exit
+0). It fails (exit 1, naming devices that did not converge) once the
+revision cannot converge without an operator: its rollout paused, aborted
+or reverted, a newer revision replaced it, or every device has settled with
+some failed; and after --timeout, saying what was still missing.`,
+		Example: `  meteor apply -f store-net.yaml
+  meteor apply -f intents/ --wait --timeout 10m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if timeout != 0 && !wait {
+				return &usageError{errors.New("--timeout bounds --wait, which is not given")}
+			}
 			docs, err := readIntentFiles(files)
 			if err != nil {
 				return err
@@ -58,18 +73,40 @@ an apply would change.`,
 					return fmt.Errorf("apply intent %q: %w", in.Name, err)
 				}
 				results = append(results, *res)
-				if g.output == "table" {
+				if !g.structured() {
 					printApplied(cmd.OutOrStdout(), res)
 				}
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), results)
+			if g.structured() {
+				if err := g.print(cmd.OutOrStdout(), results); err != nil {
+					return err
+				}
+			}
+			if !wait {
+				return nil
+			}
+			ctx := cmd.Context()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			progress := cmd.OutOrStdout()
+			if g.structured() {
+				progress = cmd.ErrOrStderr()
+			}
+			for _, res := range results {
+				if err := waitApplied(ctx, c, res.Name, res.Revision, api.ReadOptions{}, progress, api.WatchEvery); err != nil {
+					return err
+				}
 			}
 			return nil
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "intent file, directory, or - for stdin (repeatable)")
 	cmd.Flags().Int64Var(&ifMatch, "if-match", -1, "apply only if the intent's current revision is this (0: only if it does not exist)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "then wait until every targeted device has converged on each new revision (non-zero exit if it fails or times out)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --wait, give up after this long (0: no limit)")
 	return cmd
 }
 
@@ -146,8 +183,8 @@ func newGetCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			tw := table(cmd.OutOrStdout())
 			fmt.Fprintln(tw, "NAME\tREVISION\tRESOURCES\tSELECTOR\tUPDATED")
@@ -167,8 +204,8 @@ func newGetCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "Name:      %s\nRevision:  %d\nUpdated:   %s (%s)\nSelector:  %s\n", res.Name, res.Revision, res.UpdatedAt.Format(time.RFC3339), ago(res.UpdatedAt), labels(res.Intent.Selector))
@@ -226,8 +263,8 @@ The questions an operator asks after a change, one command each:
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			printDeviceList(cmd.OutOrStdout(), res)
 			return nil
@@ -269,11 +306,11 @@ The questions an operator asks after a change, one command each:
 					return err
 				}
 			}
-			if g.output == "json" {
+			if g.structured() {
 				if tl != nil {
-					return printJSON(cmd.OutOrStdout(), map[string]any{"device": d, "timeline": tl})
+					return g.print(cmd.OutOrStdout(), deviceDescription{Device: d, Timeline: tl})
 				}
-				return printJSON(cmd.OutOrStdout(), d)
+				return g.print(cmd.OutOrStdout(), d)
 			}
 			printDevice(cmd.OutOrStdout(), d)
 			if tl != nil {
@@ -291,8 +328,8 @@ The questions an operator asks after a change, one command each:
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			tw := table(cmd.OutOrStdout())
 			fmt.Fprintln(tw, "SERVER\tREGION\tDEVICES")
@@ -300,7 +337,7 @@ The questions an operator asks after a change, one command each:
 				fmt.Fprintf(tw, "%s\t%s\t%d\n", s.ID, s.Region, s.Devices)
 			}
 			tw.Flush()
-			fmt.Fprintf(cmd.OutOrStdout(), "%d devices", res.Devices)
+			fmt.Fprint(cmd.OutOrStdout(), nDevices(res.Devices))
 			if res.Unowned > 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), ", %d without an alive server", res.Unowned)
 			}
@@ -308,8 +345,69 @@ The questions an operator asks after a change, one command each:
 			return nil
 		},
 	}
-	cmd.AddCommand(list, one, devices, device, ownership)
+	progress := &cobra.Command{
+		Use:   "progress NAME",
+		Short: "Show where the devices an intent's current revision targets are with it, and how they got there",
+		Long: `Show the progress of an intent's current revision (GET
+/v1/intents/{name}/progress): how many devices it targets, how many it is
+released to, acknowledged, converged on it, failed, drifted or unreachable,
+then the targeted devices' statuses over time since the revision was
+written, one row per committed transition (at most 120).
+
+It covers the current revision only: the devices of an earlier revision
+are counted by where they are with the current one. 'meteor rollout
+history NAME' shows how earlier revisions' rollouts ended.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := g.client().IntentProgress(cmd.Context(), args[0], api.ReadOptions{Stale: stale})
+			if err != nil {
+				return err
+			}
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
+			}
+			printProgress(cmd.OutOrStdout(), res)
+			return nil
+		},
+	}
+	cmd.AddCommand(list, one, devices, device, progress, ownership)
 	return cmd
+}
+
+// printProgress prints an intent revision's counts, then its devices'
+// statuses over time.
+func printProgress(w io.Writer, p *api.IntentProgress) {
+	fmt.Fprintf(w, "Intent:        %s revision %d, the current one (progress covers the current revision only)\n", p.Name, p.Revision)
+	fmt.Fprintf(w, "Written:       %s (%s)\n", p.UpdatedAt.Local().Format(time.RFC3339), ago(p.UpdatedAt))
+	fmt.Fprintf(w, "Targeted:      %s\n", nDevices(p.Targeted))
+	share := func(n int) string { return fmt.Sprintf("%d  (%s)", n, percent(n, p.Targeted)) }
+	fmt.Fprintf(w, "Released:      %s\n", share(p.Released))
+	fmt.Fprintf(w, "Acknowledged:  %s\n", share(p.Acknowledged))
+	fmt.Fprintf(w, "Converged:     %s  %s\n", share(p.Converged), bar(p.Converged, p.Targeted, 20))
+	fmt.Fprintf(w, "Failed:        %d\nDrifted:       %d\nUnreachable:   %d\n", p.Failed, p.Drifted, p.Unreachable)
+	if len(p.Series) == 0 {
+		return
+	}
+	var cols []string
+	for _, s := range statusOrder {
+		for _, pt := range p.Series {
+			if pt.Counts[s] > 0 {
+				cols = append(cols, s)
+				break
+			}
+		}
+	}
+	fmt.Fprintln(w, "Device statuses since the revision was written:")
+	tw := table(w)
+	fmt.Fprintf(tw, "  TIME\t%s\n", strings.ToUpper(strings.Join(cols, "\t")))
+	for _, pt := range p.Series {
+		row := make([]string, len(cols))
+		for i, s := range cols {
+			row[i] = strconv.Itoa(pt.Counts[s])
+		}
+		fmt.Fprintf(tw, "  %s\t%s\n", pt.Time.Local().Format("15:04:05.000"), strings.Join(row, "\t"))
+	}
+	tw.Flush()
 }
 
 // optBool parses an optional true/false flag ("" is unset).
@@ -389,6 +487,19 @@ func shortDigest(d string) string {
 	return d
 }
 
+// statusMeanings say in plain words what each device status means.
+var statusMeanings = map[string]string{
+	"pending":     "its agent has not acknowledged its desired revision yet",
+	"progressing": "its agent acknowledged its desired state and is applying it",
+	"converged":   "every resource is applied as intended and its probe agrees",
+	"drifted":     "a probe sees something other than what was applied",
+	"overridden":  "a local change that the resource's drift policy tolerates",
+	"blocked":     "a precondition or a workload lock holds a step back",
+	"failed":      "the last apply failed; the agent retries with backoff unless the error is terminal",
+	"unreachable": "no contact for longer than its class allows: a comms gap, not an apply failure",
+	"stuck":       "connected, but no progress past the progress deadline",
+}
+
 func printDevice(w io.Writer, d *api.Device) {
 	conn := "no"
 	if d.Connected {
@@ -396,12 +507,18 @@ func printDevice(w io.Writer, d *api.Device) {
 	} else if d.Server != "" {
 		conn = "no (last on " + d.Server + ")"
 	}
+	if d.SessionID != "" {
+		conn += ", session " + d.SessionID
+	}
 	status := d.Status
-	if d.StatusReason != "" {
-		status += ": " + d.StatusReason
+	if m := statusMeanings[d.Status]; m != "" {
+		status += " - " + m
 	}
 	if d.StatusSince != nil {
 		status += " (since " + ago(*d.StatusSince) + ")"
+	}
+	if d.StatusReason != "" {
+		status += "\n            why: " + d.StatusReason
 	}
 	source := "reported by the device, trusted by this cluster"
 	if d.LabelsControlled {
@@ -419,15 +536,73 @@ func printDevice(w io.Writer, d *api.Device) {
 	}
 	fmt.Fprintln(w, "Resources:")
 	tw := table(w)
-	fmt.Fprintln(tw, "  KEY\tSTATE\tINTENDED\tAPPLIED\tEFFECTIVE\tDETAIL")
+	fmt.Fprintln(tw, "  KEY\tSTATE\tINTENDED\tAPPLIED\tEFFECTIVE\tATTEMPTS\tDETAIL")
 	for _, r := range d.States {
 		detail := r.Detail
 		if r.LastError != "" {
 			detail = "error: " + r.LastError
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", r.Key, r.State, short(r.IntendedDigest, r.IntendedRevision), short(r.AppliedDigest, r.AppliedRevision), orDash(r.Effective), detail)
+		attempts := "-"
+		if r.Attempts > 0 {
+			attempts = strconv.FormatUint(uint64(r.Attempts), 10)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Key, r.State, short(r.IntendedDigest, r.IntendedRevision), short(r.AppliedDigest, r.AppliedRevision), orDash(r.Effective), attempts, orDash(detail))
 	}
 	tw.Flush()
+}
+
+// describeTimeline is how many of its latest transitions 'meteor describe
+// device' shows.
+const describeTimeline = 10
+
+func newDescribeCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "describe", Short: "Explain one object: where it stands and why"}
+	var stale bool
+	cmd.PersistentFlags().BoolVar(&stale, "stale", false, "read from the contacted server's replica without confirming leadership (faster, may lag)")
+	device := &cobra.Command{
+		Use:   "device ID",
+		Short: "Explain a device: its labels and where they come from, its connection, status and why, each resource's three states, its latest transitions",
+		Long: fmt.Sprintf(`Explain a device, from GET /v1/devices/{id} and its timeline: the labels it
+is selected by and where they come from (the control plane, or what it
+reports), the labels it reports, its connection and session, its status in
+plain words with the reason its owner gave, each resource's intended,
+applied and effective state side by side (as 'meteor get devices' judges
+them), and its latest %d status transitions ('meteor get device ID
+--timeline' shows them all).`, describeTimeline),
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := g.client()
+			d, err := c.GetDevice(cmd.Context(), args[0], api.ReadOptions{Stale: stale})
+			if err != nil {
+				return err
+			}
+			tl, err := c.Timeline(cmd.Context(), args[0], api.ReadOptions{Stale: stale})
+			if err != nil {
+				return err
+			}
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), deviceDescription{Device: d, Timeline: tl})
+			}
+			printDevice(cmd.OutOrStdout(), d)
+			fmt.Fprintln(cmd.OutOrStdout())
+			recent := *tl
+			if n := len(recent.Entries); n > describeTimeline {
+				recent.Entries = recent.Entries[n-describeTimeline:]
+				fmt.Fprintf(cmd.OutOrStdout(), "The latest %d of %d transitions:\n", describeTimeline, n)
+			}
+			printTimeline(cmd.OutOrStdout(), &recent)
+			return nil
+		},
+	}
+	cmd.AddCommand(device)
+	return cmd
+}
+
+// deviceDescription is what 'meteor describe device -o json' prints, and
+// 'meteor get device --timeline -o json'.
+type deviceDescription struct {
+	Device   *api.Device   `json:"device"`
+	Timeline *api.Timeline `json:"timeline"`
 }
 
 func counts(total int, c map[string]int) string {
@@ -481,8 +656,8 @@ func newDeleteCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "intent/%s deleted: revision %d\n", res.Name, res.Revision)
 			return nil
@@ -511,8 +686,8 @@ checkpoint in common yet, or the server did not answer).`,
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			printMembers(cmd.OutOrStdout(), res)
 			return nil
@@ -585,8 +760,8 @@ func newHealthCmd(g *globals) *cobra.Command {
 			c.RetryNoLeader = 0
 			res, err := c.Health(cmd.Context())
 			if res != nil && res.Node != "" {
-				if g.output == "json" {
-					if perr := printJSON(cmd.OutOrStdout(), res); perr != nil {
+				if g.structured() {
+					if perr := g.print(cmd.OutOrStdout(), res); perr != nil {
 						return perr
 					}
 				} else {
@@ -602,22 +777,22 @@ func newHealthCmd(g *globals) *cobra.Command {
 	}
 }
 
-func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use: "version", Short: "Print the version", Args: cobra.NoArgs,
-		Run: func(cmd *cobra.Command, args []string) { fmt.Fprintln(cmd.OutOrStdout(), "meteor", cluster.Version) },
-	}
+// versionInfo is what 'meteor version -o json' prints.
+type versionInfo struct {
+	Version string `json:"version"`
 }
 
-func printJSON(w io.Writer, v any) error {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return err
+func newVersionCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use: "version", Short: "Print the version", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), versionInfo{Version: cluster.Version})
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "meteor", cluster.Version)
+			return nil
+		},
 	}
-	_, err := w.Write(buf.Bytes())
-	return err
 }
 
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }

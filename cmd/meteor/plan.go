@@ -43,8 +43,8 @@ simulated resource on the same devices. FILE is read as by 'meteor apply'.`,
 			if err != nil {
 				return fmt.Errorf("plan: %w", err)
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			printPlan(cmd.OutOrStdout(), res, all)
 			return nil
@@ -98,7 +98,7 @@ func printPlan(w io.Writer, p *api.Plan, all bool) {
 			fmt.Fprintf(w, "  %s%s: %s\n", d.ID, where, strings.Join(parts, ", "))
 		}
 		if n := len(in.Devices) - len(shown); n > 0 {
-			fmt.Fprintf(w, "  ... and %d more devices (--all lists them)\n", n)
+			fmt.Fprintf(w, "  ... and %s (--all lists them)\n", plural(uint64(n), "more device", "more devices"))
 		}
 		for _, c := range in.Conflicts {
 			sample := strings.Join(c.Sample, ", ")
@@ -143,6 +143,3 @@ func planSummary(in api.IntentPlan) string {
 	}
 	return b.String()
 }
-
-// nDevices says "1 device" or "N devices".
-func nDevices(n int) string { return plural(uint64(n), "device", "devices") }

@@ -66,7 +66,7 @@ it waits for, and each wave's devices, released, converged and failed.
 				defer cancel()
 			}
 			progress := io.Discard
-			if g.output == "table" {
+			if !g.structured() {
 				progress = cmd.OutOrStdout()
 			}
 			st, err := waitRollout(ctx, get, progress, time.Second)
@@ -141,8 +141,8 @@ func rolloutLine(st *api.RolloutStatus) string {
 }
 
 func printRolloutOutput(w io.Writer, output string, st *api.RolloutStatus) error {
-	if output == "json" {
-		return printJSON(w, st)
+	if output != outputTable {
+		return printValue(w, output, st)
 	}
 	printRollout(w, st)
 	return nil
@@ -213,8 +213,8 @@ func newRolloutListCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			tw := table(cmd.OutOrStdout())
 			fmt.Fprintln(tw, "INTENT\tREVISION\tSTATE\tWAVE\tTARGETED\tRELEASED\tCONVERGED\tFAILED\tWAITING FOR")
@@ -268,8 +268,8 @@ progress or ended without completing, else the revision before the current one
 			if err != nil {
 				return fmt.Errorf("undo %s: %w", args[0], err)
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			if res.Unchanged {
 				fmt.Fprintf(cmd.OutOrStdout(), "intent %s unchanged (revision %d): revision %d's document is the current one\n", res.Name, res.Revision, res.FromRevision)
@@ -292,8 +292,8 @@ func newRolloutHistoryCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			printRolloutHistory(cmd.OutOrStdout(), res)
 			return nil
@@ -333,8 +333,8 @@ func newRolloutEventsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			printRolloutEvents(cmd.OutOrStdout(), res)
 			return nil

@@ -18,7 +18,8 @@ import (
 
 func newServerCmd() *cobra.Command {
 	cfg := cluster.DefaultConfig()
-	var join, gossipKey, logLevel string
+	var join, gossipKey string
+	var logs logFlags
 	var caFile, certFile, keyFile, secretFile, tlsDir, adminHashFile string
 	var aclOn, insecure bool
 	var deviceCA deviceCAFlags
@@ -136,7 +137,10 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 					cfg.DataDir = dir
 				}
 			}
-			cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "meteor", Level: hclog.LevelFromString(logLevel), Output: os.Stderr})
+			var err error
+			if cfg.Logger, err = logs.logger(os.Stderr); err != nil {
+				return err
+			}
 			srv, err := cluster.New(cfg)
 			if err != nil {
 				return err
@@ -176,7 +180,7 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 	f.StringVar(&secretFile, "cluster-secret-file", "pki/cluster.secret", "cluster secret shared by all servers (from 'meteor ca init')")
 	f.DurationVar(&cfg.PullInterval, "pull-interval", cfg.PullInterval, "how often agents are told to pull even without a push")
 	f.BoolVar(&cfg.EnableDebug, "enable-debug", false, "serve Go profiling endpoints under /debug/pprof/ on the HTTP API")
-	f.StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	logs.register(f, "info")
 	deviceCA.register(f)
 	return cmd
 }

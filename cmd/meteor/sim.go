@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
 	"github.com/meteor-edge/meteor/agent/sim"
@@ -19,6 +18,7 @@ func newSimCmd() *cobra.Command {
 	opts := sim.DefaultOptions()
 	var servers, reportPath string
 	var duration time.Duration
+	var logs logFlags
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Run a simulated fleet of real agents against a cluster",
@@ -50,10 +50,11 @@ each device sent and received.
 					opts.Servers = append(opts.Servers, s)
 				}
 			}
-			return runSim(cmd.Context(), cmd.OutOrStdout(), opts, duration, reportPath)
+			return runSim(cmd.Context(), cmd.OutOrStdout(), opts, duration, reportPath, logs)
 		},
 	}
 	f := cmd.Flags()
+	logs.register(f, "warn")
 	f.StringVar(&servers, "servers", "", "comma-separated agent UDP addresses of the servers (host:port)")
 	f.StringVar(&opts.PKIDir, "pki", "", "directory of the cluster CA (ca.pem, ca-key.pem), e.g. <dev data dir>/pki")
 	f.IntVar(&opts.Devices, "devices", 0, "number of devices (0: 1200 for the retail profile)")
@@ -71,7 +72,7 @@ each device sent and received.
 	return cmd
 }
 
-func runSim(ctx context.Context, out io.Writer, opts sim.Options, duration time.Duration, reportPath string) error {
+func runSim(ctx context.Context, out io.Writer, opts sim.Options, duration time.Duration, reportPath string, logs logFlags) error {
 	if opts.BaseDir == "" {
 		dir, err := os.MkdirTemp("", "meteor-sim-")
 		if err != nil {
@@ -89,15 +90,17 @@ func runSim(ctx context.Context, out io.Writer, opts sim.Options, duration time.
 		return err
 	}
 	defer logFile.Close()
-	opts.Logger = hclog.New(&hclog.LoggerOptions{Name: "meteor", Level: hclog.Warn, Output: logFile})
+	if opts.Logger, err = logs.logger(logFile); err != nil {
+		return err
+	}
 	opts.Summary = out
 
 	fl, err := sim.New(opts)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "Simulating %d devices (%s, seed %d) against %s; logs in %s. Ctrl-C stops.\n",
-		fl.Len(), opts.Profile, opts.Seed, strings.Join(opts.Servers, ","), logPath)
+	fmt.Fprintf(out, "Simulating %s (%s, seed %d) against %s; logs in %s. Ctrl-C stops.\n",
+		nDevices(fl.Len()), opts.Profile, opts.Seed, strings.Join(opts.Servers, ","), logPath)
 	if duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, duration)

@@ -36,14 +36,14 @@ it, converged, failed, drifted or are unreachable. --watch redraws it live.`,
 				var buf bytes.Buffer
 				if err != nil {
 					fmt.Fprintf(&buf, "cannot read status: %v\n", err)
-				} else if g.output == "json" {
-					if err := printJSON(&buf, st); err != nil {
+				} else if g.structured() {
+					if err := g.print(&buf, st); err != nil {
 						return err
 					}
 				} else {
 					printStatus(&buf, st)
 				}
-				if watch && g.output != "json" {
+				if watch && !g.structured() {
 					// Clear the screen and redraw from the top.
 					fmt.Fprint(cmd.OutOrStdout(), "\033[H\033[2J")
 					fmt.Fprintf(cmd.OutOrStdout(), "meteor status --watch  %s  (Ctrl-C to stop)\n\n", time.Now().Format("15:04:05"))
@@ -66,7 +66,7 @@ it, converged, failed, drifted or are unreachable. --watch redraws it live.`,
 }
 
 func printStatus(w io.Writer, st *api.FleetStatus) {
-	fmt.Fprintf(w, "Fleet: %d devices at cluster revision %d\n", st.Devices, st.Revision)
+	fmt.Fprintf(w, "Fleet: %s at cluster revision %d\n", nDevices(st.Devices), st.Revision)
 	for _, s := range statusOrder {
 		if n := st.ByStatus[s]; n > 0 {
 			fmt.Fprintf(w, "  %-12s %6d  %s\n", s, n, bar(n, st.Devices, 30))
@@ -79,8 +79,8 @@ func printStatus(w io.Writer, st *api.FleetStatus) {
 	tw := table(w)
 	fmt.Fprintln(tw, "  NAME\tREVISION\tTARGETED\tRELEASED\tACKED\tCONVERGED\tFAILED\tDRIFTED\tUNREACHABLE\tPROGRESS")
 	for _, in := range st.Intents {
-		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s %3.0f%%\n", in.Name, in.Revision, in.Targeted, in.Released, in.Acknowledged,
-			in.Converged, in.Failed, in.Drifted, in.Unreachable, bar(in.Converged, in.Targeted, 20), pct(in.Converged, in.Targeted))
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s %s\n", in.Name, in.Revision, in.Targeted, in.Released, in.Acknowledged,
+			in.Converged, in.Failed, in.Drifted, in.Unreachable, bar(in.Converged, in.Targeted, 20), percent(in.Converged, in.Targeted))
 	}
 	tw.Flush()
 }
@@ -91,13 +91,6 @@ func bar(n, total, width int) string {
 	}
 	full := n * width / total
 	return "[" + strings.Repeat("#", full) + strings.Repeat(".", width-full) + "]"
-}
-
-func pct(n, total int) float64 {
-	if total == 0 {
-		return 0
-	}
-	return 100 * float64(n) / float64(total)
 }
 
 func printTimeline(w io.Writer, tl *api.Timeline) {

@@ -66,8 +66,8 @@ or operator token to the intents whose selector stays within the labels given
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "accessor %s (%s token %q)\n", res.Token.Accessor, res.Token.Policy, res.Token.Name)
@@ -92,8 +92,8 @@ or operator token to the intents whose selector stays within the labels given
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			printTokens(cmd.OutOrStdout(), res)
 			return nil
@@ -159,8 +159,8 @@ func newAuditCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.output == "json" {
-				return printJSON(cmd.OutOrStdout(), res)
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
 			}
 			tw := table(cmd.OutOrStdout())
 			fmt.Fprintln(tw, "INDEX\tTIME\tACTOR\tACTION\tTARGET\tSUMMARY")

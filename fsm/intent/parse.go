@@ -2,6 +2,7 @@ package intent
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,7 +28,7 @@ func Parse(data []byte) (*Intent, error) {
 	}
 	docs, err := documents(data)
 	if err != nil {
-		return nil, err
+		return nil, jsonOrYAMLError(data, 0, err)
 	}
 	switch len(docs) {
 	case 0:
@@ -53,7 +54,7 @@ func ParseAll(data []byte) ([]*Intent, error) {
 	}
 	docs, err := documents(data)
 	if err != nil {
-		return nil, err
+		return nil, streamSyntaxError(data, err)
 	}
 	if len(docs) == 0 {
 		return nil, &ValidationError{Msg: "empty document"}
@@ -129,4 +130,106 @@ func parseDocument(doc *yaml.Node) (*Intent, positions, error) {
 		return nil, nil, err
 	}
 	return in, d.pos, nil
+}
+
+// JSON is YAML in flow style, and the YAML parser reads both; but its
+// error on broken JSON ("did not find expected node content") speaks of
+// YAML. A document that opens a JSON object is meant as JSON, and its
+// syntax error is the JSON parser's, with the line and column.
+
+// LooksJSON reports whether data's first non-blank byte opens a JSON
+// object.
+func LooksJSON(data []byte) bool {
+	t := bytes.TrimLeft(data, " \t\r\n")
+	return len(t) > 0 && t[0] == '{'
+}
+
+// CheckJSON returns nil if data is one well-formed JSON value, else a
+// *ValidationError "invalid JSON: ..." with the line and column of the
+// error. Lines count from firstLine+1.
+func CheckJSON(data []byte, firstLine int) error {
+	var v any
+	err := json.Unmarshal(data, &v)
+	var se *json.SyntaxError
+	if err == nil || !errors.As(err, &se) {
+		return nil
+	}
+	// Offset counts the bytes read up to and including the offending
+	// one; at the end of the input there is none.
+	at := int(se.Offset) - 1
+	if se.Offset >= int64(len(data)) {
+		at = len(bytes.TrimRight(data, " \t\r\n"))
+	}
+	at = max(0, min(at, len(data)))
+	line := firstLine + 1 + bytes.Count(data[:at], []byte("\n"))
+	col := at - bytes.LastIndexByte(data[:at], '\n')
+	return &ValidationError{Line: line, Column: col, Msg: "invalid JSON: " + se.Error()}
+}
+
+// jsonOrYAMLError is the syntax error to report for a document that the
+// YAML parser refused with yamlErr: the JSON parser's if the document
+// opens a JSON object, else the YAML one. The document starts after line
+// firstLine of its stream.
+func jsonOrYAMLError(doc []byte, firstLine int, yamlErr error) error {
+	if LooksJSON(doc) {
+		if err := CheckJSON(doc, firstLine); err != nil {
+			return err
+		}
+	}
+	return yamlErr
+}
+
+// streamSyntaxError is jsonOrYAMLError for a stream of documents: the
+// document judged is the one holding the YAML error's line, or with no
+// line the first JSON document that does not parse.
+func streamSyntaxError(data []byte, yamlErr error) error {
+	var ve *ValidationError
+	line := 0
+	if errors.As(yamlErr, &ve) {
+		line = ve.Line
+	}
+	for _, d := range splitDocuments(data) {
+		if line != 0 && (line <= d.before || line > d.before+d.lines) {
+			continue
+		}
+		if err := jsonOrYAMLError(d.text, d.before, nil); err != nil {
+			return err
+		}
+		if line != 0 {
+			break
+		}
+	}
+	return yamlErr
+}
+
+// streamDocument is one document of a stream: its text, the lines of the
+// stream before it, and its own.
+type streamDocument struct {
+	text          []byte
+	before, lines int
+}
+
+// splitDocuments splits a stream at its "---" lines, which belong to no
+// document.
+func splitDocuments(data []byte) []streamDocument {
+	var out []streamDocument
+	cur := streamDocument{}
+	n := 0
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i+1], data[i+1:]
+		} else {
+			data = nil
+		}
+		n++
+		if rest, ok := bytes.CutPrefix(line, []byte("---")); ok && len(bytes.TrimSpace(rest)) == 0 {
+			out = append(out, cur)
+			cur = streamDocument{before: n}
+			continue
+		}
+		cur.text = append(cur.text, line...)
+		cur.lines++
+	}
+	return append(out, cur)
 }

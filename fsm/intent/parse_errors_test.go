@@ -405,3 +405,44 @@ func TestParseAliasBudget(t *testing.T) {
 		t.Fatalf("Parse error %v, want the value budget", err)
 	}
 }
+
+// TestJSONSyntaxErrors: a document that opens a JSON object and does not
+// parse is reported as invalid JSON at the line and column the JSON
+// parser stopped, alone or in a stream; broken YAML stays invalid YAML.
+func TestJSONSyntaxErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		doc  string
+		all  bool
+		want string
+	}{
+		{"truncated", "{\"name\": \"store-net\",\n \"resources\": [\n", false,
+			`intent: invalid JSON: unexpected end of JSON input (line 2, column 16)`},
+		{"bad character", "{\"name\": \"store-net\",\n \"resources\": [}\n", false,
+			`intent: invalid JSON: invalid character '}' looking for beginning of value (line 2, column 16)`},
+		{"in a stream", "{\"name\": \"a\", \"resources\": [{\"id\": \"x\", \"type\": \"sim\", \"spec\": {\"value\": 1}}]}\n---\n{\"name\": \"b\",\n\"resources\": [\n", true,
+			`intent: invalid JSON: unexpected end of JSON input (line 4, column 15)`},
+		{"YAML in a stream of JSON", "{\"name\": \"a\", \"resources\": [{\"id\": \"x\", \"type\": \"sim\", \"spec\": {\"value\": 1}}]}\n---\nname: b\nresources: [\n", true,
+			`intent: invalid YAML: did not find expected node content (line 4)`},
+		{"YAML", "name: store-net\nresources: [\n", false,
+			`intent: invalid YAML: did not find expected node content (line 2)`},
+	} {
+		var err error
+		if tc.all {
+			_, err = ParseAll([]byte(tc.doc))
+		} else {
+			_, err = Parse([]byte(tc.doc))
+		}
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%s:\n got %v\nwant %s", tc.name, err, tc.want)
+		}
+		var ve *ValidationError
+		if !errors.As(err, &ve) {
+			t.Errorf("%s: %T, not a *ValidationError", tc.name, err)
+		}
+	}
+	// Well-formed JSON parses as it did.
+	if _, err := Parse([]byte(`{"name": "a", "resources": [{"id": "x", "type": "sim", "spec": {"value": 1}}]}`)); err != nil {
+		t.Errorf("JSON document: %v", err)
+	}
+}

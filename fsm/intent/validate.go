@@ -19,6 +19,9 @@ type ValidationError struct {
 	// Line is the 1-based line of the field in the parsed document (of its
 	// nearest parent when the field is missing), 0 when unknown.
 	Line int
+	// Column is the 1-based column of a JSON syntax error on Line, 0 when
+	// unknown.
+	Column int
 	// Msg says what is wrong.
 	Msg string
 }
@@ -38,7 +41,10 @@ func (e *ValidationError) Error() string {
 		b.WriteString(": ")
 	}
 	b.WriteString(e.Msg)
-	if e.Line > 0 {
+	switch {
+	case e.Line > 0 && e.Column > 0:
+		fmt.Fprintf(&b, " (line %d, column %d)", e.Line, e.Column)
+	case e.Line > 0:
 		fmt.Fprintf(&b, " (line %d)", e.Line)
 	}
 	return b.String()
