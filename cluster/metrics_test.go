@@ -233,7 +233,8 @@ func TestMetricsMoveWithWrites(t *testing.T) {
 // sessions; the devices by status equal /v1/status's counts at the same
 // index; the rollout and resource gauges show the device converged; its
 // connection's bytes are observed when it closes, and a resumed session
-// counts as resumed.
+// counts as resumed. The dashboard's metrics all exist in this server's
+// output.
 func TestMetricsFollowAgents(t *testing.T) {
 	pki := newTestPKI(t)
 	c := newTestCluster(t, 1, pki.withAgents(t))
@@ -339,6 +340,7 @@ func TestMetricsFollowAgents(t *testing.T) {
 	if got := sc.value("meteor_agent_sessions_total", "resumed", "false"); got != 2 {
 		t.Errorf("%v new sessions after one resumed, want 2", got)
 	}
+	checkDashboardMetrics(t, sc)
 }
 
 // TestMetricsCountLeaderChanges: when the leader dies, the survivors count
