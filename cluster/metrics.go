@@ -60,8 +60,8 @@ type serverMetrics struct {
 	// raft.Apply to the applied result.
 	commitSeconds prometheus.Histogram
 	// leaderChanges counts the leaders this server's Raft has followed
-	// (a new leader known); elections the elections it stood in
-	// (became a candidate).
+	// (a new leader known); elections the times it became a candidate
+	// (campaigns repeated while it stays one count once).
 	leaderChanges, elections prometheus.Counter
 	// connBytes observes, when an agent connection closes, the bytes it
 	// carried each way (QUIC's own count, headers and retransmissions
@@ -94,7 +94,7 @@ func newServerMetrics(s *Server) *serverMetrics {
 		}),
 		elections: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Subsystem: "raft", Name: "elections_total",
-			Help: "Elections this server stood in (times it became a candidate).",
+			Help: "Times this server became a Raft candidate to stand for election.",
 		}),
 		connBytes: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: metricsNamespace, Subsystem: "agent", Name: "connection_bytes",
