@@ -69,6 +69,9 @@ type agentDeps struct {
 	peers   peerView
 	reports reportSink
 	records sessionCommitter
+	// connClosed, if set, is told the bytes an agent connection sent and
+	// received once it closed (the metrics' meteor_agent_connection_bytes).
+	connClosed func(sent, received uint64)
 }
 
 // peerView is what session serving knows of the other servers: gossip's
@@ -87,15 +90,21 @@ type reportSink interface {
 
 // agentCounters count what a server sent agents, for tests and benchmarks.
 type agentCounters struct {
-	sessions, deltas, upserts, deltaBytes, notifies, reports, rerecords atomic.Uint64
+	deltas, upserts, deltaBytes, notifies, reports, rerecords atomic.Uint64
+	// fresh and resumed count the sessions established: new ones, and
+	// those that resumed an earlier session; zeroRTT those whose
+	// connection's 0-RTT data was accepted.
+	fresh, resumed, zeroRTT atomic.Uint64
 }
 
 // AgentStats is a snapshot of a server's agent counters.
 type AgentStats struct {
 	// Connected is the number of sessions now; Sessions counts sessions
-	// established since start.
-	Connected int
-	Sessions  uint64
+	// established since start: Fresh new ones, Resumed those that resumed
+	// an earlier session. ZeroRTT counts those whose connection's 0-RTT
+	// data was accepted.
+	Connected                         int
+	Sessions, Fresh, Resumed, ZeroRTT uint64
 	// Deltas, Upserts and DeltaBytes count Delta frames, resources and
 	// encoded Delta bytes sent; Notifies the pushes; Reports the reports
 	// applied; Rerecords the sessions recorded again because the replica
@@ -113,12 +122,14 @@ func (s *Server) AgentStats() AgentStats {
 	if a == nil {
 		return AgentStats{}
 	}
-	return AgentStats{
-		Connected: a.count(), Sessions: a.stats.sessions.Load(),
+	st := AgentStats{
+		Connected: a.count(), Fresh: a.stats.fresh.Load(), Resumed: a.stats.resumed.Load(), ZeroRTT: a.stats.zeroRTT.Load(),
 		Deltas: a.stats.deltas.Load(), Upserts: a.stats.upserts.Load(), DeltaBytes: a.stats.deltaBytes.Load(),
 		Notifies: a.stats.notifies.Load(), Reports: a.stats.reports.Load(), Rerecords: a.stats.rerecords.Load(),
 		RecordEntries: s.sessionRec.entries.Load(), RecordEvents: s.sessionRec.events.Load(),
 	}
+	st.Sessions = st.Fresh + st.Resumed
+	return st
 }
 
 // listenAgents binds the agents' UDP socket; serving starts with Run.

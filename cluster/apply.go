@@ -53,6 +53,7 @@ func (s *Server) proposeRaw(ctx context.Context, t fsm.MessageType, data []byte)
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
 	}
+	start := s.clock.Mono()
 	f := s.raft.Apply(data, timeout)
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
@@ -72,6 +73,7 @@ func (s *Server) proposeRaw(ctx context.Context, t fsm.MessageType, data []byte)
 	default:
 		return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: err}
 	}
+	s.metrics.commitSeconds.Observe(s.clock.Mono().Sub(start).Seconds())
 	res, ok := f.Response().(fsm.ApplyResult)
 	if !ok {
 		return fsm.ApplyResult{}, 0, fmt.Errorf("unexpected apply response %T", f.Response())

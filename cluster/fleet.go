@@ -30,6 +30,16 @@ func deviceStatus(rec *fsm.DeviceRecord) string {
 	return rec.Status
 }
 
+// statusCounts counts devices by status: /v1/status's by_status, and
+// the metrics' meteor_fleet_devices.
+func statusCounts(devices []*fsm.DeviceRecord) map[string]int {
+	out := map[string]int{}
+	for _, d := range devices {
+		out[deviceStatus(d)]++
+	}
+	return out
+}
+
 func (h *httpAPI) handleTimeline(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	read := h.state.Read()
@@ -244,10 +254,7 @@ func (h *httpAPI) handleFleetStatus(w http.ResponseWriter, r *http.Request) {
 		writeError(w, toAPIError(err))
 		return
 	}
-	out := api.FleetStatus{Revision: read.Revision(), Index: read.Index(), Devices: len(devices), ByStatus: map[string]int{}}
-	for _, d := range devices {
-		out.ByStatus[deviceStatus(d)]++
-	}
+	out := api.FleetStatus{Revision: read.Revision(), Index: read.Index(), Devices: len(devices), ByStatus: statusCounts(devices)}
 	views := h.newViewCache(read)
 	for _, rec := range intents {
 		p, err := h.intentProgress(read, views, rec, devices, false)

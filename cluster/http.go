@@ -55,6 +55,8 @@ type httpAPI struct {
 	// done is closed when the server stops, ending event streams and
 	// blocking reads (http.Server.Shutdown would wait for them).
 	done <-chan struct{}
+	// metrics serves GET /metrics (metrics.go); nil serves a 404.
+	metrics http.Handler
 
 	leaveOnce sync.Once
 }
@@ -142,6 +144,7 @@ func (h *httpAPI) handler() http.Handler {
 	mux.HandleFunc("GET /v1/tokens", h.authorize(acl.ActionManageTokens, h.reader(h.handleListTokens)))
 	mux.HandleFunc("DELETE /v1/tokens/{accessor}", h.authorize(acl.ActionManageTokens, h.handleRevokeToken))
 	mux.HandleFunc("GET /v1/audit", h.authorize(acl.ActionReadAudit, h.reader(h.handleAudit)))
+	mux.HandleFunc("GET /metrics", h.authorize(acl.ActionRead, h.handleMetrics))
 	mux.HandleFunc("POST /v1/internal/apply", h.handleInternalApply)
 	mux.HandleFunc("POST /v1/internal/report", h.handleInternalReport)
 	mux.HandleFunc("POST /v1/internal/keyring", h.handleInternalKeyring)

@@ -35,11 +35,8 @@ func (s *Server) Members() api.Members {
 		seen[m.ID] = true
 		am := api.Member{
 			ID: m.ID, Region: m.Region, HTTPAddr: m.HTTPAddr, RaftAddr: m.RaftAddr,
-			GossipAddr: m.GossipAddr, GossipState: stateName(m.State), Version: m.Version,
+			GossipAddr: m.GossipAddr, GossipState: gossipState(m), Version: m.Version,
 			Suffrage: "none", RaftRole: "none",
-		}
-		if m.Leaving && m.State == memberlist.StateAlive {
-			am.GossipState = "leaving"
 		}
 		if sf, ok := suffrage[m.ID]; ok {
 			am.Suffrage = suffrageName(sf)
@@ -89,6 +86,16 @@ func (s *Server) Members() api.Members {
 		}
 	}
 	return out
+}
+
+// gossipState is a server's gossip state as the members list shows it:
+// alive, suspect, failed, left, or leaving (alive, and announced that it
+// leaves).
+func gossipState(m member) string {
+	if m.Leaving && m.State == memberlist.StateAlive {
+		return "leaving"
+	}
+	return stateName(m.State)
 }
 
 func suffrageName(s raft.ServerSuffrage) string {

@@ -42,6 +42,10 @@ type Server struct {
 	httpSrv *http.Server
 	httpLn  net.Listener
 	peers   *peerClient // requests to other servers
+	// metrics are this server's Prometheus registry and event metrics;
+	// raftObs delivers the Raft observations they count.
+	metrics *serverMetrics
+	raftObs *raftObserver
 
 	// Addresses actually bound (ports resolved).
 	httpAddr, raftAddr, gossipAddr, agentAddr string
@@ -108,6 +112,7 @@ func New(cfg Config) (*Server, error) {
 		bootstrapCh: make(chan struct{}, 1),
 		leaderCh:    make(chan bool, 8),
 	}
+	s.metrics = newServerMetrics(s)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	ok := false
 	defer func() {
@@ -129,12 +134,14 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.raft = s.rparts.raft
+	s.raftObs = newRaftObserver()
+	s.raft.RegisterObserver(s.raftObs.obs)
 
 	s.sessionRec = newSessionRecorder(s, cfg.ApplyTimeout)
 	if cfg.AgentAddr != "" {
 		if s.agents, err = listenAgents(&cfg, agentDeps{
 			logger: s.logger.Named("agents"), clock: s.clock, state: s.fsm,
-			peers: s, reports: s, records: s.sessionRec,
+			peers: s, reports: s, records: s.sessionRec, connClosed: s.metrics.agentConnClosed,
 		}); err != nil {
 			return nil, err
 		}
@@ -163,11 +170,12 @@ func New(cfg Config) (*Server, error) {
 	s.api = &httpAPI{
 		cfg: &s.config, logger: s.logger, clock: s.clock, state: s.fsm, propose: s, node: s, admin: s,
 		owners: s.gossip, reports: s.status, peers: s.peers, planner: s.devicePlanner(), done: s.ctx.Done(),
+		metrics: s.metrics.handler(s.logger),
 	}
 	if cfg.ACL != nil {
 		s.api.auth = newAuthenticator(cfg.ACL, s.fsm, s.clock, s.peers, cfg.PeerTLS != nil)
 	}
-	s.httpSrv = &http.Server{Handler: s.api.handler(), ReadHeaderTimeout: 10 * time.Second,
+	s.httpSrv = &http.Server{Handler: s.metrics.instrument(s.clock, s.api.handler()), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})}
 
 	ctx := s.ctx
@@ -181,6 +189,7 @@ func New(cfg Config) (*Server, error) {
 	s.wg.Go(func() { s.leadership.Run(ctx) })
 	s.wg.Go(func() { s.gossip.Run(ctx) })
 	s.wg.Go(func() { s.bootstrapLoop(ctx) })
+	s.wg.Go(func() { s.metrics.observeRaft(ctx, s.raftObs) })
 	ok = true
 	s.logger.Info("server started", "region", cfg.Region, "http", s.httpAddr, "raft", s.raftAddr, "gossip", s.gossipAddr, "existing_state", s.rparts.hasState)
 	return s, nil

@@ -81,6 +81,10 @@ func (a *agentServer) serveConn(srvCtx context.Context, conn *quic.Conn) {
 		linger.Stop()
 	}
 	conn.CloseWithError(code, reason)
+	if a.connClosed != nil {
+		st := conn.ConnectionStats()
+		a.connClosed(st.BytesSent, st.BytesReceived)
+	}
 }
 
 func (a *agentServer) handshake(ctx context.Context, conn *quic.Conn, streamOut **quic.Stream) error {
@@ -208,7 +212,14 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 			(*hook)(sess.deviceID)
 		}
 		sess.register(welcome)
-		a.stats.sessions.Add(1)
+		if resumed {
+			a.stats.resumed.Add(1)
+		} else {
+			a.stats.fresh.Add(1)
+		}
+		if sess.conn.ConnectionState().Used0RTT {
+			a.stats.zeroRTT.Add(1)
+		}
 		sess.logger.Debug("session established", "resumed", resumed, "acked_revision", sess.acked, "early", hello.Early)
 	}()
 	defer func() {
