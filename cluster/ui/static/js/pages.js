@@ -212,8 +212,7 @@
       M.section('Rollout timeline (revision ' + ro.revision + ')',
         decisions.length === 0 ? el('p', {class: 'hint'}, 'no decisions recorded') :
           M.table(['time', 'event', 'wave', 'what', 'by'], decisions.slice(-40).reverse().map((e) => [
-            M.when(e.time), M.badge(e.kind), e.wave ? String(e.wave) : '', el('td', {class: 'reason'}, e.message || '',
-              (e.devices || []).length ? ` (${M.plural(e.devices.length, 'device')})` : ''), e.actor || '']), {id: 'timeline'})),
+            M.when(e.time), M.badge(e.kind), e.wave ? String(e.wave) : '', el('td', {class: 'reason'}, e.message || ''), e.actor || '']), {id: 'timeline'})),
       M.section('Revisions',
         M.table(['revision', 'applied', 'by', 'rollout', 'how it ended'], (hist.revisions || []).slice().reverse().map((r) => [
           r.current ? el('strong', null, `${r.revision} (current)`) : String(r.revision),
