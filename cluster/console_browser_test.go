@@ -122,7 +122,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("GET /v1/status without a token: %d, want 401", code)
 	}
 
-	b := startBrowser(t, browser, s)
+	b := startBrowser(t, browser, s.config.PeerTLS.Certificate.Certificate)
 	b.do(chromedp.Navigate(s.HTTPURL() + "/#token=" + tok.Secret))
 
 	// The fleet: the token is taken from the fragment and removed from the
@@ -260,14 +260,14 @@ type browserTab struct {
 }
 
 // startBrowser starts headless Chromium with a throwaway profile. It
-// trusts the test server's certificate by the hash of its public key
-// (--ignore-certificate-errors-spki-list, which Chromium honours only with
-// a --user-data-dir): the pages are served over the cluster's real TLS,
-// and no other certificate error is ignored.
-func startBrowser(t *testing.T, path string, s *Server) *browserTab {
+// trusts the test server's certificate chain (DER, leaf first) by the
+// hashes of its public keys (--ignore-certificate-errors-spki-list, which
+// Chromium honours only with a --user-data-dir): the pages are served over
+// the server's real TLS, and no other certificate error is ignored.
+func startBrowser(t *testing.T, path string, chain [][]byte) *browserTab {
 	t.Helper()
 	var pins []string
-	for _, der := range s.config.PeerTLS.Certificate.Certificate {
+	for _, der := range chain {
 		cert, err := x509.ParseCertificate(der)
 		if err != nil {
 			t.Fatal(err)
