@@ -76,6 +76,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// Revision 2 of store-net: a pilot of two, then the rest once approved.
 	putYAML(t, admin, "store-net", netDoc("v2", "  waves:\n    - {name: pilot, count: 2}\n    - {name: rest, percent: 100, approval: true}\n"))
+	pilot := map[string]bool{}
 	waitFor(t, 10*time.Second, func() error {
 		rels, err := s.State().Read().Releases("store-net")
 		if err != nil || len(rels) != 2 {
@@ -83,9 +84,17 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		for _, r := range rels {
 			f.converge(r.Device)
+			pilot[r.Device] = true
 		}
 		return nil
 	})
+	var later string // a device the second wave will reach
+	for _, id := range eu {
+		if !pilot[id] {
+			later = id
+			break
+		}
+	}
 	waitFor(t, 10*time.Second, func() error {
 		if st := rolloutOf(t, admin, "store-net"); st.State != api.RolloutWaitingApproval {
 			return fmt.Errorf("rollout %s (%s)", st.State, st.WaitingFor)
@@ -172,6 +181,19 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("wave 1 is %q on the page, want done", got)
 	}
 	b.screenshot("3-intent-waiting")
+
+	// A device of the waiting wave says what it waits for.
+	b.do(chromedp.Navigate(s.HTTPURL()+"/ui/#/device/"+later),
+		chromedp.WaitVisible(chromedp.CSS(`#why .held li[data-intent="store-net"]`)))
+	held := b.eval(`document.querySelector('#why .held li[data-intent="store-net"]').textContent`)
+	for _, w := range []string{fmt.Sprintf("Revision %d of store-net is not released to this device yet", ro.Revision), "wave 2 (rest)", ro.WaitingFor} {
+		if !strings.Contains(held, w) {
+			t.Errorf("device %s, held back by the rollout, says %q: no %q", later, held, w)
+		}
+	}
+	b.screenshot("3b-device-waiting")
+	b.do(chromedp.NavigateBack(),
+		chromedp.WaitVisible(chromedp.CSS(`#waves tr[data-wave="2"] button[data-action="approve"]`)))
 	b.do(chromedp.Click(chromedp.CSS(`#waves tr[data-wave="2"] button[data-action="approve"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#action-reason`)),
 		chromedp.SendKeys(chromedp.CSS(`#action-reason`), "pilot stores checked"),
