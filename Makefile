@@ -26,7 +26,7 @@ build: ## Build bin/meteor
 	$(GO) build -o $(BIN) ./cmd/meteor
 
 .PHONY: demo
-demo: build ## A local 3-server cluster and a simulated 1,200-device retail fleet taking three changes in waves, status and waves redrawn live; more flags: DEMO_FLAGS="--base-port 9470 --keep-running"
+demo: build ## A local 3-server cluster and a simulated 1,200-device retail fleet taking three changes in waves, status and waves redrawn live, the web console's address printed; more flags: DEMO_FLAGS="--base-port 9470 --keep-running"
 	./$(BIN) dev --servers 3 --fleet retail --changes docs/examples/retail $(DEMO_FLAGS)
 
 .PHONY: test

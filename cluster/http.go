@@ -161,6 +161,7 @@ func (h *httpAPI) handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", debug(pprof.Symbol))
 		mux.HandleFunc("/debug/pprof/trace", debug(pprof.Trace))
 	}
+	h.routeConsole(mux) // the web console at /ui/ (console.go)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		// This catch-all takes the place of the mux's own 405: a path
 		// served for other methods is a 405 naming them, not a 404.

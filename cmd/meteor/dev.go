@@ -72,6 +72,7 @@ type devCluster struct {
 	agentAddrs []string
 	pkiDir     string
 	logPath    string
+	console    string // the web console's address, with the admin token
 	// startTerm is the highest Raft term once the cluster first had a
 	// leader; elections since are counted from it.
 	startTerm uint64
@@ -208,6 +209,8 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) (err error) {
 	fmt.Fprintf(out, "\nEvery server speaks TLS and requires a token. To use the CLI with this cluster (admin token):\n"+
 		"  export METEOR_ADDR=%s METEOR_CACERT=%s METEOR_TOKEN=%s\n",
 		srvs[0].HTTPURL(), filepath.Join(pkiDir, caCertFile), l.AdminToken())
+	console := consoleURL(srvs[0].HTTPURL(), l.AdminToken())
+	printConsole(out, console, filepath.Join(pkiDir, caCertFile))
 	c := l.Client(0)
 	c.RetryNoLeader = 30 * time.Second
 	fmt.Fprintln(out, "\nCluster is up; a leader is elected.")
@@ -238,7 +241,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) (err error) {
 	agentAddrs := l.AgentAddrs()
 	if o.fleet != "" {
 		o.dataDir = dataDir // the temporary dir, when none was given
-		dc := &devCluster{Local: l, client: c, agentAddrs: agentAddrs, pkiDir: pkiDir, logPath: logPath}
+		dc := &devCluster{Local: l, client: c, agentAddrs: agentAddrs, pkiDir: pkiDir, logPath: logPath, console: console}
 		dc.startTerm, _ = dc.Term(ctx)
 		return runDevFleet(ctx, out, dc, o, logger)
 	}
@@ -295,3 +298,22 @@ func devClasses() scheduler.Classes {
 }
 
 func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+// consoleURL is the address of the web console of the server at base,
+// with the token in the fragment: the browser never sends a fragment, and
+// the console keeps the token in the tab's session storage and removes it
+// from the address bar.
+func consoleURL(base, token string) string { return base + "/ui/#token=" + token }
+
+// printConsole tells where the web console is and how to make the browser
+// trust the development CA, which signed the servers' certificates.
+func printConsole(out io.Writer, console, caPath string) {
+	fmt.Fprintf(out, "\nThe web console (every server serves it at /ui/; the link carries the admin token):\n"+
+		"  console: %s\n"+
+		"The servers' certificates come from a CA made for this run: %s\n"+
+		"To open the console without a certificate warning, import that file into the browser as a certificate authority\n"+
+		"(Chromium and Chrome: Settings > Privacy and security > Security > Manage certificates > Authorities > Import;\n"+
+		"Firefox: Settings > Privacy & Security > Certificates > View Certificates > Authorities > Import),\n"+
+		"or with NSS's certutil: certutil -d sql:$HOME/.pki/nssdb -A -t C,, -n meteor-dev -i %s\n",
+		console, caPath, caPath)
+}

@@ -367,6 +367,13 @@ func (v *fleetView) render() []byte {
 	fmt.Fprintf(&b, "\033[H\033[2JMeteor dev: %d-device %s fleet on a %d-server cluster, %s  (Ctrl-C stops everything)\n",
 		v.devices, v.o.fleet, v.cl.Size(), time.Since(v.start).Round(time.Second))
 	fmt.Fprintf(&b, "HTTP API: %s   data: %s\nlogs: %s (servers), %s (simulator)\n", v.cl.client.Addr(), v.o.dataDir, v.cl.logPath, v.fleetLog)
+	if v.cl.console != "" {
+		keep := ""
+		if !v.o.keepRunning {
+			keep = " (until the last change converges; DEMO_FLAGS=--keep-running keeps it)"
+		}
+		fmt.Fprintf(&b, "console: %s%s\nCA to trust in the browser: %s\n", v.cl.console, keep, filepath.Join(v.cl.pkiDir, caCertFile))
+	}
 	leader := v.leader
 	if leader == "" {
 		leader = "none (election in progress)"
