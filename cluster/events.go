@@ -43,6 +43,8 @@ type eventFilter struct {
 	kinds  map[string]bool // nil: every kind
 	intent string
 	device string
+	// once sends the events kept and ends the response (?follow=false).
+	once bool
 }
 
 func parseEventQuery(q url.Values, lastEventID string, now fsm.EventID) (*eventFilter, fsm.EventID, error) {
@@ -61,12 +63,16 @@ func parseEventQuery(q url.Values, lastEventID string, now fsm.EventID) (*eventF
 			f.intent = v
 		case "device":
 			f.device = v
+		case "follow":
+			var follow bool
+			follow, err = strconv.ParseBool(v)
+			f.once = !follow
 		case "after":
 			if lastEventID == "" {
 				start, err = fsm.ParseEventID(v)
 			}
 		default:
-			return nil, start, badRequest("unknown query parameter %q: GET /v1/events takes kind, intent, device and after (see docs/api.md)", key)
+			return nil, start, badRequest("unknown query parameter %q: GET /v1/events takes kind, intent, device, after and follow (see docs/api.md)", key)
 		}
 		if err != nil {
 			return nil, start, badRequest("query parameter %s=%q: %v", key, v, err)
@@ -146,8 +152,9 @@ func eventJSON(e *fsm.Event) api.Event {
 }
 
 // handleEvents streams events as Server-Sent Events until the client goes
-// away or the server stops. It starts after Last-Event-ID, else after
-// ?after, else with the next event.
+// away or the server stops (with ?follow=false, until it has sent the
+// events kept). It starts after Last-Event-ID, else after ?after, else
+// with the next event.
 func (h *httpAPI) handleEvents(w http.ResponseWriter, r *http.Request) {
 	f, last, err := parseEventQuery(r.URL.Query(), r.Header.Get("Last-Event-ID"), h.state.LastEventID())
 	if err != nil {
@@ -196,6 +203,9 @@ func (h *httpAPI) handleEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		if len(b.Events) == eventBatchMax {
 			continue
+		}
+		if f.once {
+			return
 		}
 		select {
 		case <-r.Context().Done():

@@ -24,6 +24,9 @@ type EventQuery struct {
 	// After is the ID of the last event seen: the stream starts after it.
 	// Empty: with the next event.
 	After string
+	// Kept asks only for the events the server keeps (after After), not
+	// the ones to come: Events returns io.EOF once they are read.
+	Kept bool
 }
 
 // eventIdle is how long a stream may stay silent before the client takes
@@ -33,7 +36,8 @@ const eventIdle = 45 * time.Second
 // Events reads the event stream, calling fn with each event (reset events
 // too) until ctx ends, fn returns an error, or the connection fails. It
 // returns the ID of the last event seen, for EventQuery.After on the next
-// call. An error the server answered with is an *Error.
+// call. An error the server answered with is an *Error; with Kept, the
+// end of the events kept is io.EOF.
 func (c *Client) Events(ctx context.Context, q EventQuery, fn func(Event) error) (last string, err error) {
 	last = q.After
 	v := url.Values{}
@@ -45,6 +49,9 @@ func (c *Client) Events(ctx context.Context, q EventQuery, fn func(Event) error)
 	}
 	if q.Device != "" {
 		v.Set("device", q.Device)
+	}
+	if q.Kept {
+		v.Set("follow", "false")
 	}
 	u := c.base + "/v1/events"
 	if len(v) > 0 {
@@ -115,6 +122,9 @@ func (c *Client) Events(ctx context.Context, q EventQuery, fn func(Event) error)
 	}
 	err = sc.Err()
 	if err == nil {
+		if q.Kept {
+			return last, io.EOF
+		}
 		err = io.ErrUnexpectedEOF
 	}
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
@@ -144,6 +154,8 @@ func (c *Client) FollowEvents(ctx context.Context, q EventQuery, fn func(Event) 
 			return fnErr
 		case ctx.Err() != nil:
 			return ctx.Err()
+		case errors.Is(err, io.EOF): // q.Kept: all read
+			return nil
 		}
 		if apiErr := (*Error)(nil); errors.As(err, &apiErr) && apiErr.StatusCode < 500 {
 			return err

@@ -221,6 +221,7 @@ func newRootCmd() *cobra.Command {
 		newKeyringCmd(g),
 		newHealthCmd(g),
 		newStatusCmd(g),
+		newEventsCmd(g),
 		newRolloutCmd(g),
 		newPlanCmd(g),
 		newTokenCmd(g),

@@ -24,12 +24,20 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Short: "Show the fleet: devices per status and each intent's progress",
 		Long: `Show the fleet summary: how many devices are in each status, and for each
 intent's current revision how many devices it targets, how many acknowledged
-it, converged, failed, drifted or are unreachable. --watch redraws it live.`,
+it, converged, failed, drifted or are unreachable. --watch redraws it live:
+each read waits on the server until the state has changed (a blocking
+read), and redraws stay at least --interval apart.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := g.client()
+			var index uint64 // with --watch: wait for the state to pass it
 			for {
-				st, err := c.Status(cmd.Context(), api.ReadOptions{Stale: watch})
+				drawn := time.Now()
+				st, err := c.Status(cmd.Context(), api.ReadOptions{Stale: watch, WaitIndex: index, Wait: 30 * time.Second})
+				index = 0
+				if err == nil && watch {
+					index = st.Index
+				}
 				if err != nil && !watch {
 					return err
 				}
@@ -52,16 +60,18 @@ it, converged, failed, drifted or are unreachable. --watch redraws it live.`,
 				if !watch {
 					return nil
 				}
+				// The next read blocks until something changed; redraws
+				// stay at least --interval apart.
 				select {
 				case <-cmd.Context().Done():
 					return nil
-				case <-time.After(interval):
+				case <-time.After(interval - time.Since(drawn)):
 				}
 			}
 		},
 	}
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "redraw live until Ctrl-C")
-	cmd.Flags().DurationVar(&interval, "interval", time.Second, "redraw interval with --watch")
+	cmd.Flags().DurationVar(&interval, "interval", time.Second, "least time between redraws with --watch")
 	return cmd
 }
 

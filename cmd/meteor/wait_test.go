@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -156,6 +157,28 @@ func TestApplyWaitAndProgress(t *testing.T) {
 	}
 	if code, _, errOut = meteor("", "get", "progress", "nothing"); code != exitNotFound {
 		t.Errorf("progress of an unknown intent: exit %d, %s", code, errOut)
+	}
+
+	// The events kept: the revision written, then each device's status
+	// transitions on it; -o json prints one event a line.
+	code, out, errOut = meteor("", "events", "--intent", "net", "--kind", "intent,status")
+	if code != exitOK || !strings.Contains(out, "intent    put           net@"+rev) || strings.Count(out, " status    -             sim-fiber-") < 3 || !strings.Contains(out, "converged") {
+		t.Errorf("events --intent net: exit %d\n%s%s", code, out, errOut)
+	}
+	_, out, _ = meteor("", "-o", "json", "events", "--device", "sim-fiber-0001")
+	var kinds []string
+	for line := range strings.Lines(out) {
+		var e api.Event
+		if err := json.Unmarshal([]byte(line), &e); err != nil || e.Device != "sim-fiber-0001" || e.ID == "" {
+			t.Fatalf("events -o json: line %q: %+v, %v", line, e, err)
+		}
+		kinds = append(kinds, e.Kind+"/"+e.Action)
+	}
+	if !slices.Contains(kinds, "device/registered") || !slices.Contains(kinds, "session/connected") || !slices.Contains(kinds, "status/") {
+		t.Errorf("events --device sim-fiber-0001: %v, want its registration, connection and status", kinds)
+	}
+	if code, _, errOut = meteor("", "events", "--kind", "weather"); code == exitOK || !strings.Contains(errOut, "weather") {
+		t.Errorf("events --kind weather: exit %d, %s", code, errOut)
 	}
 
 	// A simulated device refuses file resources: each one fails.
