@@ -218,10 +218,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	approved := false
 	for _, e := range events.Events {
-		approved = approved || e.Kind == "approved" && e.Wave == 2 && e.Actor == ro.Waves[1].ApprovedBy
+		approved = approved || e.Kind == "approved" && e.Wave == 2 && e.Actor == ro.Waves[1].ApprovedBy && strings.HasSuffix(e.Message, ": pilot stores checked")
 	}
 	if !approved {
-		t.Errorf("no approval of wave 2 by the console's token on the rollout's timeline: %+v", events.Events)
+		t.Errorf("no approval of wave 2 by the console's token, with its reason, on the rollout's timeline: %+v", events.Events)
 	}
 	b.screenshot("4-wave-released")
 
@@ -235,25 +235,9 @@ func TestConsoleInBrowser(t *testing.T) {
 // failing has device id acknowledge the cluster's revision and report
 // every resource of its desired state failed with the error lastError.
 func (f *fakeFleet) failing(id, lastError string) {
-	f.t.Helper()
-	read := f.s.State().Read()
-	rec, err := read.Device(nil, id)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	desired, err := f.s.devicePlanner().Desired(read, id, f.s.config.recordSelection(rec))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	var rs []fsm.ResourceStatus
-	for _, r := range desired.Resources {
-		rs = append(rs, fsm.ResourceStatus{Key: r.Key, Effective: "unknown", State: "failed", LastError: lastError, Attempts: 3})
-	}
-	f.add(id, rec.Labels, desired.Revision)
-	f.apply(fsm.StatusBatchType, &fsm.StatusBatchRequest{Owner: "test", Transitions: []fsm.StatusTransition{{
-		Device: id, Seq: f.seq.Add(1), Time: time.Now().UnixNano(), Revision: desired.Revision,
-		Status: scheduler.StatusFailed, Full: true, Resources: rs,
-	}}})
+	f.report(id, scheduler.StatusFailed, func(r *scheduler.Resource) fsm.ResourceStatus {
+		return fsm.ResourceStatus{Key: r.Key, Effective: "unknown", State: "failed", LastError: lastError, Attempts: 3}
+	})
 }
 
 func sameCounts(got, want map[string]int) bool {

@@ -64,13 +64,7 @@ func TestDeviceQueries(t *testing.T) {
 		{Device: "dev-012", Time: 4, Status: scheduler.StatusUnreachable, Reason: "no contact for 9m (default allows 5m)"},
 	}})
 
-	cfg := DefaultConfig()
-	cfg.NodeID, cfg.TrustReportedLabels = "s1", true
-	h := &httpAPI{
-		cfg: &cfg, logger: hclog.NewNullLogger(), clock: SystemClock{}, state: r.p.state, propose: r.p,
-		node: &fakeLeader{leads: true}, owners: fixedOwners{{ID: "s1", Region: "eu"}, {ID: "s2", Region: "us"}}, planner: scheduler.NewPlanner(),
-	}
-	handler := h.handler()
+	handler := r.api().handler()
 	get := func(query string, want int) *api.DeviceList {
 		t.Helper()
 		w := httptest.NewRecorder()
@@ -283,5 +277,16 @@ func TestDeviceQueries(t *testing.T) {
 	}
 	if !slices.IsSorted(r.fleet.ids) {
 		t.Fatal("the fleet's IDs are not in order; the page check assumes they are")
+	}
+}
+
+// api is the HTTP API of server s1 of two (s2 in the us) over the rig's
+// state machine, taking the labels devices report.
+func (r *rolloutRig) api() *httpAPI {
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.TrustReportedLabels = "s1", true
+	return &httpAPI{
+		cfg: &cfg, logger: hclog.NewNullLogger(), clock: SystemClock{}, state: r.p.state, propose: r.p,
+		node: &fakeLeader{leads: true}, owners: fixedOwners{{ID: "s1", Region: "eu"}, {ID: "s2", Region: "us"}}, planner: scheduler.NewPlanner(),
 	}
 }

@@ -51,6 +51,15 @@ func (f *fakeFleet) add(id string, labels map[string]string, acked uint64) {
 // converge has device id acknowledge the cluster's revision and report
 // its whole desired state applied, the effective probes agreeing.
 func (f *fakeFleet) converge(id string) {
+	f.report(id, scheduler.StatusConverged, func(r *scheduler.Resource) fsm.ResourceStatus {
+		return fsm.ResourceStatus{Key: r.Key, AppliedDigest: hex.EncodeToString(r.Digest[:]), AppliedRevision: r.Revision, Effective: "ok", State: "converged"}
+	})
+}
+
+// report has device id acknowledge the cluster's revision and report each
+// resource of its desired state as status says, with the device status
+// given.
+func (f *fakeFleet) report(id, deviceStatus string, status func(*scheduler.Resource) fsm.ResourceStatus) {
 	f.t.Helper()
 	read := f.s.State().Read()
 	rec, err := read.Device(nil, id)
@@ -63,12 +72,12 @@ func (f *fakeFleet) converge(id string) {
 	}
 	var rs []fsm.ResourceStatus
 	for _, r := range desired.Resources {
-		rs = append(rs, fsm.ResourceStatus{Key: r.Key, AppliedDigest: hex.EncodeToString(r.Digest[:]), AppliedRevision: r.Revision, Effective: "ok", State: "converged"})
+		rs = append(rs, status(r))
 	}
 	f.add(id, rec.Labels, desired.Revision)
 	f.apply(fsm.StatusBatchType, &fsm.StatusBatchRequest{Owner: "test", Transitions: []fsm.StatusTransition{{
 		Device: id, Seq: f.seq.Add(1), Time: time.Now().UnixNano(), Revision: desired.Revision,
-		Status: scheduler.StatusConverged, Full: true, Resources: rs,
+		Status: deviceStatus, Full: true, Resources: rs,
 	}}})
 }
 

@@ -103,13 +103,13 @@ type Event struct {
 	Actor     string
 }
 
-// eventLog is a server's window of recent events. The apply goroutine
-// stages events during a batch and publishes them once the batch's
+// eventLog is a server's window of recent events. A batch being applied
+// stages events and publishes them once the batch's
 // transaction has committed, so a reader woken by an event sees the state
 // that caused it.
 type eventLog struct {
 	limit   int
-	pending []Event // staged by the apply goroutine only
+	pending []Event // staged by the batch being applied (FSM.applyMu)
 
 	mu   sync.Mutex
 	buf  []Event // ring of at most limit events, oldest at head

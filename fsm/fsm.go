@@ -43,6 +43,11 @@ func (f *FSM) Apply(index uint64, data []byte) ApplyResult {
 // ApplyBatch applies consecutive committed commands in one state-store
 // transaction, so readers and watchers see the batch at once.
 func (f *FSM) ApplyBatch(indexes []uint64, data [][]byte) []ApplyResult {
+	// Raft applies from one goroutine; the lock keeps a batch's staged
+	// events its own when something else applies too (a test injecting
+	// an entry past Raft).
+	f.applyMu.Lock()
+	defer f.applyMu.Unlock()
 	db, _ := f.current()
 	txn := db.Txn(true)
 	defer txn.Abort()

@@ -687,6 +687,9 @@ func (f *FSM) applyRolloutControl(txn *memdb.Txn, index uint64, body []byte) (Ap
 		}
 		next.Waves[w].Approved, next.Waves[w].ApprovedBy, next.Waves[w].ApprovedAt = true, by, req.Time
 		ev.Kind, ev.Wave, ev.Message = EventApproved, w+1, fmt.Sprintf("wave %d approved by %s", w+1, by)
+		if req.Reason != "" {
+			ev.Message += ": " + req.Reason
+		}
 	case RolloutPause:
 		if RolloutEnded(ro.State) {
 			return ended("pause")

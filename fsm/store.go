@@ -71,8 +71,10 @@ type FSM struct {
 	abandonCh chan struct{}
 	// cps are the recent checkpoints (checkpoint.go).
 	cps checkpoints
-	// events are the recent events (events.go).
-	events *eventLog
+	// events are the recent events (events.go); applyMu serialises the
+	// batches that stage them.
+	events  *eventLog
+	applyMu sync.Mutex
 }
 
 // New returns an empty FSM.
@@ -135,22 +137,14 @@ func (r *Read) Revision() uint64 { return metaValue(r.txn, metaRevision) }
 func (r *Read) Index() uint64 { return metaValue(r.txn, metaIndex) }
 
 // WatchRevision adds to ws a channel that fires when the revision changes.
-func (r *Read) WatchRevision(ws memdb.WatchSet) uint64 {
-	ch, raw, err := r.txn.FirstWatch(tableMeta, "id", metaRevision)
-	if err != nil {
-		panic(fmt.Sprintf("fsm: read meta: %v", err))
-	}
-	r.watch(ws, ch)
-	if raw == nil {
-		return 0
-	}
-	return raw.(*metaRecord).Value
-}
+func (r *Read) WatchRevision(ws memdb.WatchSet) uint64 { return r.watchMeta(ws, metaRevision) }
 
 // WatchIndex adds to ws a channel that fires when a command is applied,
 // and returns the index applied.
-func (r *Read) WatchIndex(ws memdb.WatchSet) uint64 {
-	ch, raw, err := r.txn.FirstWatch(tableMeta, "id", metaIndex)
+func (r *Read) WatchIndex(ws memdb.WatchSet) uint64 { return r.watchMeta(ws, metaIndex) }
+
+func (r *Read) watchMeta(ws memdb.WatchSet, key string) uint64 {
+	ch, raw, err := r.txn.FirstWatch(tableMeta, "id", key)
 	if err != nil {
 		panic(fmt.Sprintf("fsm: read meta: %v", err))
 	}
