@@ -42,7 +42,7 @@ test-short: ## Run all tests without the race detector (quicker while editing)
 	$(GO) test -timeout $(TEST_TIMEOUT) $(PKGS)
 
 .PHONY: bench
-bench: bench-intents bench-fanout bench-sessions bench-status bench-fleet bench-report ## Run every benchmark, write bench/results/ and the table of all of them (bench/results/README.md)
+bench: bench-intents bench-fanout bench-sessions bench-status bench-queries bench-fleet bench-report ## Run every benchmark, write bench/results/ and the table of all of them (bench/results/README.md)
 
 .PHONY: bench-report
 bench-report: ## Gather the summary rows of bench/results/*.json into bench/results/README.md
@@ -71,6 +71,10 @@ bench-sessions: build ## Row 3 and more: reconnect storm of 10,000 agents (0-RTT
 .PHONY: bench-status
 bench-status: ## Status transitions/s, Raft entries per 1,000 transitions, visibility delay (10,000 devices x 5, 3 servers)
 	$(GO) test -run '^$$' -bench BenchmarkStatusTransitions -benchtime 1x -timeout 10m ./cluster
+
+.PHONY: bench-queries
+bench-queries: ## Fleet queries (GET /v1/devices) on a 100,000-device replica, each against the sweep of GET /v1/devices/{id} it replaces (METEOR_BENCH_DEVICES=N to resize)
+	$(GO) test -run '^$$' -bench BenchmarkDeviceQueries -benchtime 1x -timeout 20m ./cluster
 
 .PHONY: chaos
 chaos: build ## Every chaos scenario with several seeds (table of faults, ops checked, violations, reconvergence), then the Docker multi-host suite
