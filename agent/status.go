@@ -213,6 +213,7 @@ func (st *statusStore) report() *wire.Report {
 		Status:          st.s.State,
 		BlockedReason:   truncate(st.s.BlockedReason, wire.MaxTextLen),
 		States:          true,
+		Corrections:     true,
 	}
 	for _, r := range st.sorted {
 		rep.Resources = append(rep.Resources, wire.ResourceReport{
@@ -225,6 +226,7 @@ func (st *statusStore) report() *wire.Report {
 			LastError:         truncate(r.LastError, wire.MaxTextLen),
 			Attempts:          uint32(min(r.Attempts, 1<<32-1)),
 			UpdatedAtUnixNano: r.UpdatedAt.UnixNano(),
+			Corrections:       uint32(min(r.Corrections, 1<<32-1)),
 		})
 	}
 	return rep

@@ -350,8 +350,8 @@ func (s *testServer) serve(conn *quic.Conn) {
 			c.eventLocked()
 			c.mu.Unlock()
 		case *wire.Report:
-			if m.States && minor < wire.MinorReportStates {
-				c.t.Errorf("report %d with typed states in a session at minor %d", m.Seq, minor)
+			if m.States && minor < wire.MinorReportStates || m.Corrections && minor < wire.MinorReportCorrections {
+				c.t.Errorf("report %d with flags its session at minor %d lacks (states %v, corrections %v)", m.Seq, minor, m.States, m.Corrections)
 				conn.CloseWithError(wire.CloseProtocolError, "undefined report flag")
 				return
 			}

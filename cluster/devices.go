@@ -129,7 +129,7 @@ func resourceState(rv scheduler.ResourceView) api.ResourceState {
 	st := api.ResourceState{Key: rv.Key, State: rv.State, IntendedDigest: rv.IntendedDigest, IntendedRevision: rv.IntendedRevision}
 	if rep := rv.Reported; rep != nil {
 		st.AppliedDigest, st.AppliedRevision = rep.AppliedDigest, rep.AppliedRevision
-		st.Effective, st.Detail, st.LastError, st.Attempts = rep.Effective, rep.Detail, rep.LastError, rep.Attempts
+		st.Effective, st.Detail, st.LastError, st.Attempts, st.Corrections = rep.Effective, rep.Detail, rep.LastError, rep.Attempts, rep.Corrections
 		st.AgentState, _ = scheduler.ReportedState(rep)
 		if rep.UpdatedAt != 0 {
 			t := time.Unix(0, rep.UpdatedAt).UTC()

@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"github.com/meteor-edge/meteor/agent"
 	"github.com/meteor-edge/meteor/chaos"
 	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/fsm/intent"
 )
 
@@ -256,4 +259,48 @@ func TestAgentPicksNearestServer(t *testing.T) {
 		return nil
 	})
 	waitDeviceConverged(t, c, "popup-3")
+}
+
+// TestDriftCorrectionReachesTheTimeline: a file changed by hand on the
+// device is corrected by its agent; the correction reaches the servers in
+// the report, and shows in the device's timeline and on the event stream
+// although the device is converged again before anyone looks.
+func TestDriftCorrectionReachesTheTimeline(t *testing.T) {
+	pki := newTestPKI(t)
+	c := newTestCluster(t, 1, pki.withAgents(t))
+	c.propose(filesIntent("store-config", 1, "v1"))
+	ra := startAgent(t, pki, "store-9", agentAddrs(c), map[string]string{"region": "eu"}, chaos.LinkProfile{}, nil)
+	waitDeviceConverged(t, c, "store-9")
+
+	path := filepath.Join(ra.root, "etc/meteor/f00.conf")
+	if err := os.WriteFile(path, []byte("edited by hand\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := c.waitLeader()
+	cl := client(s)
+	waitFor(t, 60*time.Second, func() error {
+		tl, err := cl.Timeline(context.Background(), "store-9", api.ReadOptions{Stale: true})
+		if err != nil {
+			return err
+		}
+		for _, e := range tl.Entries {
+			if e.Resources["store-config/f00"] == fsm.ResourceCorrected {
+				return nil
+			}
+		}
+		return fmt.Errorf("no correction in the timeline yet (%d entries)", len(tl.Entries))
+	})
+	if b, _ := os.ReadFile(path); string(b) != "file 0 v1\n" {
+		t.Fatalf("the file on the device after the correction: %q", b)
+	}
+	var corrected []api.Event
+	_, err := cl.Events(context.Background(), api.EventQuery{Kinds: []string{fsm.KindDrift}, Device: "store-9", After: "0", Kept: true}, func(e api.Event) error {
+		if e.Action == fsm.ResourceCorrected {
+			corrected = append(corrected, e)
+		}
+		return nil
+	})
+	if !errors.Is(err, io.EOF) || len(corrected) == 0 || corrected[0].Resources["store-config/f00"] != fsm.ResourceCorrected {
+		t.Fatalf("drift events of store-9: %+v, %v; want the correction of store-config/f00", corrected, err)
+	}
 }

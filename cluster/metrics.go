@@ -240,13 +240,13 @@ func (m *serverMetrics) observeRaft(ctx context.Context, o *raftObserver) {
 type stateCollector struct {
 	s *Server
 
-	raftApplied, raftCommit, raftLast, raftTerm, raftState, raftDropped *prometheus.Desc
-	gossipMembers                                                       *prometheus.Desc
-	sessionsConnected, sessions, early, deltaBytes, reports, notifies   *prometheus.Desc
-	stateIndex, stateRevision, devices, resources, transitions          *prometheus.Desc
-	resourcesIndex                                                      *prometheus.Desc
-	rolloutDevices, rolloutWave, rolloutWaves, rolloutState             *prometheus.Desc
-	rolloutRevision                                                     *prometheus.Desc
+	raftApplied, raftCommit, raftLast, raftTerm, raftState, raftDropped     *prometheus.Desc
+	gossipMembers                                                           *prometheus.Desc
+	sessionsConnected, sessions, early, deltaBytes, reports, notifies       *prometheus.Desc
+	stateIndex, stateRevision, devices, corrections, resources, transitions *prometheus.Desc
+	resourcesIndex                                                          *prometheus.Desc
+	rolloutDevices, rolloutWave, rolloutWaves, rolloutState                 *prometheus.Desc
+	rolloutRevision                                                         *prometheus.Desc
 
 	// resourcesMaxAge (a time.Duration) bounds how long the last
 	// resource counts (resourcesLast, guarded by resourcesMu) are served
@@ -278,6 +278,7 @@ func newStateCollector(s *Server) *stateCollector {
 		stateIndex:        d("state", "index", "The Raft index of the last command in the replica the fleet gauges were read from (as /v1/status says in index)."),
 		stateRevision:     d("state", "revision", "The cluster revision of the replica the fleet gauges were read from."),
 		devices:           d("fleet", "devices", "Devices by status, as /v1/status counts them; the same on every server at the same index.", "status"),
+		corrections:       d("fleet", "drift_corrections", "Drift corrections the devices' agents reported, summed over every device's resources: each agent counts from its start, so the sum falls when agents restart (use increase() over it with care)."),
 		resources:         d("fleet", "resources", "Intended resources on all devices, by reconcile class and state, as GET /v1/devices/{id} shows each.", "class", "state"),
 		transitions:       d("status", "transitions_total", "Device status transitions this server, as owner, committed."),
 		rolloutDevices:    d("rollout", "devices", "Devices of an intent's rollout by progress, as /v1/rollouts/{name} counts them.", "intent", "stage"),
@@ -296,7 +297,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.raftApplied, c.raftCommit, c.raftLast, c.raftTerm, c.raftState, c.raftDropped,
 		c.gossipMembers, c.sessionsConnected, c.sessions, c.early, c.deltaBytes, c.reports, c.notifies,
-		c.stateIndex, c.stateRevision, c.devices, c.resources, c.resourcesIndex, c.transitions,
+		c.stateIndex, c.stateRevision, c.devices, c.corrections, c.resources, c.resourcesIndex, c.transitions,
 		c.rolloutDevices, c.rolloutWave, c.rolloutWaves, c.rolloutState, c.rolloutRevision,
 	} {
 		ch <- d
@@ -408,6 +409,13 @@ func (c *stateCollector) collectFleet(ch chan<- prometheus.Metric, read *fsm.Rea
 		return fmt.Errorf("read devices: %w", err)
 	}
 	counts := statusCounts(devices)
+	var corrections uint64
+	for _, d := range devices {
+		for _, r := range d.Resources {
+			corrections += uint64(r.Corrections)
+		}
+	}
+	ch <- gauge(c.corrections, float64(corrections))
 	for _, st := range deviceStatuses {
 		ch <- gauge(c.devices, float64(counts[st]), st)
 	}

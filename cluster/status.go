@@ -242,7 +242,7 @@ func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]st
 		res = append(res, fsm.ResourceStatus{
 			Key: r.Key, AppliedDigest: hex.EncodeToString(r.AppliedDigest[:]), AppliedRevision: r.AppliedRevision,
 			Effective: effectiveName(r.Effective), State: reportedState(rep, r), Detail: r.Detail, LastError: r.LastError,
-			Attempts: r.Attempts, UpdatedAt: r.UpdatedAtUnixNano,
+			Attempts: r.Attempts, Corrections: r.Corrections, UpdatedAt: r.UpdatedAtUnixNano,
 		})
 	}
 	d.rec.ReportSeq = rep.Seq
@@ -484,7 +484,7 @@ func sameApplied(a, b []fsm.ResourceStatus) bool {
 	for i := range a {
 		x, y := a[i], b[i]
 		if x.Key != y.Key || x.AppliedDigest != y.AppliedDigest || x.AppliedRevision != y.AppliedRevision ||
-			x.Effective != y.Effective || x.LastError != y.LastError {
+			x.Effective != y.Effective || x.LastError != y.LastError || x.Corrections != y.Corrections {
 			return false
 		}
 	}

@@ -166,6 +166,9 @@ type ResourceStatus struct {
 	LastError string `json:"last_error,omitempty"`
 	Attempts  uint32 `json:"attempts,omitempty"`
 	UpdatedAt int64  `json:"updated_at,omitempty"`
+	// Corrections counts the drift corrections the agent made since it
+	// started (protocol 1.2; zero from older agents).
+	Corrections uint32 `json:"corrections,omitempty"`
 }
 
 // StatusTransition is one device's change of status, with what its agent

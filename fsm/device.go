@@ -144,9 +144,11 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 			continue // a device only reports within a session, which registers it
 		}
 		rec := *cur
+		var corrected map[string]uint32
 		if tr.Seq > rec.ReportSeq {
 			rec.ReportSeq = tr.Seq
 			rec.Resources = MergeResources(cur.Resources, tr.Resources, tr.Full)
+			corrected = correctionsGrown(cur.Resources, tr.Resources)
 			rec.AgentStatus, rec.BlockedReason = tr.AgentStatus, tr.BlockedReason
 			rec.ReportRevision = max(rec.ReportRevision, tr.Revision)
 		}
@@ -160,7 +162,7 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 			}
 			continue
 		}
-		changed := tr.Status != rec.Status || tr.Reason != rec.StatusReason || len(tr.ResourceStates) > 0
+		changed := tr.Status != rec.Status || tr.Reason != rec.StatusReason || len(tr.ResourceStates) > 0 || len(corrected) > 0
 		if tr.Status != rec.Status {
 			rec.StatusSince = tr.Time
 		}
@@ -172,10 +174,23 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 				Device: rec.ID, Seq: rec.TimelineSeq, Time: tr.Time, Index: index, Revision: tr.Revision,
 				Status: tr.Status, Reason: tr.Reason, Owner: req.Owner, Resources: tr.ResourceStates,
 			}
+			if len(corrected) > 0 {
+				// A correction shows in the timeline even when the device
+				// was back to converged before anyone saw the drift.
+				entry.Resources = maps.Clone(tr.ResourceStates)
+				if entry.Resources == nil {
+					entry.Resources = map[string]string{}
+				}
+				for key := range corrected {
+					if _, ok := entry.Resources[key]; !ok {
+						entry.Resources[key] = ResourceCorrected
+					}
+				}
+			}
 			if err := txn.Insert(tableTimeline, entry); err != nil {
 				return ApplyResult{}, err
 			}
-			f.emitStatus(index, req.Owner, &tr)
+			f.emitStatus(index, req.Owner, &tr, corrected)
 			if rec.TimelineSeq > uint64(f.timelineLimit) {
 				old, err := txn.First(tableTimeline, "id", rec.ID, rec.TimelineSeq-uint64(f.timelineLimit))
 				if err != nil {
@@ -195,9 +210,40 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
 }
 
-// emitStatus publishes a device's status transition, and a drift event
-// for each resource that drifted or whose local change is now tolerated.
-func (f *FSM) emitStatus(index uint64, owner string, tr *StatusTransition) {
+// ResourceCorrected marks, in a timeline entry's resources, a resource
+// whose drift the agent corrected since the last entry.
+const ResourceCorrected = "corrected"
+
+// correctionsGrown returns the resources of a report whose drift
+// correction count grew over what is stored, with the new count. A count
+// that fell is an agent that restarted (it counts from its start).
+func correctionsGrown(cur, update []ResourceStatus) map[string]uint32 {
+	var out map[string]uint32
+	for _, u := range update {
+		if u.Corrections == 0 {
+			continue
+		}
+		var was uint32
+		for _, c := range cur {
+			if c.Key == u.Key {
+				was = c.Corrections
+				break
+			}
+		}
+		if u.Corrections > was {
+			if out == nil {
+				out = map[string]uint32{}
+			}
+			out[u.Key] = u.Corrections
+		}
+	}
+	return out
+}
+
+// emitStatus publishes a device's status transition, a drift event for
+// each resource that drifted or whose local change is now tolerated, and
+// one for each resource whose drift the agent corrected.
+func (f *FSM) emitStatus(index uint64, owner string, tr *StatusTransition, corrected map[string]uint32) {
 	f.emit(index, Event{
 		Kind: KindStatus, Time: tr.Time, Device: tr.Device, Revision: tr.Revision,
 		Status: tr.Status, Reason: tr.Reason, Resources: tr.ResourceStates, Message: "judged by " + owner,
@@ -217,4 +263,18 @@ func (f *FSM) emitStatus(index uint64, owner string, tr *StatusTransition) {
 			})
 		}
 	}
+	for _, key := range slices.Sorted(maps.Keys(corrected)) {
+		f.emit(index, Event{
+			Kind: KindDrift, Action: ResourceCorrected, Time: tr.Time, Device: tr.Device, Revision: tr.Revision,
+			Resources: map[string]string{key: ResourceCorrected},
+			Message:   fmt.Sprintf("drift corrected by the agent (%s since it started)", times(corrected[key])),
+		})
+	}
+}
+
+func times(n uint32) string {
+	if n == 1 {
+		return "once"
+	}
+	return fmt.Sprintf("%d times", n)
 }

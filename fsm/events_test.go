@@ -157,3 +157,43 @@ func TestParseEventID(t *testing.T) {
 		}
 	}
 }
+
+// TestDriftCorrectionsShow: a report whose correction count grew puts the
+// resource in the device's timeline as corrected and on the event stream,
+// even when the status stayed converged; the same count again, or a
+// lower one (the agent restarted), does not.
+func TestDriftCorrectionsShow(t *testing.T) {
+	f := newTestFSM(t, 0)
+	f.Apply(1, mustEncode(t, DeviceSessionType, &DeviceSessionRequest{ID: "dev-1", SessionID: "s", Server: "s1", Conn: "c", Connected: true, Time: 1}))
+	report := func(index, seq uint64, corrections uint32) {
+		f.Apply(index, mustEncode(t, StatusBatchType, &StatusBatchRequest{Owner: "s1", Transitions: []StatusTransition{{
+			Device: "dev-1", Seq: seq, Time: int64(index), Revision: 1, Status: "converged", Full: true,
+			Resources: []ResourceStatus{{Key: "motd/motd", State: "converged", Effective: "ok", Corrections: corrections}},
+		}}}))
+	}
+	report(2, 1, 0)
+	report(3, 2, 2) // two corrections since the last report
+	report(4, 3, 2) // nothing new
+	report(5, 4, 1) // the agent restarted and corrected once
+	tl, err := f.Read().Timeline(nil, "dev-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range tl {
+		got = append(got, fmt.Sprintf("%d %s %v", e.Index, e.Status, e.Resources))
+	}
+	want := []string{"2 converged map[]", "3 converged map[motd/motd:corrected]"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("timeline (-want +got):\n%s", d)
+	}
+	var drift []string
+	for _, e := range allEvents(f) {
+		if e.Kind == KindDrift {
+			drift = append(drift, fmt.Sprintf("%s %s %s", e.ID, e.Action, e.Message))
+		}
+	}
+	if d := cmp.Diff([]string{"3-1 corrected drift corrected by the agent (2 times since it started)"}, drift); d != "" {
+		t.Errorf("drift events (-want +got):\n%s", d)
+	}
+}

@@ -80,6 +80,14 @@ func sampleMessages() []Message {
 				{Key: "pos/g", State: StateFailed, LastError: "exit 1", Attempts: 3, Detail: "retrying at 2024-05-01T10:00:00Z", UpdatedAtUnixNano: 1},
 			},
 		},
+		&Report{
+			Seq: 303, Status: "converged", States: true, Corrections: true,
+			Resources: []ResourceReport{
+				{Key: "pos/a", State: StateConverged, Effective: EffectiveOK, Corrections: 11},
+				{Key: "pos/b", State: StateDrifted, Corrections: math.MaxUint32},
+				{Key: "pos/c", State: StatePending},
+			},
+		},
 		&ReportAck{Seq: 301},
 	}
 }
@@ -199,7 +207,7 @@ func TestMalformed(t *testing.T) {
 			b[3+1+1+1+1+32+1] = 3
 			return b
 		}()},
-		{"undefined report flag", TypeReport, []byte{0, 0, 4, 0, 0, 0}},
+		{"undefined report flag", TypeReport, []byte{0, 0, 8, 0, 0, 0}},
 		{"unknown resource state", TypeReport, func() []byte {
 			b := (&Report{States: true, Resources: []ResourceReport{{State: StatePending}}}).Append(nil)
 			b[3+1+1+1+1+32+1+1] = byte(StateUnknown)

@@ -99,6 +99,10 @@ type ResourceReport struct {
 	LastError         string // last apply error; empty after a success
 	Attempts          uint32 // apply attempts for the current body
 	UpdatedAtUnixNano int64  // when the agent last changed this entry
+	// Corrections counts the times the agent corrected the resource's
+	// drift since it started; encoded only in a Report with Corrections
+	// set.
+	Corrections uint32
 }
 
 const resourceReportMinLen = 1 + len(Digest{}) + 1 + 1 + 1 + 1 + 1 + 8
@@ -126,13 +130,18 @@ type Report struct {
 	// 1 or above. Without it every State is StateUnknown: the report comes
 	// from an agent of 1.0 (or through a 1.0 session), whose Detail
 	// starts with the state's name and ": ".
-	States    bool
-	Resources []ResourceReport
+	States bool
+	// Corrections says every resource report carries its Corrections
+	// (flag bit 2, protocol 1.2), set only in a session at minor 2 or
+	// above.
+	Corrections bool
+	Resources   []ResourceReport
 }
 
 const (
-	reportFull   = 1 << 0
-	reportStates = 1 << 1
+	reportFull        = 1 << 0
+	reportStates      = 1 << 1
+	reportCorrections = 1 << 2
 )
 
 // Type implements Message.
@@ -148,6 +157,9 @@ func (m *Report) Append(b []byte) []byte {
 	}
 	if m.States {
 		flags |= reportStates
+	}
+	if m.Corrections {
+		flags |= reportCorrections
 	}
 	b = append(b, flags)
 	b = appendString(b, m.Status)
@@ -166,6 +178,9 @@ func (m *Report) Append(b []byte) []byte {
 		b = appendString(b, r.LastError)
 		b = appendUvarint(b, uint64(r.Attempts))
 		b = appendI64(b, r.UpdatedAtUnixNano)
+		if m.Corrections {
+			b = appendUvarint(b, uint64(r.Corrections))
+		}
 	}
 	return b
 }
@@ -178,6 +193,9 @@ func (m *Report) Len() int {
 		r := &m.Resources[i]
 		n += stringLen(r.Key) + len(r.AppliedDigest) + uvarintLen(r.AppliedRevision) + 1 +
 			stringLen(r.Detail) + stringLen(r.LastError) + uvarintLen(uint64(r.Attempts)) + 8
+		if m.Corrections {
+			n += uvarintLen(uint64(r.Corrections))
+		}
 	}
 	if m.States {
 		n += len(m.Resources) // one state byte each
@@ -189,12 +207,15 @@ func (m *Report) Len() int {
 func (m *Report) Decode(payload []byte) error {
 	d := decoder{b: payload}
 	*m = Report{Seq: d.uvarint(), DesiredRevision: d.uvarint()}
-	flags := d.flags(reportFull | reportStates)
-	m.Full, m.States = flags&reportFull != 0, flags&reportStates != 0
+	flags := d.flags(reportFull | reportStates | reportCorrections)
+	m.Full, m.States, m.Corrections = flags&reportFull != 0, flags&reportStates != 0, flags&reportCorrections != 0
 	m.Status = d.str(MaxNameLen, "status")
 	m.BlockedReason = d.str(MaxTextLen, "blocked reason")
 	minLen := resourceReportMinLen
 	if m.States {
+		minLen++
+	}
+	if m.Corrections {
 		minLen++
 	}
 	if n := d.length(MaxResources, minLen, "resources"); n > 0 {
@@ -220,6 +241,13 @@ func (m *Report) Decode(payload []byte) error {
 				d.malformed("attempts %d overflows 32 bits", a)
 			}
 			r.UpdatedAtUnixNano = d.i64()
+			if m.Corrections {
+				if c := d.uvarint(); c <= math.MaxUint32 {
+					r.Corrections = uint32(c)
+				} else {
+					d.malformed("corrections %d overflows 32 bits", c)
+				}
+			}
 		}
 	}
 	return d.finish("Report")

@@ -21,14 +21,20 @@ const ALPN = "meteor/1"
 //   - 1.0: the first version.
 //   - 1.1: Report flag bit 1 (states): each resource report carries its
 //     ResourceState instead of a state name at the start of its Detail.
+//   - 1.2: Report flag bit 2 (corrections): each resource report carries
+//     how many times the agent corrected its drift.
 const (
 	ProtocolMajor uint16 = 1
-	ProtocolMinor uint16 = 1
+	ProtocolMinor uint16 = 2
 )
 
 // MinorReportStates is the first minor whose Reports may carry typed
 // resource states (Report.States).
 const MinorReportStates uint16 = 1
+
+// MinorReportCorrections is the first minor whose Reports may carry drift
+// correction counts (Report.Corrections).
+const MinorReportCorrections uint16 = 2
 
 // QUIC application close codes. 0x1-0x5 equal the refusal Code of the
 // same name.

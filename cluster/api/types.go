@@ -269,6 +269,9 @@ type ResourceState struct {
 	LastError string     `json:"last_error,omitempty"`
 	Attempts  uint32     `json:"attempts,omitempty"`
 	UpdatedAt *time.Time `json:"updated_at,omitempty"`
+	// Corrections counts the drift corrections the agent made since it
+	// started (agents of protocol 1.2 and later).
+	Corrections uint32 `json:"corrections,omitempty"`
 }
 
 // Device is the answer to GET /v1/devices/{id}.

@@ -542,6 +542,9 @@ func printDevice(w io.Writer, d *api.Device) {
 		if r.LastError != "" {
 			detail = "error: " + r.LastError
 		}
+		if r.Corrections > 0 {
+			detail += fmt.Sprintf(" (drift corrected %s since the agent started)", plural(uint64(r.Corrections), "time", "times"))
+		}
 		attempts := "-"
 		if r.Attempts > 0 {
 			attempts = strconv.FormatUint(uint64(r.Attempts), 10)

@@ -241,7 +241,7 @@
       el('td', {class: 'reason'}, r.last_error ? el('span', {class: 'bad'}, r.last_error) : '', r.last_error && r.detail ? el('br') : null, r.detail || ''),
       el('td', null, r.attempts ? String(r.attempts) : ''),
       el('td', null, M.ago(r.updated_at))));
-    const local = states.filter((r) => ['drifted', 'overridden', 'blocked'].includes(r.agent_state) || r.state === 'drifted');
+    const local = states.filter((r) => ['drifted', 'overridden', 'blocked'].includes(r.agent_state) || r.state === 'drifted' || r.corrections > 0);
     const timeline = (tl.entries || []).slice().reverse().map((e) => [
       M.when(e.time), M.badge(e.status), String(e.revision), el('td', {class: 'reason'}, e.reason || ''), e.owner || '',
       Object.entries(e.resources || {}).map(([k, v]) => `${k}: ${v}`).join(', ')]);
@@ -257,7 +257,8 @@
       M.section('Drift, overrides and locks',
         d.blocked_reason ? el('p', {class: 'bad', id: 'lock'}, 'Lock: ' + d.blocked_reason) : null,
         local.length === 0 && !d.blocked_reason ? el('p', {class: 'hint'}, 'none reported') :
-          el('ul', null, local.map((r) => el('li', null, `${r.key}: ${r.agent_state || r.state}`, r.detail ? ` — ${r.detail}` : '')))),
+          el('ul', null, local.map((r) => el('li', null, `${r.key}: ${r.agent_state || r.state}`, r.detail ? ` — ${r.detail}` : '',
+            r.corrections > 0 ? ` (drift corrected ${r.corrections === 1 ? 'once' : r.corrections + ' times'} since the agent started)` : '')))),
       M.section('Timeline',
         timeline.length ? M.table(['time', 'status', 'revision', 'reason', 'owner', 'resources'], timeline, {id: 'device-timeline'}) :
           el('p', {class: 'hint'}, 'no transitions recorded')));
