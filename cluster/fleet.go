@@ -92,7 +92,7 @@ func (h *httpAPI) newViewCache(read *fsm.Read) *viewCache {
 // intentProgress counts where the devices an intent's current revision
 // targets are with it, and builds the series from their timelines.
 func (h *httpAPI) intentProgress(read *fsm.Read, views *viewCache, rec *fsm.IntentRecord, devices []*fsm.DeviceRecord, series bool) (api.IntentProgress, error) {
-	out := api.IntentProgress{Name: rec.Name, Revision: rec.Revision, UpdatedAt: time.Unix(0, rec.UpdatedAt).UTC()}
+	out := api.IntentProgress{Name: rec.Name, Revision: rec.Revision, UpdatedAt: time.Unix(0, rec.UpdatedAt).UTC(), Index: read.Index()}
 	prefix := rec.Name + "/"
 	var targeted []*fsm.DeviceRecord
 	for _, d := range devices {

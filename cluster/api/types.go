@@ -351,6 +351,9 @@ type IntentProgress struct {
 	Name      string    `json:"name"`
 	Revision  uint64    `json:"revision"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Index is the Raft index of the replica state the answer was
+	// computed from (for a blocking read's ?index).
+	Index uint64 `json:"index"`
 	IntentCounts
 	// Series counts the targeted devices by device status over time since
 	// the revision, one point per committed transition (thinned to at most
