@@ -98,8 +98,7 @@ mistake with 'meteor device unrevoke' (admin token).`,
 			if err := g.client().UnrevokeDevice(cmd.Context(), args[0]); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "device %s may connect again\n", args[0])
-			return nil
+			return g.acted(cmd.OutOrStdout(), "unrevoke-device", args[0], fmt.Sprintf("device %s may connect again", args[0]))
 		},
 	}
 

@@ -705,8 +705,7 @@ Use it to shrink a cluster; a server that only restarts should not leave.`,
 			if err := g.client().Leave(cmd.Context()); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "server at %s is leaving; check with 'meteor members'\n", g.addr)
-			return nil
+			return g.acted(cmd.OutOrStdout(), "leave", g.addr, fmt.Sprintf("server at %s is leaving; check with 'meteor members'", g.addr))
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
@@ -715,8 +714,7 @@ Use it to shrink a cluster; a server that only restarts should not leave.`,
 			if err := g.client().RemoveMember(cmd.Context(), args[0]); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "server %s removed\n", args[0])
-			return nil
+			return g.acted(cmd.OutOrStdout(), "remove-member", args[0], fmt.Sprintf("server %s removed", args[0]))
 		},
 	})
 	return cmd

@@ -133,3 +133,19 @@ func percent(n, total int) string {
 	}
 	return fmt.Sprintf("%g%%", p)
 }
+
+// actionResult is what a command that only acts (the API answers it with
+// no value) prints under -o json or yaml: what it did, to what.
+type actionResult struct {
+	Done   string `json:"done"`
+	Target string `json:"target"`
+}
+
+// acted reports an action: its result under -o json or yaml, else text.
+func (g *globals) acted(w io.Writer, done, target, text string) error {
+	if g.structured() {
+		return g.print(w, actionResult{Done: done, Target: target})
+	}
+	_, err := fmt.Fprintln(w, text)
+	return err
+}

@@ -105,8 +105,7 @@ or operator token to the intents whose selector stays within the labels given
 			if err := g.client().RevokeToken(cmd.Context(), args[0]); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "token %s revoked\n", args[0])
-			return nil
+			return g.acted(cmd.OutOrStdout(), "revoke-token", args[0], fmt.Sprintf("token %s revoked", args[0]))
 		},
 	}
 	cmd.AddCommand(create, list, revoke)

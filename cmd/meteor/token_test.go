@@ -120,8 +120,9 @@ func TestTokenCommands(t *testing.T) {
 	if err != nil || !strings.Contains(out, "create-token") || !strings.Contains(out, cluster.BootstrapTokenName) {
 		t.Fatalf("audit of the token: %v\n%s", err, out)
 	}
-	if _, err := run(t, "--addr", addr, "--ca-cert", caPath, "--token-file", adminFile, "token", "revoke", created.Token.Accessor); err != nil {
-		t.Fatal(err)
+	out, err = run(t, "--addr", addr, "--ca-cert", caPath, "--token-file", adminFile, "-o", "json", "token", "revoke", created.Token.Accessor)
+	if want := `{"done":"revoke-token","target":"` + created.Token.Accessor + `"}`; err != nil || strings.Join(strings.Fields(out), "") != want {
+		t.Fatalf("token revoke -o json: %v\n%s\nwant %s", err, out, want)
 	}
 	if _, err := run(t, "--addr", addr, "--ca-cert", caPath, "--token", created.Secret, "audit"); err == nil || !strings.Contains(err.Error(), "revoked") {
 		t.Fatalf("revoked token: %v, want unauthenticated", err)
