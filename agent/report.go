@@ -106,22 +106,6 @@ func fitReport(rep *wire.Report) bool {
 	return false
 }
 
-// withoutCorrections rewrites rep for a session that runs below protocol
-// 1.2, whose Reports carry no drift correction counts.
-func withoutCorrections(rep *wire.Report) *wire.Report {
-	if !rep.Corrections {
-		return rep
-	}
-	old := *rep
-	old.Corrections = false
-	old.Resources = make([]wire.ResourceReport, len(rep.Resources))
-	for i, r := range rep.Resources {
-		r.Corrections = 0
-		old.Resources[i] = r
-	}
-	return &old
-}
-
 // legacyReport rewrites rep for a session that runs at protocol 1.0, whose
 // Reports have no resource state: each resource's state goes to the start
 // of its Detail ("blocked: requires app/db"), where a 1.0 server reads it.

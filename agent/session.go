@@ -582,7 +582,7 @@ func (s *session) writeReports(after uint64) error {
 			return err
 		}
 		if s.minor < wire.MinorReportCorrections {
-			rep = withoutCorrections(rep) // a 1.1 server refuses the flag
+			rep = rep.WithoutCorrections() // a 1.1 server refuses the flag
 		}
 		if s.minor < wire.MinorReportStates {
 			rep = legacyReport(rep) // a 1.0 server refuses typed states

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -34,6 +33,9 @@ type eventSource interface {
 // eventKeepAlive is how often an idle stream sends a keep-alive, so
 // proxies keep the connection open and a dead client is noticed.
 const eventKeepAlive = 15 * time.Second
+
+// eventWriteTimeout bounds a write to a stream's client.
+const eventWriteTimeout = 30 * time.Second
 
 // eventBatchMax bounds the events taken from the window at once.
 const eventBatchMax = 512
@@ -167,9 +169,16 @@ func (h *httpAPI) handleEvents(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Cache-Control", "no-store")
 	hd.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
+	// write sends and flushes; a client that takes nothing for a while
+	// loses the stream (and resumes), rather than hold the server up.
+	write := func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(eventWriteTimeout))
+		_, err := w.Write(b)
+		return err == nil && rc.Flush() == nil
+	}
 	// A reconnecting EventSource waits retry ms; the first comment names
 	// where the stream starts, for people reading it with curl.
-	if _, err := fmt.Fprintf(w, "retry: 2000\n: events from %s after %s\n\n", h.cfg.NodeID, last); err != nil || rc.Flush() != nil {
+	if !write(fmt.Appendf(nil, "retry: 2000\n: events from %s after %s\n\n", h.cfg.NodeID, last)) {
 		return
 	}
 	keep := h.clock.NewTicker(eventKeepAlive)
@@ -180,11 +189,15 @@ func (h *httpAPI) handleEvents(w http.ResponseWriter, r *http.Request) {
 		b := h.state.EventsAfter(last, eventBatchMax)
 		buf = buf[:0]
 		if b.Gap {
-			reset := api.Event{ID: b.Horizon.String(), Kind: api.EventReset, Index: b.Horizon.Index,
+			// Say so, and look again from the horizon: the window may
+			// have moved on meanwhile, which is a gap of its own.
+			reset := api.Event{ID: b.Horizon.String(), Kind: api.EventReset, Index: b.Horizon.Index, Time: h.clock.Now().UTC(),
 				Message: fmt.Sprintf("events after %s are no longer kept by %s: read the state again; the stream goes on after %s", last, h.cfg.NodeID, b.Horizon)}
-			buf = appendEvent(buf, &reset)
+			if !write(appendEvent(buf, &reset)) {
+				return
+			}
 			last, sent = b.Horizon, b.Horizon
-			b = h.state.EventsAfter(last, eventBatchMax)
+			continue
 		}
 		m := h.newMatcher(f)
 		for i := range b.Events {
@@ -196,10 +209,8 @@ func (h *httpAPI) handleEvents(w http.ResponseWriter, r *http.Request) {
 				sent = e.ID
 			}
 		}
-		if len(buf) > 0 {
-			if _, err := w.Write(buf); err != nil || rc.Flush() != nil {
-				return
-			}
+		if len(buf) > 0 && !write(buf) {
+			return
 		}
 		if len(b.Events) == eventBatchMax {
 			continue
@@ -221,7 +232,7 @@ func (h *httpAPI) handleEvents(w http.ResponseWriter, r *http.Request) {
 			if sent != last {
 				line, sent = "id: "+last.String()+"\n\n", last
 			}
-			if _, err := io.WriteString(w, line); err != nil || rc.Flush() != nil {
+			if !write([]byte(line)) {
 				return
 			}
 		}
@@ -272,8 +283,33 @@ func blockingRead(q url.Values) (index uint64, wait time.Duration, ok bool, err 
 // waitIndex returns once the replica has applied a command past index, or
 // after wait, or when the request or the server ends.
 func (h *httpAPI) waitIndex(ctx context.Context, index uint64, wait time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, wait)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	t := h.clock.NewTimer(wait)
+	defer t.Stop()
+	go func() {
+		select {
+		case <-t.C():
+		case <-h.done:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	h.waiting.Add(1)
+	defer h.waiting.Add(-1)
+	for {
+		ws := memdb.NewWatchSet()
+		if h.state.Read().WatchIndex(ws) > index || ws.WatchCtx(ctx) != nil {
+			return
+		}
+	}
+}
+
+// untilDone returns ctx, cancelled too when the server stops: for a
+// request forwarded to the leader that may wait there (a blocking read),
+// so that stopping this server does not wait for it.
+func (h *httpAPI) untilDone(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
 	go func() {
 		select {
 		case <-h.done:
@@ -281,10 +317,5 @@ func (h *httpAPI) waitIndex(ctx context.Context, index uint64, wait time.Duratio
 		case <-ctx.Done():
 		}
 	}()
-	for {
-		ws := memdb.NewWatchSet()
-		if h.state.Read().WatchIndex(ws) > index || ws.WatchCtx(ctx) != nil {
-			return
-		}
-	}
+	return ctx, cancel
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strconv"
@@ -287,18 +289,24 @@ func TestBlockingRead(t *testing.T) {
 	}
 	now := index("/v1/intents/motd?stale=true")
 
-	// Nothing changes: the answer comes after the wait, at the same index.
+	// Nothing changes: the answer comes after the wait, at the same index
+	// (unless the cluster committed something of its own meanwhile).
 	start := time.Now()
-	if got := index(fmt.Sprintf("/v1/intents/motd?stale=true&index=%d&wait=300ms", now)); got != now {
-		t.Fatalf("idle blocking read answered at index %d, want %d", got, now)
+	got := index(fmt.Sprintf("/v1/intents/motd?stale=true&index=%d&wait=300ms", now))
+	if waited := time.Since(start); got == now && waited < 300*time.Millisecond || got < now {
+		t.Fatalf("idle blocking read answered at index %d after %s; want %d after its wait of 300ms", got, waited, now)
 	}
-	if waited := time.Since(start); waited < 300*time.Millisecond {
-		t.Fatalf("idle blocking read answered after %s, before its wait of 300ms", waited)
-	}
+	now = got
 
 	// A write lands while the read waits, on the follower (stale) and
 	// through the leader (linearizable).
-	for _, o := range []api.ReadOptions{{Stale: true, WaitIndex: now, Wait: time.Minute}, {WaitIndex: now, Wait: time.Minute}} {
+	leader := c.waitLeader()
+	for _, stale := range []bool{true, false} {
+		o := api.ReadOptions{Stale: stale, WaitIndex: now, Wait: time.Minute}
+		waiter := fol // a stale read waits on the follower, a linearizable one on the leader
+		if !o.Stale {
+			waiter = leader
+		}
 		done := make(chan *api.IntentResponse, 1)
 		go func() {
 			r, err := cl.GetIntent(ctx, "motd", o)
@@ -307,6 +315,12 @@ func TestBlockingRead(t *testing.T) {
 			}
 			done <- r
 		}()
+		waitFor(t, 20*time.Second, func() error {
+			if n := waiter.api.waiting.Load(); n != 1 {
+				return fmt.Errorf("%d blocking reads waiting on %s", n, waiter.ID())
+			}
+			return nil
+		})
 		c.propose(simpleIntent("motd", fmt.Sprintf("stale=%v", o.Stale)))
 		r := <-done
 		if r == nil {
@@ -315,7 +329,7 @@ func TestBlockingRead(t *testing.T) {
 		if r.Revision <= first.Revision {
 			t.Fatalf("blocking read (%+v) answered revision %d, want the write after %d", o, r.Revision, first.Revision)
 		}
-		now = index("/v1/intents/motd?stale=true")
+		first, now = r, index("/v1/intents/motd?stale=true")
 	}
 
 	for _, q := range []string{"index=x", "index=1&wait=forever", "index=1&wait=11m", "wait=5s", "index=-1"} {
@@ -329,5 +343,40 @@ func TestBlockingRead(t *testing.T) {
 		if resp.StatusCode != http.StatusBadRequest {
 			t.Errorf("?%s: %d, want 400", q, resp.StatusCode)
 		}
+	}
+}
+
+// TestEventStreamResets: a client whose place the server no longer keeps
+// gets a reset naming where the stream goes on, then every event after
+// it, none twice.
+func TestEventStreamResets(t *testing.T) {
+	state, err := fsm.New(fsm.Config{EventLimit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &localProposer{state: state}
+	for i := range 30 {
+		if _, _, err := applied(context.Background(), p, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: simpleIntent("motd", fmt.Sprint(i)), Time: int64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := DefaultConfig()
+	h := &httpAPI{cfg: &cfg, state: state, clock: SystemClock{}}
+	srv := httptest.NewServer(h.handler())
+	defer srv.Close()
+	var got []string
+	_, err = api.NewClient(srv.URL, nil).Events(context.Background(), api.EventQuery{After: "5-0", Kept: true}, func(e api.Event) error {
+		got = append(got, e.ID+" "+e.Kind)
+		return nil
+	})
+	if !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	want := []string{"20-0 reset"}
+	for i := 21; i <= 30; i++ {
+		want = append(want, fmt.Sprintf("%d-0 intent", i))
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("a stream resumed after 5-0 of a window of the last 10 (-want +got):\n%s", d)
 	}
 }

@@ -24,6 +24,11 @@ type nodeMeta struct {
 	AgentAddr       string `json:"agent,omitempty"`
 	BootstrapExpect int    `json:"expect,omitempty"`
 	Version         string `json:"version"`
+	// WireMinor is the minor of the agent protocol the server speaks
+	// (wire.ProtocolMinor): the reports it is forwarded must not use a
+	// later one. Servers from before the field say nothing (0), and speak
+	// 1.1.
+	WireMinor uint16 `json:"wire_minor,omitempty"`
 	// Leaving is set just before a graceful leave, so that others can
 	// tell a server that left from one that failed: memberlist's leave
 	// notification does not say which.

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -55,6 +56,8 @@ type httpAPI struct {
 	// done is closed when the server stops, ending event streams and
 	// blocking reads (http.Server.Shutdown would wait for them).
 	done <-chan struct{}
+	// waiting counts the blocking reads waiting on this replica.
+	waiting atomic.Int64
 	// metrics serves GET /metrics (metrics.go); nil serves a 404.
 	metrics http.Handler
 
@@ -243,7 +246,13 @@ func (h *httpAPI) reader(next http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		if !h.node.IsLeader() {
-			h.forward(w, r) // the leader blocks
+			if blocking {
+				// The leader blocks; stopping this server ends the wait.
+				ctx, cancel := h.untilDone(r.Context())
+				defer cancel()
+				r = r.WithContext(ctx)
+			}
+			h.forward(w, r)
 			return
 		}
 		if blocking {

@@ -157,8 +157,17 @@ func (m *serverMetrics) instrument(clock Clock, next http.Handler) http.Handler 
 			rec.code = http.StatusOK
 		}
 		m.apiRequests.WithLabelValues(route, strconv.Itoa(rec.code)).Inc()
-		m.apiSeconds.WithLabelValues(route).Observe(clock.Mono().Sub(start).Seconds())
+		if !waits(r) {
+			m.apiSeconds.WithLabelValues(route).Observe(clock.Mono().Sub(start).Seconds())
+		}
 	})
+}
+
+// waits reports whether a request lasts as long as the client or the
+// state wants (an event stream, a blocking read): its time says nothing
+// of the server's, and is left out of the latency histogram.
+func waits(r *http.Request) bool {
+	return r.Pattern == "GET /v1/events" || r.URL.Query().Has("index")
 }
 
 // statusRecorder remembers the status code a handler answered with. It

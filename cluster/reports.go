@@ -30,7 +30,18 @@ func (s *Server) deliverReport(ctx context.Context, device string, labels map[st
 	if !ok {
 		return fmt.Errorf("owner %s of %s is not known through gossip", owner, device)
 	}
-	return s.peers.report(ctx, owner, m.HTTPAddr, &forwardedReport{Device: device, Labels: labels, Report: rep.Append(nil)})
+	return s.peers.report(ctx, owner, m.HTTPAddr, &forwardedReport{Device: device, Labels: labels, Report: reportFor(rep, m.WireMinor).Append(nil)})
+}
+
+// reportFor returns rep as an owner speaking agent protocol minor takes
+// it (0: a server from before servers said, which speaks 1.1): an owner
+// of an earlier minor refuses the later report flags, as during a rolling
+// upgrade.
+func reportFor(rep *wire.Report, minor uint16) *wire.Report {
+	if max(minor, wire.MinorReportStates) < wire.MinorReportCorrections {
+		return rep.WithoutCorrections()
+	}
+	return rep
 }
 
 // handleInternalReport ingests a report forwarded by the device's session

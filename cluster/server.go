@@ -17,6 +17,7 @@ import (
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/scheduler"
+	"github.com/meteor-edge/meteor/wire"
 )
 
 // Version is the Meteor server version reported in gossip and the API.
@@ -149,7 +150,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.gossip, err = startGossip(&cfg, s.logger.Named("gossip"), s.clock, nodeMeta{
 		ID: cfg.NodeID, Region: cfg.Region, RaftAddr: s.raftAddr, HTTPAddr: s.httpAddr, AgentAddr: s.agentAddr,
-		BootstrapExpect: cfg.BootstrapExpect, Version: Version,
+		BootstrapExpect: cfg.BootstrapExpect, Version: Version, WireMinor: wire.ProtocolMinor,
 	}, s.eventCh, s.bootstrapCh); err != nil {
 		return nil, err
 	}

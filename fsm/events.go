@@ -24,7 +24,7 @@ const (
 	KindApproval = "approval" // an operator approved a wave
 	KindProgress = "progress" // a sample of a rollout's counts
 	KindStatus   = "status"   // a device's status or a resource's state changed
-	KindDrift    = "drift"    // a resource drifted, or a local change is tolerated
+	KindDrift    = "drift"    // a resource drifted, a local change is tolerated, or the agent corrected drift
 	KindDevice   = "device"   // a device registered, was labelled, revoked or unrevoked
 	KindSession  = "session"  // a device connected or disconnected
 )

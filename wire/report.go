@@ -144,6 +144,23 @@ const (
 	reportCorrections = 1 << 2
 )
 
+// WithoutCorrections returns the report as a peer below protocol 1.2
+// takes it: without correction counts (and their flag). It returns m
+// itself when m carries none.
+func (m *Report) WithoutCorrections() *Report {
+	if !m.Corrections {
+		return m
+	}
+	old := *m
+	old.Corrections = false
+	old.Resources = make([]ResourceReport, len(m.Resources))
+	for i, r := range m.Resources {
+		r.Corrections = 0
+		old.Resources[i] = r
+	}
+	return &old
+}
+
 // Type implements Message.
 func (*Report) Type() MessageType { return TypeReport }
 

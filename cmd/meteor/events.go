@@ -24,7 +24,8 @@ func newEventsCmd(g *globals) *cobra.Command {
 		Long: `Show the cluster's events, oldest first: intent revisions (intent),
 rollout releases (release), decisions (rollout), approvals (approval),
 progress samples (progress), device status transitions (status), drift
-(drift), device changes (device) and connections (session).
+found, tolerated or corrected (drift), device changes (device) and
+connections (session).
 
 Without --follow it prints the events the server keeps (the newest 16,384
 by default) and exits; with --follow it goes on printing new ones until

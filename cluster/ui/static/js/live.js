@@ -13,6 +13,9 @@
   const POLL_MS = 2000;
   const BACKOFF_MIN_MS = 1000;
   const BACKOFF_MAX_MS = 30000;
+  // The server sends a keep-alive every 15 s: a stream silent for longer
+  // than IDLE_MS is taken for dead (a half-open connection) and resumed.
+  const IDLE_MS = 45000;
 
   class Live {
     // onChange(event) is called for every event (null: re-read
@@ -85,7 +88,7 @@
         } else if (resp) {
           resp.body && resp.body.cancel().catch(() => {});
         }
-        const wait = this.retryMs || backoff;
+        const wait = Math.max(this.retryMs, backoff);
         this.mode('reconnecting', `event stream lost: reconnecting in ${Math.round(wait / 1000)} s`);
         await new Promise((r) => setTimeout(r, wait));
         backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
@@ -104,10 +107,27 @@
     // starting with a colon are comments, the server's keep-alives).
     async read(body, gen) {
       const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+      let idle = null;
+      const watch = () => {
+        clearTimeout(idle);
+        idle = setTimeout(() => { if (this.abort) this.abort.abort(); }, IDLE_MS);
+      };
+      watch();
+      try {
+        await this.parse(reader, gen, watch);
+      } finally {
+        clearTimeout(idle);
+      }
+    }
+
+    // parse reads lines and dispatches events until the stream ends;
+    // watch is called on every chunk read.
+    async parse(reader, gen, watch) {
       let buf = '';
       let ev = {type: '', data: [], id: null};
       for (;;) {
         const {value, done} = await reader.read();
+        watch();
         if (done || gen !== this.gen) {
           reader.cancel().catch(() => {});
           return;
