@@ -98,10 +98,17 @@ type Config struct {
 	// DialTimeout bounds one connection attempt (handshake, or Hello to
 	// Welcome). Default wire.HandshakeIdleTimeout.
 	DialTimeout time.Duration
-	// RTTProbeInterval is how often, while connected, the agent measures
-	// the round-trip time to every server with a short handshake. Default
-	// 60 s; negative disables re-probing.
+	// RTTProbeInterval is how often, while connected, the agent first
+	// measures the round-trip time to every server with a short (resumed)
+	// handshake. While the choice is stable (no server looks clearly
+	// nearer) the interval doubles after each round, up to
+	// RTTProbeMaxInterval; it drops back when a server looks nearer or the
+	// current session's RTT grows clearly. Default 60 s; negative disables
+	// re-probing.
 	RTTProbeInterval time.Duration
+	// RTTProbeMaxInterval caps that backoff. Default 30 min; below
+	// RTTProbeInterval it is RTTProbeInterval (no backoff).
+	RTTProbeMaxInterval time.Duration
 	// SwitchRatio and SwitchMargin are the hysteresis of the nearest-server
 	// choice: the agent moves only to a server whose RTT is lower than the
 	// current one's by more than SwitchRatio (a fraction) and by more than
@@ -132,6 +139,7 @@ const (
 	DefaultBackoffMin       = 500 * time.Millisecond
 	DefaultBackoffMax       = 30 * time.Second
 	DefaultRTTProbeInterval = 60 * time.Second
+	DefaultRTTProbeMax      = 30 * time.Minute
 	DefaultSwitchRatio      = 0.3
 	DefaultSwitchMargin     = 5 * time.Millisecond
 	DefaultSwitchProbes     = 3
@@ -141,19 +149,20 @@ const (
 // identity, servers or data directory.
 func DefaultConfig() Config {
 	return Config{
-		PullInterval:     DefaultPullInterval,
-		ReportInterval:   DefaultReportInterval,
-		ReportResendMin:  DefaultReportResendMin,
-		ProbeInterval:    DefaultProbeInterval,
-		RetryMin:         DefaultRetryMin,
-		RetryMax:         DefaultRetryMax,
-		BackoffMin:       DefaultBackoffMin,
-		BackoffMax:       DefaultBackoffMax,
-		DialTimeout:      wire.HandshakeIdleTimeout,
-		RTTProbeInterval: DefaultRTTProbeInterval,
-		SwitchRatio:      DefaultSwitchRatio,
-		SwitchMargin:     DefaultSwitchMargin,
-		SwitchProbes:     DefaultSwitchProbes,
+		PullInterval:        DefaultPullInterval,
+		ReportInterval:      DefaultReportInterval,
+		ReportResendMin:     DefaultReportResendMin,
+		ProbeInterval:       DefaultProbeInterval,
+		RetryMin:            DefaultRetryMin,
+		RetryMax:            DefaultRetryMax,
+		BackoffMin:          DefaultBackoffMin,
+		BackoffMax:          DefaultBackoffMax,
+		DialTimeout:         wire.HandshakeIdleTimeout,
+		RTTProbeInterval:    DefaultRTTProbeInterval,
+		RTTProbeMaxInterval: DefaultRTTProbeMax,
+		SwitchRatio:         DefaultSwitchRatio,
+		SwitchMargin:        DefaultSwitchMargin,
+		SwitchProbes:        DefaultSwitchProbes,
 	}
 }
 
@@ -193,7 +202,7 @@ func (c Config) Validate() error {
 		"pull interval": c.PullInterval, "report interval": c.ReportInterval, "report resend min": c.ReportResendMin,
 		"probe interval": c.ProbeInterval, "retry min": c.RetryMin, "retry max": c.RetryMax,
 		"backoff min": c.BackoffMin, "backoff max": c.BackoffMax, "dial timeout": c.DialTimeout,
-		"switch margin": c.SwitchMargin,
+		"switch margin": c.SwitchMargin, "rtt probe max interval": c.RTTProbeMaxInterval,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
@@ -240,6 +249,8 @@ func (c Config) withDefaults() Config {
 	set(&c.BackoffMax, def.BackoffMax)
 	set(&c.DialTimeout, def.DialTimeout)
 	set(&c.RTTProbeInterval, def.RTTProbeInterval)
+	set(&c.RTTProbeMaxInterval, def.RTTProbeMaxInterval)
+	c.RTTProbeMaxInterval = max(c.RTTProbeMaxInterval, c.RTTProbeInterval)
 	set(&c.SwitchMargin, def.SwitchMargin)
 	if c.SwitchRatio == 0 {
 		c.SwitchRatio = def.SwitchRatio

@@ -24,8 +24,13 @@ import (
 //     finish;
 //   - afterwards it dials the best candidate directly with DialEarly, so a
 //     reconnect resumes TLS and sends Hello and Pull in 0-RTT;
-//   - while connected it re-measures every server each RTTProbeInterval
-//     with a short handshake (no stream) and moves only under hysteresis;
+//   - while connected it re-measures every server with a short resumed
+//     handshake (no stream) and moves only under hysteresis; the rounds
+//     start RTTProbeInterval apart and back off (doubling, up to
+//     RTTProbeMaxInterval) while no server looks nearer, and come back to
+//     RTTProbeInterval when one does or when the session's own RTT grows
+//     clearly (read from the connection: no traffic), so a device whose
+//     server stays healthy costs almost nothing;
 //   - a server that fails, refuses (Reject) or sends the agent away
 //     (GoAway) is put in penalty for a jittered exponential backoff (or its
 //     retry-after) and the next candidate is tried at once; redirects are
@@ -95,7 +100,7 @@ func (cm *connManager) run(ctx context.Context) {
 		sctx, cancel := context.WithCancel(ctx)
 		switchCh := make(chan string, 1)
 		var probes sync.WaitGroup
-		probes.Go(func() { cm.probeLoop(sctx, addr, switchCh) })
+		probes.Go(func() { cm.probeLoop(sctx, conn, addr, switchCh) })
 		end := cm.a.runSession(ctx, conn, addr, switchCh)
 		cancel()
 		probes.Wait()
@@ -340,28 +345,43 @@ func (cm *connManager) race(ctx context.Context, cands []string) (*quic.Conn, st
 	return nil, "", lastErr
 }
 
-// probeLoop re-measures every configured server each RTTProbeInterval
-// while a session on current lasts, and asks the session to move when the
-// hysteresis says so.
-func (cm *connManager) probeLoop(ctx context.Context, current string, switchCh chan<- string) {
+// probeLoop re-measures every configured server while a session on
+// current (over conn) lasts, and asks the session to move when the
+// hysteresis says so. Rounds back off while the choice is stable
+// (probeSchedule).
+func (cm *connManager) probeLoop(ctx context.Context, conn *quic.Conn, current string, switchCh chan<- string) {
 	if cm.cfg.RTTProbeInterval < 0 || len(cm.order) < 2 {
 		return
 	}
 	cm.mu.Lock()
 	clear(cm.streak)
 	cm.mu.Unlock()
+	sched := probeSchedule{base: cm.cfg.RTTProbeInterval, max: cm.cfg.RTTProbeMaxInterval, hyst: cm.hyst}
+	sched.reset(conn.ConnectionStats().SmoothedRTT)
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-cm.cfg.Clock.After(cm.cfg.RTTProbeInterval):
+		// Wait for the next round, checking the session's RTT every
+		// base interval meanwhile (a local read).
+		for waited := time.Duration(0); waited < sched.interval; {
+			step := min(sched.base, sched.interval-waited)
+			select {
+			case <-ctx.Done():
+				return
+			case <-cm.cfg.Clock.After(step):
+			}
+			waited += step
+			if srtt := conn.ConnectionStats().SmoothedRTT; sched.degraded(srtt) {
+				cm.log.Debug("the session's RTT grew: probing now", "server_addr", current, "rtt", srtt, "was", sched.baseline)
+				break
+			}
 		}
 		rtts := cm.probeRound(ctx)
 		if ctx.Err() != nil {
 			return
 		}
+		cm.a.st.update(func(s *Status) { s.ProbeRounds++ })
 		cm.mu.Lock()
 		target := cm.hyst.round(current, rtts, cm.streak)
+		contender := len(cm.streak) > 0
 		cm.mu.Unlock()
 		if target != "" {
 			cm.log.Info("a server is clearly nearer", "server_addr", current, "rtt", rtts[current], "nearer_addr", target, "nearer_rtt", rtts[target])
@@ -371,7 +391,45 @@ func (cm *connManager) probeLoop(ctx context.Context, current string, switchCh c
 			}
 			return
 		}
+		sched.after(contender, conn.ConnectionStats().SmoothedRTT)
 	}
+}
+
+// probeSchedule spaces the probe rounds of one session: base apart at
+// first, doubling after each round that found no server clearly nearer
+// (up to max), back to base after one that did (to confirm it quickly)
+// or when the session's RTT grew clearly past its baseline, the RTT at
+// the last round.
+type probeSchedule struct {
+	base, max time.Duration
+	hyst      hysteresis
+	interval  time.Duration // until the next round
+	baseline  time.Duration // the session's smoothed RTT at the last round
+	degradedB bool          // the current wait was cut short by degradation
+}
+
+func (p *probeSchedule) reset(srtt time.Duration) { p.interval, p.baseline = p.base, srtt }
+
+// degraded reports whether srtt is clearly worse than the baseline, by
+// the hysteresis' ratio and margin.
+func (p *probeSchedule) degraded(srtt time.Duration) bool {
+	if p.hyst.clearlyBetter(p.baseline, srtt) {
+		p.degradedB = true
+		return true
+	}
+	return false
+}
+
+// after sets the next interval once a round is done: contender, if a
+// server looked clearly nearer in it.
+func (p *probeSchedule) after(contender bool, srtt time.Duration) {
+	switch {
+	case contender || p.degradedB:
+		p.interval = p.base
+	default:
+		p.interval = min(2*p.interval, p.max)
+	}
+	p.baseline, p.degradedB = srtt, false
 }
 
 // probeRound measures every configured server concurrently with a

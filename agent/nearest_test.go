@@ -81,3 +81,41 @@ func TestRankServers(t *testing.T) {
 		t.Errorf("all in penalty: %v, %v", cands, wait)
 	}
 }
+
+// TestProbeSchedule: rounds back off, doubling up to the cap, while no
+// server looks nearer; one that does, or a session RTT grown clearly past
+// its baseline, brings them back to the base interval.
+func TestProbeSchedule(t *testing.T) {
+	ms := time.Millisecond
+	p := probeSchedule{base: time.Minute, max: 30 * time.Minute, hyst: hysteresis{Ratio: 0.3, Margin: 5 * ms, Probes: 3}}
+	p.reset(20 * ms)
+	var got []time.Duration
+	for range 7 {
+		got = append(got, p.interval)
+		p.after(false, 20*ms)
+	}
+	want := []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 16 * time.Minute, 30 * time.Minute, 30 * time.Minute}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("intervals while stable (-want +got):\n%s", d)
+	}
+	p.after(true, 20*ms)
+	if p.interval != time.Minute {
+		t.Fatalf("after a round with a nearer contender: %v, want the base", p.interval)
+	}
+	p.after(false, 20*ms)
+	p.after(false, 20*ms)
+	if p.degraded(22*ms) || p.degraded(24*ms) {
+		t.Fatal("jitter of the session's RTT counted as degradation")
+	}
+	if !p.degraded(80 * ms) {
+		t.Fatal("a session RTT of 80 ms over a 20 ms baseline is not degradation")
+	}
+	p.after(false, 80*ms)
+	if p.interval != time.Minute || p.baseline != 80*ms {
+		t.Fatalf("after degradation: interval %v, baseline %v; want the base and the new RTT", p.interval, p.baseline)
+	}
+	p.after(false, 80*ms)
+	if p.interval != 2*time.Minute {
+		t.Fatalf("degradation counted twice: %v", p.interval)
+	}
+}

@@ -236,7 +236,9 @@ func TestNearestServer(t *testing.T) {
 	s1, s2, s3 := c.startServer("s1"), c.startServer("s2"), c.startServer("s3")
 	c.setDesired(1, upsert(t, "app", 1, fileRes("a", "/etc/a", "A")))
 	cfg := c.agentConfig(t, "dev-9", s1, s2, s3)
-	cfg.RTTProbeInterval = 100 * time.Millisecond
+	// Probe rounds stay 100 ms apart: this test is about the choice, not
+	// the backoff (TestProbeSchedule).
+	cfg.RTTProbeInterval, cfg.RTTProbeMaxInterval = 100*time.Millisecond, 100*time.Millisecond
 	delay := func(d time.Duration) chaos.LinkProfile {
 		return chaos.LinkProfile{Delay: d, Jitter: 2 * time.Millisecond}
 	}
@@ -290,6 +292,39 @@ func TestNearestServer(t *testing.T) {
 	_, _, hellos := c.snapshot()
 	if last := hellos[len(hellos)-1]; last.server != "s3" || !raceBuild && !last.used0RTT {
 		t.Errorf("Hello at %s: 0-RTT %v, early %v; want 0-RTT at s3", last.server, last.used0RTT, last.hello.Early)
+	}
+}
+
+// TestIdleAgentProbesByResuming: a converged, idle agent on a healthy
+// server re-measures the others only with resumed handshakes (no
+// certificates sent either way) once the first choice is made, and its
+// rounds back off (TestProbeSchedule has their spacing).
+func TestIdleAgentProbesByResuming(t *testing.T) {
+	c := newTestCluster(t)
+	s1, s2, s3 := c.startServer("s1"), c.startServer("s2"), c.startServer("s3")
+	c.setDesired(1, upsert(t, "app", 1, fileRes("a", "/etc/a", "A")))
+	cfg := c.agentConfig(t, "dev-8", s1, s2, s3)
+	cfg.RTTProbeInterval, cfg.RTTProbeMaxInterval = 50*time.Millisecond, 400*time.Millisecond
+	ag := startAgent(t, cfg)
+	c.wait(t, waitLong, "a converged report", reportOf(c, 1, 1, StateConverged))
+	waitFor(t, waitLong, "a first probe round", func() bool { return ag.Status().ProbeRounds >= 1 })
+	on := ag.Status().ServerID
+	full := map[*testServer]int{}
+	for _, s := range []*testServer{s1, s2, s3} {
+		full[s] = s.fullHandshakes()
+	}
+	rounds := ag.Status().ProbeRounds
+	waitFor(t, waitLong, "five more probe rounds", func() bool { return ag.Status().ProbeRounds >= rounds+5 })
+	for _, s := range []*testServer{s1, s2, s3} {
+		if s.id == on {
+			continue
+		}
+		if n := s.fullHandshakes() - full[s]; n != 0 {
+			t.Errorf("%s, not the agent's server (%s), took %d full handshakes in five probe rounds; want every probe resumed", s.id, on, n)
+		}
+	}
+	if st := ag.Status(); st.ServerID != on || st.Switches != 0 {
+		t.Errorf("the agent moved from %s to %s (%d switches) on a stable cluster", on, st.ServerID, st.Switches)
 	}
 }
 

@@ -75,6 +75,8 @@ type Status struct {
 	// Switches counts moves to a nearer server; Connects counts sessions
 	// established.
 	Switches, Connects int
+	// ProbeRounds counts the rounds of RTT probes to every server.
+	ProbeRounds int
 	// Interrupted counts the steps a crash or power loss left in flight,
 	// resolved when this agent started (re-checked against the device, and
 	// either counted as applied or applied again).

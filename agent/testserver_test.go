@@ -148,6 +148,7 @@ type testServer struct {
 	mu    sync.Mutex
 	mode  serverMode         // guarded by mu
 	conns int                // connections accepted; guarded by mu
+	full  int                // of them, handshakes that did not resume a TLS session; guarded by mu
 	stale int                // stale Deltas sent; guarded by mu
 	live  map[*testConn]bool // guarded by mu
 }
@@ -193,6 +194,17 @@ func (c *testCluster) startServer(id string) *testServer {
 			s.mu.Lock()
 			s.conns++
 			s.mu.Unlock()
+			s.wg.Go(func() {
+				select {
+				case <-conn.HandshakeComplete():
+					if !conn.ConnectionState().TLS.DidResume {
+						s.mu.Lock()
+						s.full++
+						s.mu.Unlock()
+					}
+				case <-conn.Context().Done():
+				}
+			})
 			s.wg.Go(func() { s.serve(conn) })
 		}
 	})
@@ -219,6 +231,14 @@ func (s *testServer) accepted() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.conns
+}
+
+// fullHandshakes counts the accepted connections whose TLS handshake was
+// a full one (no resumed session): certificates both ways.
+func (s *testServer) fullHandshakes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.full
 }
 
 // stop closes the server: live connections are closed with "shutting
