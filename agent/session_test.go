@@ -295,36 +295,38 @@ func TestNearestServer(t *testing.T) {
 	}
 }
 
-// TestIdleAgentProbesByResuming: a converged, idle agent on a healthy
-// server re-measures the others only with resumed handshakes (no
-// certificates sent either way) once the first choice is made, and its
-// rounds back off (TestProbeSchedule has their spacing).
+// TestIdleAgentProbesByResuming: a converged, idle agent re-measures the
+// servers only with resumed handshakes (no certificates sent either way)
+// once the first choice is made, and its rounds back off
+// (TestProbeSchedule has their spacing). Loopback RTTs on a busy host may
+// move it; a move resumes too.
 func TestIdleAgentProbesByResuming(t *testing.T) {
 	c := newTestCluster(t)
-	s1, s2, s3 := c.startServer("s1"), c.startServer("s2"), c.startServer("s3")
+	servers := []*testServer{c.startServer("s1"), c.startServer("s2"), c.startServer("s3")}
 	c.setDesired(1, upsert(t, "app", 1, fileRes("a", "/etc/a", "A")))
-	cfg := c.agentConfig(t, "dev-8", s1, s2, s3)
+	cfg := c.agentConfig(t, "dev-8", servers...)
 	cfg.RTTProbeInterval, cfg.RTTProbeMaxInterval = 50*time.Millisecond, 400*time.Millisecond
 	ag := startAgent(t, cfg)
 	c.wait(t, waitLong, "a converged report", reportOf(c, 1, 1, StateConverged))
 	waitFor(t, waitLong, "a first probe round", func() bool { return ag.Status().ProbeRounds >= 1 })
-	on := ag.Status().ServerID
-	full := map[*testServer]int{}
-	for _, s := range []*testServer{s1, s2, s3} {
+	full, accepted := map[*testServer]int{}, 0
+	for _, s := range servers {
 		full[s] = s.fullHandshakes()
+		accepted += s.accepted()
 	}
 	rounds := ag.Status().ProbeRounds
 	waitFor(t, waitLong, "five more probe rounds", func() bool { return ag.Status().ProbeRounds >= rounds+5 })
-	for _, s := range []*testServer{s1, s2, s3} {
-		if s.id == on {
-			continue
-		}
+	for _, s := range servers {
 		if n := s.fullHandshakes() - full[s]; n != 0 {
-			t.Errorf("%s, not the agent's server (%s), took %d full handshakes in five probe rounds; want every probe resumed", s.id, on, n)
+			t.Errorf("%s took %d full handshakes in five probe rounds (the agent is on %s); want every probe resumed", s.id, n, ag.Status().ServerID)
 		}
+		accepted -= s.accepted()
 	}
-	if st := ag.Status(); st.ServerID != on || st.Switches != 0 {
-		t.Errorf("the agent moved from %s to %s (%d switches) on a stable cluster", on, st.ServerID, st.Switches)
+	if -accepted < 5*(len(servers)-1) {
+		t.Errorf("%d connections in five probe rounds: the probes did not happen", -accepted)
+	}
+	if st := ag.Status(); st.Switches > 0 {
+		t.Logf("the agent moved %d times (to %s) on loopback", st.Switches, st.ServerID)
 	}
 }
 
