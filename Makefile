@@ -14,6 +14,8 @@ CHAOS_SEEDS    ?= 5
 CHAOS_DURATION ?= 20s
 # Extra flags for meteor dev in make demo (see bin/meteor dev --help).
 DEMO_FLAGS ?=
+# Extra flags for bench/footprint in make bench-footprint.
+FOOTPRINT_FLAGS ?=
 
 .DEFAULT_GOAL := help
 
@@ -42,7 +44,7 @@ test-short: ## Run all tests without the race detector (quicker while editing)
 	$(GO) test -timeout $(TEST_TIMEOUT) $(PKGS)
 
 .PHONY: bench
-bench: bench-intents bench-fanout bench-sessions bench-status bench-queries bench-fleet bench-report ## Run every benchmark, write bench/results/ and the table of all of them (bench/results/README.md)
+bench: bench-intents bench-fanout bench-sessions bench-status bench-queries bench-fleet bench-footprint bench-report ## Run every benchmark, write bench/results/ and the table of all of them (bench/results/README.md)
 
 .PHONY: bench-report
 bench-report: ## Gather the summary rows of bench/results/*.json into bench/results/README.md
@@ -59,6 +61,10 @@ bench-fleet: build ## Rows 4+5: largest fleet converging on one change (3 server
 .PHONY: bench-retail
 bench-retail: build ## Row 5 only: the retail fleet, time to 50/90/99/100 % per change and link profile
 	$(GO) run ./bench/fleet -parts retail -name retail -meteor-bin $(BIN)
+
+.PHONY: bench-footprint
+bench-footprint: build ## Row 6: one idle agent, 10 min each on fiber and cellular: bytes a day, push latency, RSS, CPU, binary size (FOOTPRINT_FLAGS="-agent-bin bin/meteor-agent -duration 2m")
+	$(GO) run ./bench/footprint -meteor-bin $(BIN) $(FOOTPRINT_FLAGS)
 
 .PHONY: bench-intents
 bench-intents: build ## Intent writes/s and latency: Meteor vs a 3-member etcd (installs etcd-server if missing)

@@ -18,7 +18,7 @@ import (
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 )
 
-// expected are the five rows the table must have, by number; a missing one
+// expected are the six rows the table must have, by number; a missing one
 // is shown as not run rather than silently left out.
 var expected = map[int]string{
 	1: "intent writes: Meteor vs etcd (make bench-intents)",
@@ -26,6 +26,7 @@ var expected = map[int]string{
 	3: "reconnect storm: 0-RTT vs full handshakes (make bench-storm)",
 	4: "scale: largest fleet on one machine (make bench-scale)",
 	5: "seed scenario: retail fleet, three changes (make bench-retail)",
+	6: "edge footprint: one idle agent, fiber and cellular (make bench-footprint)",
 }
 
 // source is one results file's date, machine and rows.

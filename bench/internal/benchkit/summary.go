@@ -5,7 +5,8 @@ package benchkit
 // JSON under the key "summary"; cmd bench/report gathers them.
 type Row struct {
 	// Bench is the issue's row number (1 intent writes, 2 fan-out, 3
-	// reconnect storm, 4 scale, 5 seed scenario), which orders the table.
+	// reconnect storm, 4 scale, 5 seed scenario, 6 edge footprint), which
+	// orders the table.
 	Bench int `json:"bench"`
 	// Name is the benchmark's short name ("intents", "fanout", ...), and
 	// the stem of its results files.
