@@ -1,7 +1,7 @@
 // Command footprint measures what one idle Meteor agent costs its device:
 // the bytes it sends and receives a day, its memory, its CPU and the size
-// of its binary, once per link profile (fiber, cellular), each against the
-// goal of issue 16, and how quickly a change still reaches it.
+// of its binary, once per link profile (fiber, cellular), each against its
+// goal, and how quickly a change still reaches it.
 //
 // Per profile: three `meteor server` processes serving agents
 // (benchkit.StartMeteor, TLS, a CA made with `meteor ca init`), one intent
@@ -21,8 +21,8 @@
 //     scaled to 24 h. Upload is what the agent sent (dropped datagrams
 //     included: the device paid for them), download what reached it. The
 //     goal counts IP bytes: UDP payload plus 28 bytes of IPv4 and UDP
-//     headers per datagram. The agent does not count its own traffic yet
-//     (issue 16); as root with nft, an nftables table of the benchmark's
+//     headers per datagram. The agent does not count its own traffic yet;
+//     as root with nft, an nftables table of the benchmark's
 //     own (inet family, input hook, loopback only, counters and nothing
 //     else, deleted on every exit path) counts the same datagrams by the
 //     proxies' ports as a cross-check;

@@ -11,7 +11,7 @@ import (
 // benchRow is this benchmark's number in the summary table.
 const benchRow = 6
 
-// The goals of issue 16.
+// The footprint goals.
 const (
 	goalBytesPerDay = 200_000 // IP bytes, both directions
 	goalPushMS      = 1000
@@ -136,7 +136,7 @@ func binaryNote(b binaryInfo) string {
 // notes are what limits the figures.
 func notes(rep *report) []string {
 	n := []string{
-		"The agent does not count its own traffic yet (issue 16): the bytes are the counts of the user-space UDP proxy in front of each server (upload: datagrams the agent sent, dropped ones included; download: datagrams delivered to it), with 28 bytes of IPv4 and UDP headers added per datagram.",
+		"The agent does not count its own traffic yet: the bytes are the counts of the user-space UDP proxy in front of each server (upload: datagrams the agent sent, dropped ones included; download: datagrams delivered to it), with 28 bytes of IPv4 and UDP headers added per datagram.",
 		fmt.Sprintf("Bytes a day are extrapolated from a %s idle window per profile, which starts once the device has converged and the Raft log has settled. RTT probe rounds to the other servers start a minute apart and back off to one every 30 minutes, so a window shorter than a few hours holds more probe rounds than a day does in the steady state: the others' share overstates the long-run cost.", fmtSec(rep.Params.DurationSec)),
 		"Push latency runs from the write's answer (it is committed) to a blocking read (?index=N&wait=30s) showing the device's acknowledgement: it includes the owner committing the acknowledgement through Raft.",
 		"Everything runs on one machine on loopback: the servers, the proxies and the agent share its CPUs.",
