@@ -151,8 +151,7 @@ func TestWording(t *testing.T) {
 }
 
 // TestLogFlags: server, agent, dev and sim take --log-level and
-// --log-json; with --log-json every line is a JSON object carrying the
-// message and the keys; a level that does not exist is refused.
+// --log-json (cliflags.Logs, tested in its package).
 func TestLogFlags(t *testing.T) {
 	root := newRootCmd()
 	for _, name := range []string{"server", "agent", "dev", "sim"} {
@@ -160,30 +159,5 @@ func TestLogFlags(t *testing.T) {
 		if err != nil || cmd.Flags().Lookup("log-json") == nil || cmd.Flags().Lookup("log-level") == nil {
 			t.Errorf("meteor %s: no --log-json or --log-level (%v)", name, err)
 		}
-	}
-	var buf bytes.Buffer
-	logger, err := (&logFlags{level: "info", json: true}).logger(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logger.Named("session").Info("session established", "device", "pos-1", "session", "ab12", "revision", 7)
-	logger.Debug("not shown at info")
-	var line map[string]any
-	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
-		t.Fatalf("not one JSON line: %v\n%s", err, buf.String())
-	}
-	for k, want := range map[string]any{"@message": "session established", "@module": "meteor.session", "@level": "info", "device": "pos-1", "session": "ab12", "revision": float64(7)} {
-		if line[k] != want {
-			t.Errorf("%s = %v, want %v (%s)", k, line[k], want, buf.String())
-		}
-	}
-	buf.Reset()
-	text, _ := (&logFlags{level: "warn"}).logger(&buf)
-	text.Warn("dial failed", "server_addr", "10.0.0.1:8473")
-	if s := buf.String(); strings.HasPrefix(s, "{") || !strings.Contains(s, "[WARN]  meteor: dial failed: server_addr=10.0.0.1:8473") {
-		t.Errorf("text line: %q", s)
-	}
-	if _, err := (&logFlags{level: "loud"}).logger(&buf); err == nil || !strings.Contains(err.Error(), `--log-level "loud"`) {
-		t.Errorf("an unknown level: %v", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/meteor-edge/meteor/cluster"
 	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/cmd/internal/cliflags"
 	"github.com/meteor-edge/meteor/scheduler"
 )
 
@@ -27,7 +28,7 @@ func newDevCmd() *cobra.Command {
 	var servers, basePort, fleetDevices int
 	var examples, dataDir, fleet, changes string
 	var keepRunning bool
-	var logs logFlags
+	var logs cliflags.Logs
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local development cluster and apply example intents",
@@ -52,7 +53,7 @@ Server i listens on ports base+10*i (HTTP), +1 (Raft), +2 (gossip).`,
 	cmd.Flags().IntVar(&fleetDevices, "fleet-devices", 0, "devices in the simulated fleet (0: the profile's default, 1,200 for retail)")
 	cmd.Flags().StringVar(&changes, "changes", "", "with --fleet: a directory of intents applied one after another, each once the previous has converged, while the fleet status is redrawn")
 	cmd.Flags().BoolVar(&keepRunning, "keep-running", false, "with --fleet: keep the cluster and the fleet running after the last change, until Ctrl-C")
-	logs.register(cmd.Flags(), "info")
+	logs.Register(cmd.Flags(), "info")
 	return cmd
 }
 
@@ -62,7 +63,7 @@ type devOptions struct {
 	keepRunning                       bool
 	// logs are the servers' (meteor.log in the data dir); the fleet
 	// simulator's log (fleet.log) takes their format.
-	logs logFlags
+	logs cliflags.Logs
 }
 
 // devCluster is the running dev cluster, as the fleet view needs it.
@@ -145,7 +146,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) (err error) {
 		return err
 	}
 	defer logFile.Close()
-	logger, err := o.logs.logger(logFile)
+	logger, err := o.logs.Logger(logFile)
 	if err != nil {
 		return err
 	}

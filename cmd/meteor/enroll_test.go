@@ -1,14 +1,19 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
+
 	"github.com/meteor-edge/meteor/cluster"
 	"github.com/meteor-edge/meteor/cluster/pki"
+	"github.com/meteor-edge/meteor/cmd/internal/agentcmd"
 )
 
 // writeCA creates a CA and writes its certificate, and its key if
@@ -35,15 +40,20 @@ func writeCA(t *testing.T, dir, certName, keyName string) string {
 	return filepath.Join(dir, certName)
 }
 
+// TestAgentCmdEnrollFlags runs `meteor agent` as main does: the command
+// of package agentcmd refuses enrollment flags that do not go together.
 func TestAgentCmdEnrollFlags(t *testing.T) {
 	dir := t.TempDir()
 	caFile := writeCA(t, dir, "ca.pem", "")
 	run := func(args ...string) error {
-		cmd := newAgentCmd()
-		cmd.SetArgs(append([]string{"--servers", "127.0.0.1:1", "--data-dir", filepath.Join(dir, "data"), "--device-id", "d1", "--ca-file", caFile}, args...))
-		cmd.SetOut(os.Stderr)
-		cmd.SetErr(os.Stderr)
-		return cmd.Execute()
+		code, out, errOut := cliRun(t, append([]string{"agent", "--servers", "127.0.0.1:1", "--data-dir", filepath.Join(dir, "data"), "--device-id", "d1", "--ca-file", caFile}, args...)...)
+		if code == exitOK {
+			return nil
+		}
+		if code != exitError || out != "" {
+			t.Errorf("meteor agent %v: exit %d, stdout %q; want exit %d and nothing", args, code, out, exitError)
+		}
+		return errors.New(errOut)
 	}
 	for _, c := range []struct {
 		args []string
@@ -86,5 +96,34 @@ func TestDeviceCAFlags(t *testing.T) {
 	d.lifetime = time.Second
 	if err := d.apply(&cluster.Config{}, "", caFile); err == nil || !strings.Contains(err.Error(), "--device-cert-lifetime") {
 		t.Errorf("one-second lifetime: %v", err)
+	}
+}
+
+// TestAgentCmdIsAgentcmd: `meteor agent` has exactly the flags of the
+// agent binary's command (package agentcmd), with the same defaults and
+// help, so the two binaries run one agent.
+func TestAgentCmdIsAgentcmd(t *testing.T) {
+	cmd, _, err := newRootCmd().Find([]string{"agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := func(f *pflag.FlagSet) map[string]string {
+		out := map[string]string{}
+		f.VisitAll(func(fl *pflag.Flag) {
+			if fl.Name != "help" { // cobra's, naming the command
+				out[fl.Name] = fl.DefValue + " | " + fl.Usage
+			}
+		})
+		return out
+	}
+	want := flags(agentcmd.New("meteor-agent").Flags())
+	if diff := cmp.Diff(want, flags(cmd.LocalNonPersistentFlags())); diff != "" {
+		t.Errorf("meteor agent flags (-meteor-agent +meteor agent):\n%s", diff)
+	}
+	if len(want) < 15 {
+		t.Errorf("agentcmd has %d flags: %v", len(want), want)
+	}
+	if !strings.Contains(cmd.Example, "  meteor agent --servers ") {
+		t.Errorf("meteor agent's examples do not name it:\n%s", cmd.Example)
 	}
 }

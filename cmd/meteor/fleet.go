@@ -143,7 +143,7 @@ func startFleet(cl *devCluster, o devOptions, devices int) (*fleetProc, error) {
 		// samples only time the devices in its report, and at five a
 		// second they were a third of its CPU.
 		"--sample-every", "1s")
-	if o.logs.json {
+	if o.logs.JSON {
 		p.cmd.Args = append(p.cmd.Args, "--log-json")
 	}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log

@@ -1,5 +1,6 @@
-// Command meteor is Meteor's single binary: the server, the development
-// cluster and the operator CLI.
+// Command meteor is Meteor's single binary: the server, the agent, the
+// development cluster and the operator CLI. cmd/meteor-agent is the agent
+// alone, for devices.
 package main
 
 import (
@@ -21,6 +22,7 @@ import (
 	"github.com/meteor-edge/meteor/cluster"
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/cluster/pki"
+	"github.com/meteor-edge/meteor/cmd/internal/agentcmd"
 )
 
 func main() {
@@ -212,7 +214,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.tokenFile, "token-file", "", "file holding the operator token, such as admin.token from 'meteor tls init' (used unless --token is given)")
 	root.AddCommand(
 		newServerCmd(),
-		newAgentCmd(),
+		agentcmd.New("meteor agent"),
 		newDevCmd(),
 		newApplyCmd(g),
 		newGetCmd(g),

@@ -14,12 +14,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meteor-edge/meteor/cluster"
+	"github.com/meteor-edge/meteor/cmd/internal/cliflags"
 )
 
 func newServerCmd() *cobra.Command {
 	cfg := cluster.DefaultConfig()
 	var join, gossipKey string
-	var logs logFlags
+	var logs cliflags.Logs
 	var caFile, certFile, keyFile, secretFile, tlsDir, adminHashFile string
 	var aclOn, insecure bool
 	var deviceCA deviceCAFlags
@@ -138,7 +139,7 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 				}
 			}
 			var err error
-			if cfg.Logger, err = logs.logger(os.Stderr); err != nil {
+			if cfg.Logger, err = logs.Logger(os.Stderr); err != nil {
 				return err
 			}
 			srv, err := cluster.New(cfg)
@@ -180,7 +181,7 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 	f.StringVar(&secretFile, "cluster-secret-file", "pki/cluster.secret", "cluster secret shared by all servers (from 'meteor ca init')")
 	f.DurationVar(&cfg.PullInterval, "pull-interval", cfg.PullInterval, "how often agents are told to pull even without a push")
 	f.BoolVar(&cfg.EnableDebug, "enable-debug", false, "serve Go profiling endpoints under /debug/pprof/ on the HTTP API")
-	logs.register(f, "info")
+	logs.Register(f, "info")
 	deviceCA.register(f)
 	return cmd
 }

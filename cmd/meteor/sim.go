@@ -12,13 +12,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meteor-edge/meteor/agent/sim"
+	"github.com/meteor-edge/meteor/cmd/internal/cliflags"
 )
 
 func newSimCmd() *cobra.Command {
 	opts := sim.DefaultOptions()
 	var servers, reportPath string
 	var duration time.Duration
-	var logs logFlags
+	var logs cliflags.Logs
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Run a simulated fleet of real agents against a cluster",
@@ -54,7 +55,7 @@ each device sent and received.
 		},
 	}
 	f := cmd.Flags()
-	logs.register(f, "warn")
+	logs.Register(f, "warn")
 	f.StringVar(&servers, "servers", "", "comma-separated agent UDP addresses of the servers (host:port)")
 	f.StringVar(&opts.PKIDir, "pki", "", "directory of the cluster CA (ca.pem, ca-key.pem), e.g. <dev data dir>/pki")
 	f.IntVar(&opts.Devices, "devices", 0, "number of devices (0: 1200 for the retail profile)")
@@ -72,7 +73,7 @@ each device sent and received.
 	return cmd
 }
 
-func runSim(ctx context.Context, out io.Writer, opts sim.Options, duration time.Duration, reportPath string, logs logFlags) error {
+func runSim(ctx context.Context, out io.Writer, opts sim.Options, duration time.Duration, reportPath string, logs cliflags.Logs) error {
 	if opts.BaseDir == "" {
 		dir, err := os.MkdirTemp("", "meteor-sim-")
 		if err != nil {
@@ -90,7 +91,7 @@ func runSim(ctx context.Context, out io.Writer, opts sim.Options, duration time.
 		return err
 	}
 	defer logFile.Close()
-	if opts.Logger, err = logs.logger(logFile); err != nil {
+	if opts.Logger, err = logs.Logger(logFile); err != nil {
 		return err
 	}
 	opts.Summary = out

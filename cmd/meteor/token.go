@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/cmd/internal/cliflags"
 	"github.com/meteor-edge/meteor/fsm/acl"
 )
 
@@ -47,10 +48,10 @@ or operator token to the intents whose selector stays within the labels given
 				return errors.New("--policy: give read, operator, admin or enroll (or --enroll)")
 			}
 			req.Policy = acl.Policy(policy)
-			if req.Scope, err = parseKVFlag("--scope", scope); err != nil {
+			if req.Scope, err = cliflags.KeyValues("--scope", scope); err != nil {
 				return err
 			}
-			if req.EnrollLabels, err = parseKVFlag("--labels", labels); err != nil {
+			if req.EnrollLabels, err = cliflags.KeyValues("--labels", labels); err != nil {
 				return err
 			}
 			if err := acl.ValidateGrant(req.Policy, req.Scope, req.EnrollLabels); err != nil {

@@ -1,4 +1,4 @@
-package main
+package agentcmd
 
 import (
 	"context"
@@ -14,17 +14,22 @@ import (
 
 	"github.com/meteor-edge/meteor/agent"
 	"github.com/meteor-edge/meteor/agent/driver"
-	"github.com/meteor-edge/meteor/cluster"
 	"github.com/meteor-edge/meteor/cluster/pki"
+	"github.com/meteor-edge/meteor/cmd/internal/cliflags"
+	"github.com/meteor-edge/meteor/internal/version"
 )
 
-func newAgentCmd() *cobra.Command {
+// New returns the agent command. path is how it is invoked: "meteor
+// agent" (a subcommand of meteor) or "meteor-agent" (the command of the
+// agent binary); the command's name is its last word, and the examples
+// use it.
+func New(path string) *cobra.Command {
 	cfg := agent.DefaultConfig()
 	var servers, labelList, deviceID, caFile, certFile, keyFile, execAllow, execEnvAllow string
 	var enrollToken, enrollFile string
-	var logs logFlags
+	var logs cliflags.Logs
 	cmd := &cobra.Command{
-		Use:   "agent",
+		Use:   path[strings.LastIndex(path, " ")+1:],
 		Short: "Run the device agent",
 		Long: `Run the device agent: keep a session with the nearest Meteor server, journal the
 desired state it receives in --data-dir, bring the device to it, watch it for
@@ -41,9 +46,9 @@ install a certificate from 'meteor ca issue-device' with --cert-file and
 certificate is installed. --root confines the paths of file and certificate resources
 beneath a directory; --exec-allow and --exec-env-allow narrow what exec
 resources may run. See docs/agent.md and docs/security.md.`,
-		Example: `  meteor agent --servers 10.0.0.1:8473,10.0.1.1:8473 --device-id store-42-router \
+		Example: `  ` + path + ` --servers 10.0.0.1:8473,10.0.1.1:8473 --device-id store-42-router \
     --data-dir /var/lib/meteor-agent --ca-file pki/ca.pem --enroll-file /run/enroll.token
-  meteor agent --servers 10.0.0.1:8473,10.0.1.1:8473 --device-id store-42-router \
+  ` + path + ` --servers 10.0.0.1:8473,10.0.1.1:8473 --device-id store-42-router \
     --data-dir /var/lib/meteor-agent --labels region=eu,site=store-42 \
     --ca-file pki/ca.pem --cert-file pki/device-store-42-router.pem \
     --key-file pki/device-store-42-router-key.pem`,
@@ -62,7 +67,7 @@ resources may run. See docs/agent.md and docs/security.md.`,
 				}
 			}
 			var err error
-			if cfg.Logger, err = logs.logger(os.Stderr); err != nil {
+			if cfg.Logger, err = logs.Logger(os.Stderr); err != nil {
 				return err
 			}
 			if certFile == "" && keyFile == "" {
@@ -101,7 +106,7 @@ resources may run. See docs/agent.md and docs/security.md.`,
 					return fmt.Errorf("--root: %w", err)
 				}
 			}
-			cfg.AgentVersion = "meteor-agent " + cluster.Version
+			cfg.AgentVersion = "meteor-agent " + version.Version
 			if cfg.ExecPolicy, err = parseExecPolicy(execAllow, execEnvAllow); err != nil {
 				return err
 			}
@@ -109,8 +114,8 @@ resources may run. See docs/agent.md and docs/security.md.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "meteor agent %s: servers %s, journal in %s (Ctrl-C to stop)\n",
-				a.DeviceID(), strings.Join(cfg.Servers, ","), cfg.DataDir)
+			fmt.Fprintf(os.Stderr, "%s %s: servers %s, journal in %s (Ctrl-C to stop)\n",
+				cmd.CommandPath(), a.DeviceID(), strings.Join(cfg.Servers, ","), cfg.DataDir)
 			return a.Run(cmd.Context())
 		},
 	}
@@ -130,7 +135,7 @@ resources may run. See docs/agent.md and docs/security.md.`,
 	f.DurationVar(&cfg.PullInterval, "pull-interval", cfg.PullInterval, "how often to pull without a push, unless the server says otherwise")
 	f.DurationVar(&cfg.ReportInterval, "report-interval", cfg.ReportInterval, "longest time between two reports")
 	f.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "how often applied resources are re-checked for drift and probed")
-	logs.register(f, "info")
+	logs.Register(f, "info")
 	return cmd
 }
 
@@ -218,23 +223,4 @@ func parseExecPolicy(execAllow, execEnvAllow string) (driver.ExecPolicy, error) 
 }
 
 // parseLabelFlag parses "k=v,k2=v2" given to --labels.
-func parseLabelFlag(s string) (map[string]string, error) { return parseKVFlag("--labels", s) }
-
-// parseKVFlag parses "k=v,k2=v2" given to flag.
-func parseKVFlag(flag, s string) (map[string]string, error) {
-	out := map[string]string{}
-	if strings.TrimSpace(s) == "" {
-		return out, nil
-	}
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("%s: %q is not key=value", flag, kv)
-		}
-		if _, dup := out[k]; dup {
-			return nil, fmt.Errorf("%s: label %s given twice", flag, k)
-		}
-		out[k] = v
-	}
-	return out, nil
-}
+func parseLabelFlag(s string) (map[string]string, error) { return cliflags.KeyValues("--labels", s) }

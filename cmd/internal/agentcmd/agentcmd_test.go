@@ -1,4 +1,4 @@
-package main
+package agentcmd
 
 import (
 	"os"
@@ -37,7 +37,7 @@ func TestAgentCmdRefusesForeignCertificate(t *testing.T) {
 		}
 	}
 	run := func(args ...string) error {
-		cmd := newAgentCmd()
+		cmd := New("meteor agent")
 		cmd.SetArgs(args)
 		cmd.SetOut(os.Stderr)
 		cmd.SetErr(os.Stderr)
