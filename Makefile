@@ -72,8 +72,8 @@ bench-retail: build ## Row 5 only: the retail fleet, time to 50/90/99/100 % per 
 	$(GO) run ./bench/fleet -parts retail -name retail -meteor-bin $(BIN)
 
 .PHONY: bench-footprint
-bench-footprint: build ## Row 6: one idle agent, 10 min each on fiber and cellular: bytes a day, push latency, RSS, CPU, binary size (FOOTPRINT_FLAGS="-agent-bin bin/meteor-agent -duration 2m")
-	$(GO) run ./bench/footprint -meteor-bin $(BIN) $(FOOTPRINT_FLAGS)
+bench-footprint: build build-agent ## Row 6: one idle bin/meteor-agent, 10 min each on fiber and cellular: bytes a day, push latency, RSS, CPU, binary size (FOOTPRINT_FLAGS="-duration 2m")
+	$(GO) run ./bench/footprint -meteor-bin $(BIN) -agent-bin bin/meteor-agent $(FOOTPRINT_FLAGS)
 
 .PHONY: bench-intents
 bench-intents: build ## Intent writes/s and latency: Meteor vs a 3-member etcd (installs etcd-server if missing)

@@ -16,13 +16,12 @@ import (
 
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm"
-	"github.com/meteor-edge/meteor/internal/version"
 	"github.com/meteor-edge/meteor/scheduler"
 	"github.com/meteor-edge/meteor/wire"
 )
 
 // Version is the Meteor server version reported in gossip and the API.
-const Version = version.Version
+const Version = wire.ReleaseVersion
 
 // Server is one Meteor server node. It wires the server's components
 // together (docs/architecture.md, "Components of a server"): the Raft

@@ -13,6 +13,10 @@ import (
 // before any message is sent.
 const ALPN = "meteor/1"
 
+// ReleaseVersion is Meteor's release version, the one constant the server
+// (cluster.Version) and both binaries, meteor and meteor-agent, share.
+const ReleaseVersion = "0.1.0"
+
 // The protocol version this package implements. The major changes only
 // with an incompatible change (and a new ALPN); a minor adds message types,
 // extensions, enum values or flag bits that a peer of a lower minor never

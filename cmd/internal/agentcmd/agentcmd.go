@@ -16,7 +16,7 @@ import (
 	"github.com/meteor-edge/meteor/agent/driver"
 	"github.com/meteor-edge/meteor/cluster/pki"
 	"github.com/meteor-edge/meteor/cmd/internal/cliflags"
-	"github.com/meteor-edge/meteor/internal/version"
+	"github.com/meteor-edge/meteor/wire"
 )
 
 // New returns the agent command. path is how it is invoked: "meteor
@@ -106,7 +106,7 @@ resources may run. See docs/agent.md and docs/security.md.`,
 					return fmt.Errorf("--root: %w", err)
 				}
 			}
-			cfg.AgentVersion = "meteor-agent " + version.Version
+			cfg.AgentVersion = "meteor-agent " + wire.ReleaseVersion
 			if cfg.ExecPolicy, err = parseExecPolicy(execAllow, execEnvAllow); err != nil {
 				return err
 			}
