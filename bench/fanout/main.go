@@ -134,8 +134,8 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 			fmt.Fprintf(log, "SKIPPING the loss rows: %s\n", rep.LossSkipped)
 		} else {
 			defer func() {
-				if derr := lossy.close(); derr != nil {
-					fmt.Fprintf(log, "delete nft table %s: %v\n", lossy.name, derr)
+				if derr := lossy.Close(); derr != nil {
+					fmt.Fprintf(log, "delete nft table %s: %v\n", lossy.Name, derr)
 				}
 			}()
 		}

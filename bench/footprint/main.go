@@ -92,8 +92,8 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		fmt.Fprintf(log, "no nftables cross-check: %s\n", skipped)
 	} else {
 		defer func() {
-			if derr := counters.close(); derr != nil {
-				fmt.Fprintf(log, "delete nft table %s: %v\n", counters.name, derr)
+			if derr := counters.Close(); derr != nil {
+				fmt.Fprintf(log, "delete nft table %s: %v\n", counters.Name, derr)
 			}
 		}()
 	}
