@@ -361,7 +361,8 @@ func (cm *connManager) probeLoop(ctx context.Context, conn *quic.Conn, current s
 	for {
 		// Wait for the next round, checking the session's RTT every
 		// base interval meanwhile (a local read).
-		for waited := time.Duration(0); waited < sched.interval; {
+		degraded := false
+		for waited := time.Duration(0); waited < sched.interval && !degraded; {
 			step := min(sched.base, sched.interval-waited)
 			select {
 			case <-ctx.Done():
@@ -371,7 +372,7 @@ func (cm *connManager) probeLoop(ctx context.Context, conn *quic.Conn, current s
 			waited += step
 			if srtt := conn.ConnectionStats().SmoothedRTT; sched.degraded(srtt) {
 				cm.log.Debug("the session's RTT grew: probing now", "server_addr", current, "rtt", srtt, "was", sched.baseline)
-				break
+				degraded = true
 			}
 		}
 		rtts := cm.probeRound(ctx)
@@ -391,7 +392,7 @@ func (cm *connManager) probeLoop(ctx context.Context, conn *quic.Conn, current s
 			}
 			return
 		}
-		sched.after(contender, conn.ConnectionStats().SmoothedRTT)
+		sched.after(contender || degraded, conn.ConnectionStats().SmoothedRTT)
 	}
 }
 
@@ -405,7 +406,6 @@ type probeSchedule struct {
 	hyst      hysteresis
 	interval  time.Duration // until the next round
 	baseline  time.Duration // the session's smoothed RTT at the last round
-	degradedB bool          // the current wait was cut short by degradation
 }
 
 func (p *probeSchedule) reset(srtt time.Duration) { p.interval, p.baseline = p.base, srtt }
@@ -413,23 +413,18 @@ func (p *probeSchedule) reset(srtt time.Duration) { p.interval, p.baseline = p.b
 // degraded reports whether srtt is clearly worse than the baseline, by
 // the hysteresis' ratio and margin.
 func (p *probeSchedule) degraded(srtt time.Duration) bool {
-	if p.hyst.clearlyBetter(p.baseline, srtt) {
-		p.degradedB = true
-		return true
-	}
-	return false
+	return p.hyst.clearlyBetter(p.baseline, srtt)
 }
 
-// after sets the next interval once a round is done: contender, if a
-// server looked clearly nearer in it.
-func (p *probeSchedule) after(contender bool, srtt time.Duration) {
-	switch {
-	case contender || p.degradedB:
+// after sets the next interval once a round is done: urgent if a server
+// looked clearly nearer in it, or the session's RTT had degraded.
+func (p *probeSchedule) after(urgent bool, srtt time.Duration) {
+	if urgent {
 		p.interval = p.base
-	default:
+	} else {
 		p.interval = min(2*p.interval, p.max)
 	}
-	p.baseline, p.degradedB = srtt, false
+	p.baseline = srtt
 }
 
 // probeRound measures every configured server concurrently with a

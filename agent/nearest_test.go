@@ -110,9 +110,12 @@ func TestProbeSchedule(t *testing.T) {
 	if !p.degraded(80 * ms) {
 		t.Fatal("a session RTT of 80 ms over a 20 ms baseline is not degradation")
 	}
-	p.after(false, 80*ms)
+	p.after(true, 80*ms) // the round the degradation brought forward
 	if p.interval != time.Minute || p.baseline != 80*ms {
 		t.Fatalf("after degradation: interval %v, baseline %v; want the base and the new RTT", p.interval, p.baseline)
+	}
+	if p.degraded(80 * ms) {
+		t.Fatal("the new RTT is still taken for degradation once it is the baseline")
 	}
 	p.after(false, 80*ms)
 	if p.interval != 2*time.Minute {

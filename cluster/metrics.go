@@ -167,7 +167,7 @@ func (m *serverMetrics) instrument(clock Clock, next http.Handler) http.Handler 
 // state wants (an event stream, a blocking read): its time says nothing
 // of the server's, and is left out of the latency histogram.
 func waits(r *http.Request) bool {
-	return r.Pattern == "GET /v1/events" || r.URL.Query().Has("index")
+	return r.Pattern == "GET /v1/events" || r.URL.RawQuery != "" && r.URL.Query().Has("index")
 }
 
 // statusRecorder remembers the status code a handler answered with. It

@@ -215,7 +215,8 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 const ResourceCorrected = "corrected"
 
 // correctionsGrown returns the resources of a report whose drift
-// correction count grew over what is stored, with the new count. A count
+// correction count grew over what is stored (cur, sorted by key as
+// MergeResources leaves it), with the new count. A count
 // that fell is an agent that restarted (it counts from its start).
 func correctionsGrown(cur, update []ResourceStatus) map[string]uint32 {
 	var out map[string]uint32
@@ -224,11 +225,8 @@ func correctionsGrown(cur, update []ResourceStatus) map[string]uint32 {
 			continue
 		}
 		var was uint32
-		for _, c := range cur {
-			if c.Key == u.Key {
-				was = c.Corrections
-				break
-			}
+		if i, ok := slices.BinarySearchFunc(cur, u.Key, func(c ResourceStatus, key string) int { return strings.Compare(c.Key, key) }); ok {
+			was = cur[i].Corrections
 		}
 		if u.Corrections > was {
 			if out == nil {

@@ -22,15 +22,7 @@ func TestEventsAreTheSameOnEveryReplica(t *testing.T) {
 	for i, cmd := range log {
 		a.Apply(uint64(i+1), cmd)
 	}
-	for i := 0; i < len(log); {
-		n := min(1+i%5, len(log)-i)
-		idx := make([]uint64, n)
-		for j := range idx {
-			idx[j] = uint64(i + j + 1)
-		}
-		b.ApplyBatch(idx, log[i:i+n])
-		i += n
-	}
+	applyInBatches(b, log, 5)
 	ea, eb := allEvents(a), allEvents(b)
 	if d := cmp.Diff(ea, eb); d != "" {
 		t.Fatalf("replicas' events differ (-one at a time +batched):\n%s", d)

@@ -226,6 +226,20 @@ func snapshotBytes(t testing.TB, f *FSM) []byte {
 	return buf.Bytes()
 }
 
+// applyInBatches applies log from index 1 in batches of 1 to most
+// commands, their sizes varying.
+func applyInBatches(f *FSM, log [][]byte, most int) {
+	for i := 0; i < len(log); {
+		n := min(1+i%most, len(log)-i)
+		idx := make([]uint64, n)
+		for j := range idx {
+			idx[j] = uint64(i + j + 1)
+		}
+		f.ApplyBatch(idx, log[i:i+n])
+		i += n
+	}
+}
+
 func TestDeterminism(t *testing.T) {
 	for seed := uint64(1); seed <= 5; seed++ {
 		log := randomLog(t, seed, 400)
@@ -234,15 +248,7 @@ func TestDeterminism(t *testing.T) {
 			a.Apply(uint64(i+1), cmd)
 		}
 		// The same log in batches of varying size gives the same state.
-		for i := 0; i < len(log); {
-			n := min(1+i%7, len(log)-i)
-			idx := make([]uint64, n)
-			for j := range idx {
-				idx[j] = uint64(i + j + 1)
-			}
-			b.ApplyBatch(idx, log[i:i+n])
-			i += n
-		}
+		applyInBatches(b, log, 7)
 		sa, sb := snapshotBytes(t, a), snapshotBytes(t, b)
 		if !bytes.Equal(sa, sb) {
 			t.Fatalf("seed %d: snapshots differ:\n%s", seed, cmp.Diff(string(sa), string(sb)))

@@ -98,7 +98,7 @@ func (p *eventPrinter) print(e api.Event) error {
 		p.header = true
 		fmt.Fprintf(p.w, "%-12s %-8s %-9s %-13s %-24s %s\n", "ID", "TIME", "KIND", "ACTION", "SUBJECT", "DETAIL")
 	}
-	_, err := fmt.Fprintf(p.w, "%-12s %-8s %-9s %-13s %-24s %s\n", e.ID, eventTime(e.Time), e.Kind, or(e.Action, "-"), eventSubject(e), eventDetail(e))
+	_, err := fmt.Fprintf(p.w, "%-12s %-8s %-9s %-13s %-24s %s\n", e.ID, eventTime(e.Time), e.Kind, orDash(e.Action), eventSubject(e), eventDetail(e))
 	return err
 }
 
@@ -107,13 +107,6 @@ func eventTime(t time.Time) string {
 		return "-"
 	}
 	return t.Local().Format("15:04:05")
-}
-
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // eventSubject names what the event is about: the intent and its
