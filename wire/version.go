@@ -27,9 +27,13 @@ const ReleaseVersion = "0.1.0"
 //     ResourceState instead of a state name at the start of its Detail.
 //   - 1.2: Report flag bit 2 (corrections): each resource report carries
 //     how many times the agent corrected its drift.
+//   - 1.3: Ping and Pong (application keep-alives, which the server uses
+//     to judge the session's liveness, and the NAT binding test), and
+//     Report flag bit 3 (traffic): the agent's own count of the bytes it
+//     exchanged with each server.
 const (
 	ProtocolMajor uint16 = 1
-	ProtocolMinor uint16 = 2
+	ProtocolMinor uint16 = 3
 )
 
 // MinorReportStates is the first minor whose Reports may carry typed
@@ -39,6 +43,14 @@ const MinorReportStates uint16 = 1
 // MinorReportCorrections is the first minor whose Reports may carry drift
 // correction counts (Report.Corrections).
 const MinorReportCorrections uint16 = 2
+
+// MinorKeepAlive is the first minor with Ping and Pong: an agent of a
+// session at a lower minor leaves keep-alives to QUIC.
+const MinorKeepAlive uint16 = 3
+
+// MinorReportTraffic is the first minor whose Reports may carry the
+// agent's traffic counters (Report.Traffic).
+const MinorReportTraffic uint16 = 3
 
 // QUIC application close codes. 0x1-0x5 equal the refusal Code of the
 // same name.
