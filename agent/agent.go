@@ -33,6 +33,9 @@ type Agent struct {
 	cert atomic.Pointer[tls.Certificate]
 	// refused0RTT counts connections whose 0-RTT data a server refused.
 	refused0RTT atomic.Int64
+	// binding is what the agent learned of its path's NAT binding; the
+	// session goroutine of the moment uses it.
+	binding *bindingLearner
 
 	// Set by Run before its goroutines start, read by them.
 	j   *journal.Journal
@@ -62,6 +65,8 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	a.st = newStatusStore(id)
+	a.binding = newBindingLearner(cfg.KeepAliveMin, cfg.KeepAliveMax)
+	a.st.update(func(st *Status) { st.KeepAliveInterval, st.NATBindingVerified = a.binding.interval(), a.binding.safe })
 	cert := cfg.Certificate
 	if cert.Leaf == nil {
 		// certDeviceID parsed it already.

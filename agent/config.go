@@ -70,16 +70,19 @@ type Config struct {
 	Clock Clock
 
 	// PullInterval is how often the agent pulls without a Notify, unless
-	// the server's Welcome names one. Default 30 s.
+	// the server's Welcome names one. Default 10 min: pushes are what
+	// bring changes; the pull is the check that none was missed.
 	PullInterval time.Duration
-	// ReportInterval bounds the time between two full reports while
-	// nothing changes. Default 60 s.
+	// ReportInterval bounds the time between two full reports. Reports
+	// in between carry only what changed, and an idle device sends none;
+	// the full one checks what the server holds. Default 6 h.
 	ReportInterval time.Duration
 	// ReportResendMin is the first wait before a report the server has
 	// not acknowledged is sent again on the same connection (a server
 	// that cannot commit it, during an election, sends no ReportAck). The
-	// wait is jittered and doubles up to ReportInterval. Default 1 s.
-	ReportResendMin time.Duration
+	// wait is jittered and doubles up to ReportResendMax. Defaults 1 s
+	// and 60 s.
+	ReportResendMin, ReportResendMax time.Duration
 	// ProbeInterval is the default cadence at which applied resources are
 	// re-read (drift) and re-probed (effective state). Default 60 s.
 	ProbeInterval time.Duration
@@ -99,16 +102,30 @@ type Config struct {
 	// Welcome). Default wire.HandshakeIdleTimeout.
 	DialTimeout time.Duration
 	// RTTProbeInterval is how often, while connected, the agent first
-	// measures the round-trip time to every server with a short (resumed)
-	// handshake. While the choice is stable (no server looks clearly
+	// measures the round-trip time to every other server with a short
+	// (resumed) handshake; the session's own RTT stands for its server's. While the choice is stable (no server looks clearly
 	// nearer) the interval doubles after each round, up to
 	// RTTProbeMaxInterval; it drops back when a server looks nearer or the
 	// current session's RTT grows clearly. Default 60 s; negative disables
 	// re-probing.
 	RTTProbeInterval time.Duration
-	// RTTProbeMaxInterval caps that backoff. Default 30 min; below
-	// RTTProbeInterval it is RTTProbeInterval (no backoff).
+	// RTTProbeMaxInterval caps that backoff. A connection whose handshake
+	// race measured every server and found none nearer starts at the cap.
+	// Default 6 h; below RTTProbeInterval it is RTTProbeInterval (no
+	// backoff).
 	RTTProbeMaxInterval time.Duration
+	// KeepAliveMin and KeepAliveMax bound the interval of the agent's own
+	// keep-alives (protocol 1.3). The agent starts at KeepAliveMin and
+	// learns, with NAT binding tests, how long its path may stay silent,
+	// spacing keep-alives up to KeepAliveMax. Defaults
+	// wire.KeepAliveStart (25 s) and 4 min; KeepAliveMax at or below
+	// KeepAliveMin turns learning off.
+	KeepAliveMin, KeepAliveMax time.Duration
+	// KeepAliveTimeout is how long after a keep-alive the agent waits for
+	// any packet from its server before it takes the server, or the path,
+	// for dead and connects again. Default 30 s.
+	KeepAliveTimeout time.Duration
+
 	// SwitchRatio and SwitchMargin are the hysteresis of the nearest-server
 	// choice: the agent moves only to a server whose RTT is lower than the
 	// current one's by more than SwitchRatio (a fraction) and by more than
@@ -130,16 +147,19 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultPullInterval     = 30 * time.Second
-	DefaultReportInterval   = 60 * time.Second
+	DefaultPullInterval     = 10 * time.Minute
+	DefaultReportInterval   = 6 * time.Hour
 	DefaultReportResendMin  = time.Second
+	DefaultReportResendMax  = 60 * time.Second
 	DefaultProbeInterval    = 60 * time.Second
 	DefaultRetryMin         = time.Second
 	DefaultRetryMax         = 5 * time.Minute
 	DefaultBackoffMin       = 500 * time.Millisecond
 	DefaultBackoffMax       = 30 * time.Second
 	DefaultRTTProbeInterval = 60 * time.Second
-	DefaultRTTProbeMax      = 30 * time.Minute
+	DefaultRTTProbeMax      = 6 * time.Hour
+	DefaultKeepAliveMax     = 4 * time.Minute
+	DefaultKeepAliveTimeout = 30 * time.Second
 	DefaultSwitchRatio      = 0.3
 	DefaultSwitchMargin     = 5 * time.Millisecond
 	DefaultSwitchProbes     = 3
@@ -152,6 +172,7 @@ func DefaultConfig() Config {
 		PullInterval:        DefaultPullInterval,
 		ReportInterval:      DefaultReportInterval,
 		ReportResendMin:     DefaultReportResendMin,
+		ReportResendMax:     DefaultReportResendMax,
 		ProbeInterval:       DefaultProbeInterval,
 		RetryMin:            DefaultRetryMin,
 		RetryMax:            DefaultRetryMax,
@@ -160,6 +181,9 @@ func DefaultConfig() Config {
 		DialTimeout:         wire.HandshakeIdleTimeout,
 		RTTProbeInterval:    DefaultRTTProbeInterval,
 		RTTProbeMaxInterval: DefaultRTTProbeMax,
+		KeepAliveMin:        wire.KeepAliveStart,
+		KeepAliveMax:        DefaultKeepAliveMax,
+		KeepAliveTimeout:    DefaultKeepAliveTimeout,
 		SwitchRatio:         DefaultSwitchRatio,
 		SwitchMargin:        DefaultSwitchMargin,
 		SwitchProbes:        DefaultSwitchProbes,
@@ -200,9 +224,11 @@ func (c Config) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"pull interval": c.PullInterval, "report interval": c.ReportInterval, "report resend min": c.ReportResendMin,
-		"probe interval": c.ProbeInterval, "retry min": c.RetryMin, "retry max": c.RetryMax,
+		"report resend max": c.ReportResendMax,
+		"probe interval":    c.ProbeInterval, "retry min": c.RetryMin, "retry max": c.RetryMax,
 		"backoff min": c.BackoffMin, "backoff max": c.BackoffMax, "dial timeout": c.DialTimeout,
 		"switch margin": c.SwitchMargin, "rtt probe max interval": c.RTTProbeMaxInterval,
+		"keep-alive min": c.KeepAliveMin, "keep-alive max": c.KeepAliveMax, "keep-alive timeout": c.KeepAliveTimeout,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
@@ -242,6 +268,8 @@ func (c Config) withDefaults() Config {
 	set(&c.PullInterval, def.PullInterval)
 	set(&c.ReportInterval, def.ReportInterval)
 	set(&c.ReportResendMin, def.ReportResendMin)
+	set(&c.ReportResendMax, def.ReportResendMax)
+	c.ReportResendMax = max(c.ReportResendMax, c.ReportResendMin)
 	set(&c.ProbeInterval, def.ProbeInterval)
 	set(&c.RetryMin, def.RetryMin)
 	set(&c.RetryMax, def.RetryMax)
@@ -251,6 +279,10 @@ func (c Config) withDefaults() Config {
 	set(&c.RTTProbeInterval, def.RTTProbeInterval)
 	set(&c.RTTProbeMaxInterval, def.RTTProbeMaxInterval)
 	c.RTTProbeMaxInterval = max(c.RTTProbeMaxInterval, c.RTTProbeInterval)
+	set(&c.KeepAliveMin, def.KeepAliveMin)
+	set(&c.KeepAliveMax, def.KeepAliveMax)
+	c.KeepAliveMax = max(c.KeepAliveMax, c.KeepAliveMin)
+	set(&c.KeepAliveTimeout, def.KeepAliveTimeout)
 	set(&c.SwitchMargin, def.SwitchMargin)
 	if c.SwitchRatio == 0 {
 		c.SwitchRatio = def.SwitchRatio

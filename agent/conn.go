@@ -63,6 +63,7 @@ type connManager struct {
 // serverInfo is what the agent knows of one server address.
 type serverInfo struct {
 	rtt          time.Duration // last measured; 0: unknown
+	measuredAt   time.Time     // when rtt was measured
 	failures     int           // consecutive failures, for backoff
 	penaltyUntil time.Time     // not tried before this
 }
@@ -358,6 +359,8 @@ func (cm *connManager) probeLoop(ctx context.Context, conn *quic.Conn, current s
 	cm.mu.Unlock()
 	sched := probeSchedule{base: cm.cfg.RTTProbeInterval, max: cm.cfg.RTTProbeMaxInterval, hyst: cm.hyst}
 	sched.reset(conn.ConnectionStats().SmoothedRTT)
+	start := cm.cfg.Clock.Now()
+	first := true
 	for {
 		// Wait for the next round, checking the session's RTT every
 		// base interval meanwhile (a local read).
@@ -373,12 +376,23 @@ func (cm *connManager) probeLoop(ctx context.Context, conn *quic.Conn, current s
 			if srtt := conn.ConnectionStats().SmoothedRTT; sched.degraded(srtt) {
 				cm.log.Debug("the session's RTT grew: probing now", "server_addr", current, "rtt", srtt, "was", sched.baseline)
 				degraded = true
+			} else if first && cm.confirmed(current, start) {
+				// The handshakes of this connect measured every server
+				// and chose the nearest: nothing to confirm soon.
+				first = false
+				sched.interval = sched.max
 			}
+			first = false
 		}
-		rtts := cm.probeRound(ctx)
+		rtts := cm.probeRound(ctx, current)
 		if ctx.Err() != nil {
 			return
 		}
+		// The session's own RTT stands for the current server's: no
+		// handshake needed to learn it.
+		srtt := conn.ConnectionStats().SmoothedRTT
+		cm.recordRTT(current, srtt)
+		rtts[current] = srtt
 		cm.a.st.update(func(s *Status) { s.ProbeRounds++ })
 		cm.mu.Lock()
 		target := cm.hyst.round(current, rtts, cm.streak)
@@ -427,15 +441,41 @@ func (p *probeSchedule) after(urgent bool, srtt time.Duration) {
 	p.baseline = srtt
 }
 
-// probeRound measures every configured server concurrently with a
-// handshake and no stream, and returns the RTTs of those that answered.
-func (cm *connManager) probeRound(ctx context.Context) map[string]time.Duration {
+// confirmed reports whether every configured server's RTT was measured
+// since start (the race of handshakes that made the connection to current)
+// and none is clearly nearer than current.
+func (cm *connManager) confirmed(current string, start time.Time) bool {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	cur := cm.info[current]
+	if cur == nil || cur.rtt <= 0 {
+		return false
+	}
+	for _, addr := range cm.order {
+		si := cm.info[addr]
+		if si.rtt <= 0 || si.measuredAt.Before(start.Add(-cm.cfg.DialTimeout)) {
+			return false
+		}
+		if addr != current && cm.hyst.clearlyBetter(si.rtt, cur.rtt) {
+			return false
+		}
+	}
+	return true
+}
+
+// probeRound measures every configured server but skip (the current one)
+// concurrently with a handshake and no stream, and returns the RTTs of
+// those that answered.
+func (cm *connManager) probeRound(ctx context.Context, skip string) map[string]time.Duration {
 	pctx, cancel := context.WithTimeout(ctx, cm.cfg.DialTimeout)
 	defer cancel()
 	var mu sync.Mutex
 	rtts := map[string]time.Duration{}
 	var wg sync.WaitGroup
 	for _, addr := range cm.order {
+		if addr == skip {
+			continue
+		}
 		wg.Go(func() {
 			conn, rtt, err := cm.measure(pctx, addr)
 			if err != nil {
@@ -457,7 +497,7 @@ func (cm *connManager) probeRound(ctx context.Context) map[string]time.Duration 
 func (cm *connManager) recordRTT(addr string, rtt time.Duration) {
 	cm.mu.Lock()
 	if si := cm.info[addr]; si != nil {
-		si.rtt = rtt
+		si.rtt, si.measuredAt = rtt, cm.cfg.Clock.Now()
 	}
 	cm.mu.Unlock()
 	cm.a.st.update(func(s *Status) {

@@ -12,11 +12,17 @@ import (
 	"github.com/meteor-edge/meteor/wire"
 )
 
-// reporter turns the status view into full reports queued in the journal.
-// Every report is full (it lists every resource the agent has), so a new
-// one supersedes all earlier unacknowledged ones: the journal keeps only
-// the newest (journal.ReplaceReports), with a sequence number above every
-// earlier one. The session sends it and drops it on ReportAck.
+// reporter turns the status view into reports queued in the journal.
+// A report carries every resource whose entry changed since the last
+// report the server acknowledged (its baseline), so a new one supersedes
+// all earlier unacknowledged ones: the journal keeps only the newest
+// (journal.ReplaceReports), with a sequence number above every earlier
+// one. A report is full (every resource, Report.Full) when there is no
+// baseline (the agent started, or a new session began), when a resource
+// is gone since the baseline (only a full report says so), and every
+// interval, as a check of what the server holds; otherwise it is
+// partial, and an idle device sends none at all. The session sends it and
+// drops it on ReportAck, telling the reporter (acked).
 type reporter struct {
 	j        *journal.Journal
 	st       *statusStore
@@ -26,9 +32,23 @@ type reporter struct {
 	// ready tells the session that a report was queued; capacity 1.
 	ready chan struct{}
 
-	mu     sync.Mutex
-	last   []byte    // body of the last report queued; guarded by mu
-	lastAt time.Time // when it was queued; guarded by mu
+	mu       sync.Mutex
+	last     []byte    // body of the last full view queued; guarded by mu
+	lastFull time.Time // when the last full report was queued; guarded by mu
+	// baseline is the view of the newest report the server acknowledged,
+	// by resource key; nil: none known. queued are the views of the
+	// reports queued since, oldest first. Guarded by mu.
+	baseline map[string]wire.ResourceReport
+	queued   []queuedView
+}
+
+// maxQueuedViews bounds reporter.queued.
+const maxQueuedViews = 16
+
+// queuedView is the full view a queued report was made from.
+type queuedView struct {
+	seq       uint64
+	resources map[string]wire.ResourceReport
 }
 
 func newReporter(j *journal.Journal, st *statusStore, clock Clock, interval time.Duration, log hclog.Logger) *reporter {
@@ -36,52 +56,105 @@ func newReporter(j *journal.Journal, st *statusStore, clock Clock, interval time
 }
 
 // maybeQueue queues a report when the view changed since the last one or
-// the report interval elapsed, and returns when the next periodic report
+// the full-report interval elapsed, and returns when the next full report
 // is due.
 func (rp *reporter) maybeQueue() (due time.Time, err error) {
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
-	body, err := rp.body()
+	rep, body, err := rp.view()
 	now := rp.clock.Now()
 	if err != nil {
 		return now.Add(rp.interval), err
 	}
-	if rp.last == nil || !bytes.Equal(body, rp.last) || !now.Before(rp.lastAt.Add(rp.interval)) {
-		if err := rp.queueLocked(body, 0, now); err != nil {
+	full := !now.Before(rp.lastFull.Add(rp.interval))
+	if rp.last == nil || full || !bytes.Equal(body, rp.last) {
+		if err := rp.queueLocked(rep, body, full, 0, now); err != nil {
 			return now, err
 		}
 	}
-	return rp.lastAt.Add(rp.interval), nil
+	return rp.lastFull.Add(rp.interval), nil
 }
 
-// queue queues a report of the current view whatever changed, numbered
-// above after (the server's accepted seq).
+// queue queues a full report of the current view whatever changed,
+// numbered above after (the server's accepted seq): a new session starts
+// with one.
 func (rp *reporter) queue(after uint64) error {
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
-	body, err := rp.body()
+	rep, body, err := rp.view()
 	if err != nil {
 		return err
 	}
-	return rp.queueLocked(body, after, rp.clock.Now())
+	return rp.queueLocked(rep, body, true, after, rp.clock.Now())
 }
 
-// body encodes a report of the current view (Seq left zero).
-func (rp *reporter) body() ([]byte, error) {
+// acked tells the reporter that the server applied the reports up to
+// seq: the newest view queued at or below it is the new baseline.
+func (rp *reporter) acked(seq uint64) {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	i := 0
+	for ; i < len(rp.queued) && rp.queued[i].seq <= seq; i++ {
+		rp.baseline = rp.queued[i].resources
+	}
+	rp.queued = rp.queued[i:]
+}
+
+// view returns a full report of the current view (Seq left zero) and its
+// encoding.
+func (rp *reporter) view() (*wire.Report, []byte, error) {
 	rep := rp.st.report()
 	if !fitReport(rep) {
-		return nil, fmt.Errorf("report of %d resources does not fit a %d-byte frame", len(rep.Resources), wire.DefaultMaxFrameSize)
+		return nil, nil, fmt.Errorf("report of %d resources does not fit a %d-byte frame", len(rep.Resources), wire.DefaultMaxFrameSize)
 	}
-	return rep.Append(nil), nil
+	return rep, rep.Append(nil), nil
 }
 
-func (rp *reporter) queueLocked(body []byte, after uint64, now time.Time) error {
-	seq, err := rp.j.ReplaceReports(after, body)
+// queueLocked queues rep, a full view encoded as body: whole if full is
+// set or it must be, otherwise only the resources changed since the
+// baseline.
+func (rp *reporter) queueLocked(rep *wire.Report, body []byte, full bool, after uint64, now time.Time) error {
+	resources := make(map[string]wire.ResourceReport, len(rep.Resources))
+	for _, r := range rep.Resources {
+		resources[r.Key] = r
+	}
+	if !full && rp.baseline != nil {
+		for k := range rp.baseline {
+			if _, ok := resources[k]; !ok {
+				full = true // a resource is gone: only a full report says so
+				break
+			}
+		}
+	}
+	out := body
+	if !full && rp.baseline != nil {
+		part := *rep
+		part.Full, part.Resources = false, nil
+		for _, r := range rep.Resources {
+			if b, ok := rp.baseline[r.Key]; !ok || b != r {
+				part.Resources = append(part.Resources, r)
+			}
+		}
+		out = part.Append(nil)
+	} else {
+		full = true
+	}
+	seq, err := rp.j.ReplaceReports(after, out)
 	if err != nil {
 		return err
 	}
-	rp.last, rp.lastAt = body, now
-	rp.log.Debug("report queued", "seq", seq)
+	rp.last = body
+	if full {
+		rp.lastFull = now
+	}
+	rp.queued = append(rp.queued, queuedView{seq: seq, resources: resources})
+	if len(rp.queued) > maxQueuedViews {
+		// Unacknowledged for long (no server reachable): forgetting the
+		// oldest only keeps the baseline older than the server's state,
+		// so later partial reports carry more than they must, never less.
+		rp.queued = rp.queued[len(rp.queued)-maxQueuedViews:]
+	}
+	rp.log.Debug("report queued", "seq", seq, "full", full)
 	select {
 	case rp.ready <- struct{}{}:
 	default:

@@ -50,15 +50,29 @@ type session struct {
 	retried0RTT bool
 	pullOut     bool                            // a Pull awaits its Delta
 	pullInv     map[string]wire.AppliedResource // inventory of that Pull; nil: none sent
-	pullAgain   bool                            // pull once the outstanding Delta arrived
-	repulled    bool                            // pulled again for unresolved keys
-	partial     *wire.Delta                     // frames of an incomplete Delta
-	sentSeq     uint64                          // highest report seq sent or accepted
-	reportOut   bool                            // a report sent awaits its ReportAck
-	resend      resendBackoff                   // wait before sending it again
-	resendTimer <-chan time.Time                // set while reportOut
+	// sentInv is the inventory last sent on this connection (Hello or
+	// Pull), which the server diffs Deltas against until another comes;
+	// nil: none sent. A Pull carries the inventory only when it changed.
+	sentInv     map[string]wire.AppliedResource
+	pullAgain   bool             // pull once the outstanding Delta arrived
+	repulled    bool             // pulled again for unresolved keys
+	partial     *wire.Delta      // frames of an incomplete Delta
+	sentSeq     uint64           // highest report seq sent or accepted
+	reportOut   bool             // a report sent awaits its ReportAck
+	resend      resendBackoff    // wait before sending it again
+	resendTimer <-chan time.Time // set while reportOut
 	pullEvery   time.Duration
 	pullTimer   <-chan time.Time
+	ka          keepAlive // the session's own keep-alives (1.3)
+}
+
+// send writes a message on the control stream.
+func (s *session) send(m wire.Message) error {
+	if err := s.w.Write(m); err != nil {
+		return err
+	}
+	s.wrote()
+	return nil
 }
 
 // frameReader decodes frames from the control stream into a channel.
@@ -105,7 +119,7 @@ func (fr *frameReader) close() {
 func (a *Agent) runSession(ctx context.Context, conn *quic.Conn, addr string, switchCh <-chan string) sessionEnd {
 	s := &session{
 		a: a, j: a.j, conn: conn, addr: addr, log: a.log.Named("session").With("server_addr", addr), switchCh: switchCh,
-		resend: resendBackoff{min: a.cfg.ReportResendMin, max: a.cfg.ReportInterval},
+		resend: resendBackoff{min: a.cfg.ReportResendMin, max: a.cfg.ReportResendMax},
 	}
 	end := s.run(ctx)
 	code, reason := wire.CloseNormal, ""
@@ -166,6 +180,15 @@ func (s *session) run(ctx context.Context) sessionEnd {
 			if err := s.resendReports(); err != nil {
 				return s.end(err)
 			}
+		case <-s.ka.timer:
+			s.ka.timer = nil
+			if err := s.keepAliveTick(); err != nil {
+				return s.end(err)
+			}
+		case <-s.ka.dead:
+			if err := s.deadCheck(); err != nil {
+				return s.end(err)
+			}
 		case to := <-s.switchCh:
 			return sessionEnd{established: s.welcomed, switchTo: to}
 		}
@@ -208,7 +231,7 @@ func (s *session) reopen(ctx context.Context) error {
 		return fmt.Errorf("handshake after refused 0-RTT: %w", wire.FromQUICError(err))
 	}
 	s.conn = conn
-	s.pullOut, s.pullInv, s.partial = false, nil, nil
+	s.pullOut, s.pullInv, s.partial, s.sentInv = false, nil, nil, nil
 	if err := s.openOnce(); err != nil {
 		return wire.FromQUICError(err)
 	}
@@ -234,8 +257,12 @@ func (s *session) openOnce() error {
 		return err
 	}
 	hello.Early = !wire.HandshakeDone(s.conn)
-	if err := s.w.Write(hello); err != nil {
+	if err := s.send(hello); err != nil {
 		return err
+	}
+	s.sentInv = nil
+	if hello.Inventory {
+		s.sentInv = inventoryMap(hello.Applied)
 	}
 	s.log.Debug("sent Hello", "early", hello.Early, "session", hex.EncodeToString(hello.SessionID[:]),
 		"acked_revision", hello.AckedRevision, "inventory", len(hello.Applied))
@@ -306,26 +333,55 @@ func (s *session) pull() error {
 		return err
 	}
 	p := &wire.Pull{KnownRevision: known, Inventory: true, Applied: inv}
-	if wire.FrameLen(p) > wire.DefaultMaxFrameSize {
+	same := s.sentInv != nil && sameInventory(s.sentInv, inv)
+	switch {
+	case same:
+		// The server diffs against the inventory it has from this
+		// connection, which is still the agent's.
+		p.Inventory, p.Applied = false, nil
+	case wire.FrameLen(p) > wire.DefaultMaxFrameSize:
 		s.log.Warn("inventory too large for a Pull; pulling by revision only", "resources", len(inv))
 		p.Inventory, p.Applied = false, nil
 	}
-	if err := s.w.Write(p); err != nil {
+	if err := s.send(p); err != nil {
 		return err
 	}
 	s.pullOut, s.pullAgain = true, false
 	s.pullInv = nil
-	if p.Inventory {
-		s.pullInv = make(map[string]wire.AppliedResource, len(inv))
-		for _, r := range inv {
-			s.pullInv[r.Key] = r
-		}
+	switch {
+	case p.Inventory:
+		s.sentInv = inventoryMap(inv)
+		s.pullInv = s.sentInv
+	case same:
+		s.pullInv = s.sentInv
 	}
 	if s.welcomed {
 		s.pullTimer = s.a.cfg.Clock.After(s.pullEvery)
 	}
 	s.log.Debug("sent Pull", "known_revision", known, "inventory", len(p.Applied))
 	return nil
+}
+
+// inventoryMap indexes an inventory by key.
+func inventoryMap(inv []wire.AppliedResource) map[string]wire.AppliedResource {
+	m := make(map[string]wire.AppliedResource, len(inv))
+	for _, r := range inv {
+		m[r.Key] = r
+	}
+	return m
+}
+
+// sameInventory reports whether inv lists exactly the resources of m.
+func sameInventory(m map[string]wire.AppliedResource, inv []wire.AppliedResource) bool {
+	if len(m) != len(inv) {
+		return false
+	}
+	for _, r := range inv {
+		if m[r.Key] != r {
+			return false
+		}
+	}
+	return true
 }
 
 // handle acts on one message; done is true when the session ends.
@@ -355,6 +411,8 @@ func (s *session) handle(m wire.Message) (end sessionEnd, done bool) {
 		err = s.onDelta(m)
 	case *wire.ReportAck:
 		err = s.onReportAck(m)
+	case *wire.Pong:
+		err = s.onPong(m)
 	default:
 		err = protocolErrorf("unexpected %s from the server", m.Type())
 	}
@@ -379,6 +437,9 @@ func (s *session) onWelcome(m *wire.Welcome) error {
 	}
 	s.welcomed = true
 	s.minor = min(m.Minor, wire.ProtocolMinor)
+	if err := s.startKeepAlive(); err != nil {
+		return err
+	}
 	newSession := old.ID != sid
 	s.log = s.log.With("session", sid)
 	s.log.Info("session established", "server", m.ServerID, "resumed", !newSession,
@@ -398,6 +459,7 @@ func (s *session) onWelcome(m *wire.Welcome) error {
 		if err := s.j.AckReports(min(m.AcceptedReportSeq, old.LastReportSeq)); err != nil {
 			return err
 		}
+		s.a.rp.acked(m.AcceptedReportSeq)
 	}
 	pending, err := s.j.PendingReports()
 	if err != nil {
@@ -512,7 +574,7 @@ func (s *session) applyDelta(d *wire.Delta, inv map[string]wire.AppliedResource)
 		if err := s.j.AckRevision(d.TargetRevision); err != nil {
 			return err
 		}
-		if err := s.w.Write(&wire.Ack{Revision: d.TargetRevision}); err != nil {
+		if err := s.send(&wire.Ack{Revision: d.TargetRevision}); err != nil {
 			return err
 		}
 	}
@@ -535,6 +597,7 @@ func (s *session) onReportAck(m *wire.ReportAck) error {
 	if err := s.j.AckReports(min(m.Seq, sess.LastReportSeq)); err != nil {
 		return err
 	}
+	s.a.rp.acked(m.Seq)
 	s.log.Debug("reports acknowledged", "seq", m.Seq)
 	if m.Seq < s.sentSeq {
 		return nil // the report in flight is still unacknowledged
@@ -587,7 +650,7 @@ func (s *session) writeReports(after uint64) error {
 		if s.minor < wire.MinorReportStates {
 			rep = legacyReport(rep) // a 1.0 server refuses typed states
 		}
-		if err := s.w.Write(rep); err != nil {
+		if err := s.send(rep); err != nil {
 			return err
 		}
 		s.sentSeq, sent = max(s.sentSeq, p.Seq), true

@@ -19,7 +19,7 @@ const waitLong = 15 * time.Second
 func reportOf(c *testCluster, rev uint64, n int, status string) func() bool {
 	return func() bool {
 		r := c.lastReport()
-		return r != nil && r.DesiredRevision == rev && len(r.Resources) == n && r.Status == status && r.Full
+		return r != nil && r.DesiredRevision == rev && len(r.Resources) == n && r.Status == status
 	}
 }
 

@@ -77,6 +77,16 @@ type Status struct {
 	Switches, Connects int
 	// ProbeRounds counts the rounds of RTT probes to every server.
 	ProbeRounds int
+	// KeepAliveInterval is how often the agent's own keep-alives go
+	// (protocol 1.3). NATBindingVerified is the longest silence a NAT
+	// binding test showed the path survives, NATBindingFailed the
+	// shortest it did not (zero: none), and NATBindingTests the tests
+	// concluded; NATBindingSettled says no test is due until a failed
+	// silence is tried again.
+	KeepAliveInterval                    time.Duration
+	NATBindingVerified, NATBindingFailed time.Duration
+	NATBindingTests                      int
+	NATBindingSettled                    bool
 	// Interrupted counts the steps a crash or power loss left in flight,
 	// resolved when this agent started (re-checked against the device, and
 	// either counted as applied or applied again).

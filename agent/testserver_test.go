@@ -39,10 +39,12 @@ type testCluster struct {
 	desired  map[string]wire.Upsert          // guarded by mu
 	sessions map[wire.SessionID]*testSession // guarded by mu
 	servers  []*testServer                   // guarded by mu
-	reports  []*wire.Report                  // applied reports; guarded by mu
+	reports  []*wire.Report                  // applied reports, partial ones merged (see merge); guarded by mu
+	view     map[string]wire.ResourceReport  // the device's resources as the reports built them; guarded by mu
 	dropped  []droppedReport                 // reports ignored in dropReports mode; guarded by mu
 	acks     []uint64                        // guarded by mu
 	hellos   []helloSeen                     // guarded by mu
+	pings    []*wire.Ping                    // guarded by mu
 	changed  chan struct{}                   // closed and replaced on every event; guarded by mu
 }
 
@@ -97,6 +99,24 @@ func (c *testCluster) setDesired(rev uint64, ups ...wire.Upsert) {
 	for _, s := range servers {
 		s.notify(rev)
 	}
+}
+
+// mergeLocked applies rep to the device's resource view, as a server
+// does, and returns a copy of rep listing the whole view: a partial
+// report carries only what changed, and tests look at the device's state.
+func (c *testCluster) mergeLocked(rep *wire.Report) *wire.Report {
+	if rep.Full || c.view == nil {
+		c.view = map[string]wire.ResourceReport{}
+	}
+	for _, r := range rep.Resources {
+		c.view[r.Key] = r
+	}
+	m := *rep
+	m.Resources = nil
+	for _, k := range slices.Sorted(maps.Keys(c.view)) {
+		m.Resources = append(m.Resources, c.view[k])
+	}
+	return &m
 }
 
 // snapshot returns copies of what the cluster recorded.
@@ -363,6 +383,14 @@ func (s *testServer) serve(conn *quic.Conn) {
 					return
 				}
 			}
+		case *wire.Ping:
+			c.mu.Lock()
+			c.pings = append(c.pings, m)
+			c.eventLocked()
+			c.mu.Unlock()
+			if m.EchoAfter > 0 {
+				time.AfterFunc(m.EchoAfter, func() { _ = tc.write(&wire.Pong{Seq: m.Seq}) })
+			}
 		case *wire.Ack:
 			c.mu.Lock()
 			sess.acked = max(sess.acked, m.Revision)
@@ -386,7 +414,7 @@ func (s *testServer) serve(conn *quic.Conn) {
 			applied := m.Seq > sess.appliedSeq
 			if applied {
 				sess.appliedSeq = m.Seq
-				c.reports = append(c.reports, m)
+				c.reports = append(c.reports, c.mergeLocked(m))
 				c.eventLocked()
 			}
 			seq := sess.appliedSeq

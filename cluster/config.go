@@ -99,7 +99,9 @@ type Config struct {
 	// the sessions the other opened.
 	TokenLifetime time.Duration
 	TicketPeriod  time.Duration
-	// PullInterval is the pull cadence servers suggest to agents.
+	// PullInterval is the pull cadence servers suggest to agents: the
+	// check that no push was missed, not the way changes travel (a Notify
+	// brings them at once). Default 10 min.
 	PullInterval time.Duration
 	// SessionCheckInterval is how often a server compares the replica's
 	// record of every device connected here (or lately connected) with its
@@ -133,8 +135,13 @@ type Config struct {
 
 	// AgentIdleTimeout, if set, replaces the QUIC idle timeout of agent
 	// connections (wire.MaxIdleTimeout): how long a silent agent keeps its
-	// session before the server records it as disconnected.
+	// session before the server records it as disconnected. Agents of
+	// protocol 1.3 announce their own silence (Ping), which the server
+	// holds them to as well (wire.LivenessBound).
 	AgentIdleTimeout time.Duration
+	// AgentLivenessSlack, if set, replaces wire.LivenessSlack in the
+	// liveness bound of agents of 1.3. Tests shorten it.
+	AgentLivenessSlack time.Duration
 
 	// AgentPacketConn, if set, wraps the agents' UDP socket (fault
 	// injection in tests).
@@ -226,7 +233,7 @@ func DefaultConfig() Config {
 		ReconnectInterval:    30 * time.Second,
 		TokenLifetime:        24 * time.Hour,
 		TicketPeriod:         time.Hour,
-		PullInterval:         30 * time.Second,
+		PullInterval:         10 * time.Minute,
 		SessionCheckInterval: 10 * time.Second,
 		LagWait:              2 * time.Second,
 

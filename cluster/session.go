@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -31,8 +32,18 @@ type agentSession struct {
 	// selected by (selectionLabels).
 	labels map[string]string
 
-	wmu sync.Mutex // serialises frames on the control stream
-	w   *wire.Writer
+	wmu    sync.Mutex // serialises frames on the control stream
+	w      *wire.Writer
+	stream *quic.Stream // the control stream
+	// liveness is how long the session may go without a message from the
+	// agent before the server ends it as dead (wire.LivenessBound of the
+	// keep-alive interval the agent's last Ping announced); zero leaves
+	// liveness to QUIC's idle timeout (agents of 1.2 and earlier, whose
+	// keep-alives QUIC sends). Owned by the session's read loop.
+	liveness time.Duration
+	// echo sends the Pong of the NAT binding test in progress; one at a
+	// time, a newer test replacing an older. Owned by the read loop.
+	echo Timer
 
 	mu           sync.Mutex // guards the fields below
 	acked        uint64     // highest desired revision the agent journaled
@@ -113,8 +124,13 @@ func (a *agentServer) handshake(ctx context.Context, conn *quic.Conn, streamOut 
 	}
 	sess := &agentSession{
 		a: a, conn: conn, deviceID: deviceID, labels: hello.Labels, connID: newConnID(),
-		w:      wire.NewWriter(stream),
+		w: wire.NewWriter(stream), stream: stream,
 		logger: a.logger.With("device", deviceID),
+	}
+	if hello.Minor >= wire.MinorKeepAlive {
+		// Until its first Ping, an agent of 1.3 keeps alive at the
+		// starting interval.
+		sess.liveness = a.livenessBound(wire.KeepAliveStart)
 	}
 	if err := sess.refuseRevoked(a.state.Read()); err != nil {
 		return err
@@ -126,6 +142,11 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 	a := sess.a
 	cfg := a.cfg
 	now := a.clock.Now()
+	defer func() {
+		if sess.echo != nil {
+			sess.echo.Stop()
+		}
+	}()
 
 	// Resume the session if the token is valid for this device and session;
 	// otherwise start a new one, which needs the agent's inventory.
@@ -243,15 +264,25 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 	}
 
 	for {
+		if sess.liveness > 0 {
+			// A real-time deadline: QUIC's own timers are on the real clock.
+			sess.stream.SetReadDeadline(time.Now().Add(sess.liveness))
+		}
 		msg, err := r.Read()
 		if err != nil {
 			var appErr *quic.ApplicationError
 			if errors.As(err, &appErr) || errors.Is(err, context.Canceled) {
 				return nil
 			}
+			if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
+				sess.logger.Info("agent silent past its keep-alive; ending the session", "silent_for", sess.liveness)
+				return closeWith(wire.CloseNormal, "no keep-alive from the agent for %v", sess.liveness)
+			}
 			return closeWith(wire.CloseProtocolError, "read: %v", err)
 		}
 		switch m := msg.(type) {
+		case *wire.Ping:
+			sess.handlePing(ctx, m)
 		case *wire.Pull:
 			err = sess.handlePull(ctx, m)
 		case *wire.Ack:
@@ -269,6 +300,40 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 			return err
 		}
 	}
+}
+
+// handlePing takes a keep-alive: the agent's announced interval sets the
+// session's liveness bound, and a NAT binding test gets its Pong after the
+// silence it asked for. Pings are not acknowledged otherwise: QUIC's ACK
+// of the packet is the answer an agent needs.
+func (sess *agentSession) handlePing(ctx context.Context, m *wire.Ping) {
+	if sess.liveness == 0 {
+		sess.logger.Debug("agent keeps alive itself", "interval", m.Interval)
+	}
+	sess.liveness = sess.a.livenessBound(m.Interval)
+	if m.EchoAfter <= 0 {
+		return
+	}
+	if sess.echo != nil {
+		sess.echo.Stop()
+	}
+	sess.echo = sess.a.clock.AfterFunc(m.EchoAfter, func() {
+		if ctx.Err() != nil {
+			return
+		}
+		if err := sess.write(&wire.Pong{Seq: m.Seq}); err != nil {
+			sess.logger.Debug("pong not sent", "error", err)
+		}
+	})
+}
+
+// livenessBound is how long a session whose agent keeps alive every
+// interval may be silent (wire.LivenessBound).
+func (a *agentServer) livenessBound(interval time.Duration) time.Duration {
+	if a.cfg.AgentLivenessSlack > 0 {
+		return wire.LivenessBoundWith(interval, a.cfg.AgentLivenessSlack)
+	}
+	return wire.LivenessBound(interval)
 }
 
 func (sess *agentSession) write(m wire.Message) error {

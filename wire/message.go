@@ -20,6 +20,8 @@ const (
 	TypeAck       MessageType = 0x08 // agent -> server, revision journaled
 	TypeReport    MessageType = 0x09 // agent -> server, applied + effective state
 	TypeReportAck MessageType = 0x0a // server -> agent, reports applied up to seq
+	TypePing      MessageType = 0x0b // agent -> server, keep-alive (1.3)
+	TypePong      MessageType = 0x0c // server -> agent, answers a Ping's echo (1.3)
 )
 
 // Message is one protocol message. Append, Len and Decode deal with the
@@ -54,6 +56,8 @@ var messageInfo = map[MessageType]struct {
 	TypeAck:       {"Ack", func() Message { return new(Ack) }, true, false},
 	TypeReport:    {"Report", func() Message { return new(Report) }, true, false},
 	TypeReportAck: {"ReportAck", func() Message { return new(ReportAck) }, false, false},
+	TypePing:      {"Ping", func() Message { return new(Ping) }, true, false},
+	TypePong:      {"Pong", func() Message { return new(Pong) }, false, false},
 }
 
 // String returns the message type's name.

@@ -89,6 +89,9 @@ func sampleMessages() []Message {
 			},
 		},
 		&ReportAck{Seq: 301},
+		&Ping{Seq: 1, Interval: 25 * time.Second},
+		&Ping{Seq: 7, Interval: 3 * time.Minute, EchoAfter: 200 * time.Second},
+		&Pong{Seq: 7},
 	}
 }
 
@@ -222,6 +225,8 @@ func TestMalformed(t *testing.T) {
 		{"unsorted extensions", TypeWelcome, func() []byte {
 			return (&Welcome{Extensions: []Extension{{Type: 2}, {Type: 1}}}).Append(nil)
 		}()},
+		{"zero keep-alive interval", TypePing, []byte{1, 0, 0}},
+		{"echo after too long", TypePing, (&Ping{Interval: time.Second, EchoAfter: MaxEchoAfter + time.Millisecond}).Append(nil)},
 		{"key too long", TypeDelta, append([]byte{0, 0, 0, 0, 1, 0x81, 0x04}, make([]byte, 513)...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -377,7 +382,7 @@ func TestSplitDelta(t *testing.T) {
 
 func TestMessageTable(t *testing.T) {
 	early := map[MessageType]bool{TypeHello: true, TypePull: true}
-	fromAgent := map[MessageType]bool{TypeHello: true, TypePull: true, TypeAck: true, TypeReport: true}
+	fromAgent := map[MessageType]bool{TypeHello: true, TypePull: true, TypeAck: true, TypeReport: true, TypePing: true}
 	for t8 := range 256 {
 		mt := MessageType(t8)
 		if got := AllowedInEarlyData(mt); got != early[mt] {

@@ -10,12 +10,23 @@ import (
 
 // QUIC timing shared by servers and agents.
 const (
-	// KeepAlivePeriod is how often an idle agent sends a keep-alive, well
-	// inside MaxIdleTimeout and typical NAT binding timeouts (~30 s for UDP).
-	KeepAlivePeriod = 10 * time.Second
 	// MaxIdleTimeout closes a connection after this long without any packet
-	// from the peer: three missed keep-alives.
-	MaxIdleTimeout = 30 * time.Second
+	// from the peer. At protocol 1.3 it is only a backstop: agents send
+	// their own keep-alives (Ping), as far apart as their path allows, and
+	// each side judges the other's liveness from them (LivenessBound on
+	// the server, Config.KeepAliveTimeout on the agent). A peer of 1.2 or
+	// earlier offers LegacyIdleTimeout, and QUIC uses the lower of the two
+	// sides' values.
+	MaxIdleTimeout = 20 * time.Minute
+	// KeepAlivePeriod is when QUIC itself sends a keep-alive on an agent's
+	// connection: after half the negotiated idle timeout without a packet
+	// received (quic-go caps the period there). Against a 1.3 server that
+	// never happens, the agent's Pings being answered long before; against
+	// an earlier server, which offers LegacyIdleTimeout, it makes QUIC
+	// keep the path alive every 15 s, as agents of 1.2 did.
+	KeepAlivePeriod = MaxIdleTimeout / 2
+	// LegacyIdleTimeout is the idle timeout of protocol 1.2 and earlier.
+	LegacyIdleTimeout = 30 * time.Second
 	// HandshakeIdleTimeout allows for slow, lossy links (quic-go's default
 	// is 5 s).
 	HandshakeIdleTimeout = 10 * time.Second

@@ -47,6 +47,10 @@ type sentReport struct {
 	seq, revision uint64
 }
 
+// benchSilence is the keep-alive interval the benchmark's devices
+// announce (wire.Ping): longer than any run.
+const benchSilence = time.Hour
+
 func newDevice(id string, cert tls.Certificate, roots *x509.CertPool, labels map[string]string, home int) *device {
 	return &device{id: id, tls: wire.ClientTLSConfig(roots, cert, ""), labels: labels, home: home, applied: map[string]wire.AppliedResource{}}
 }
@@ -185,6 +189,13 @@ func (d *device) open(ctx context.Context, conn *quic.Conn) (*link, cadence, err
 	d.session, d.token = w.SessionID, w.ResumeToken
 	if w.PullInterval > 0 {
 		c.pull = w.PullInterval
+	}
+	if w.Minor >= wire.MinorKeepAlive {
+		// These devices leave keep-alives to QUIC (wire.KeepAlivePeriod);
+		// announce a silence the server will not cut them off for.
+		if err := l.send(&wire.Ping{Seq: 1, Interval: benchSilence}); err != nil {
+			return nil, c, err
+		}
 	}
 	if w.DesiredRevision > d.acked || d.acked == 0 {
 		if err := l.send(d.pull()); err != nil {

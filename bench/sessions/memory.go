@@ -318,7 +318,7 @@ func (fl *fleet) open(ctx context.Context, cfg *config, addr net.Addr, pool *x50
 	}
 	start := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, cfg.timeout)
-	conn, err := tr.DialEarly(dctx, addr, tlsConf, wire.ClientQUICConfig())
+	conn, err := tr.DialEarly(dctx, addr, tlsConf, deviceQUIC())
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("dial: %w", err)

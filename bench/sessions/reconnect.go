@@ -72,7 +72,7 @@ func (r *reconnector) connect(ctx context.Context, cfg *config, tr *quic.Transpo
 	}
 	start := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, cfg.timeout)
-	conn, err := tr.DialEarly(dctx, addr, tlsConf, wire.ClientQUICConfig())
+	conn, err := tr.DialEarly(dctx, addr, tlsConf, deviceQUIC())
 	cancel()
 	if err != nil {
 		return fmt.Errorf("dial: %w", err)

@@ -110,7 +110,7 @@ func runResync(ctx context.Context, cfg *config, srv *cluster.Server, p *pki, lo
 	dial := func(v *dev) (*quic.Conn, error) {
 		dctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 		defer cancel()
-		return tr.DialEarly(dctx, addr, v.d.tlsConfig(p.pool, v.cache), wire.ClientQUICConfig())
+		return tr.DialEarly(dctx, addr, v.d.tlsConfig(p.pool, v.cache), deviceQUIC())
 	}
 
 	// Every device converges: a new session, the whole state, a full

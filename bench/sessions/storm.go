@@ -30,8 +30,9 @@ const (
 	// detectKill: every device gives up its connection at the kill, the
 	// worst case, all at once.
 	detectKill = "kill"
-	// detectIdle: each device notices as the agent does, when its QUIC
-	// connection's idle timeout (wire.MaxIdleTimeout) expires.
+	// detectIdle: each device notices as agents of protocol 1.2 did,
+	// when its QUIC connection's idle timeout (wire.LegacyIdleTimeout,
+	// deviceQUIC) expires.
 	detectIdle = "idle"
 )
 

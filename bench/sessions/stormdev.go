@@ -172,7 +172,7 @@ func (sd *stormDev) attempt(ctx context.Context, t0 time.Time, target stormTarge
 		tlsConf = sd.d.tlsConfig(sd.pool, nil)
 	}
 	dctx, cancel := context.WithTimeout(ctx, stormDialTimeout)
-	conn, err := sd.tr.DialEarly(dctx, target.addr, tlsConf, wire.ClientQUICConfig())
+	conn, err := sd.tr.DialEarly(dctx, target.addr, tlsConf, deviceQUIC())
 	cancel()
 	if err != nil {
 		out.dialFailures++

@@ -133,7 +133,9 @@ resources may run. See docs/agent.md and docs/security.md.`,
 	f.StringVar(&execAllow, "exec-allow", "", "comma-separated absolute paths of the only programs exec resources may run, compared after resolving links (default: any)")
 	f.StringVar(&execEnvAllow, "exec-env-allow", "", "comma-separated names (or PREFIX_*) of the env variables exec resources may set; loader and interpreter variables only by exact name (default: none)")
 	f.DurationVar(&cfg.PullInterval, "pull-interval", cfg.PullInterval, "how often to pull without a push, unless the server says otherwise")
-	f.DurationVar(&cfg.ReportInterval, "report-interval", cfg.ReportInterval, "longest time between two reports")
+	f.DurationVar(&cfg.ReportInterval, "report-interval", cfg.ReportInterval, "longest time between two full reports (those in between carry only what changed)")
+	f.DurationVar(&cfg.KeepAliveMin, "keepalive-min", cfg.KeepAliveMin, "keep-alive interval to start at, and never go below (lower it for a NAT that forgets a UDP binding sooner)")
+	f.DurationVar(&cfg.KeepAliveMax, "keepalive-max", cfg.KeepAliveMax, "longest keep-alive interval the NAT binding tests may reach (at or below --keepalive-min: no tests)")
 	f.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "how often applied resources are re-checked for drift and probed")
 	logs.Register(f, "info")
 	return cmd

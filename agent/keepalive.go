@@ -1,0 +1,276 @@
+package agent
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/meteor-edge/meteor/wire"
+)
+
+// bindingLearner learns how long the device's path may stay silent before
+// a NAT on it forgets the UDP binding: after that the server's pushes no
+// longer reach the device until it sends again. Keep-alives go just inside
+// the longest silence verified, so an idle device sends as little as its
+// path allows and pushes still arrive at once.
+//
+// A test asks the server for an echo (Pong) after a silence longer than
+// the one verified, and stays silent meanwhile: an echo that arrives
+// verifies the silence; one that does not means the binding died sooner.
+// The first test tries max (most paths without a carrier NAT keep a
+// binding for minutes, and one test settles them); after a failure the
+// tests bisect between the longest verified and the shortest failed
+// silence until the gap is small. A failure is tried again after
+// retestAfter, since the device may have moved to another network.
+//
+// Only the session goroutine uses it; Status reads go through statusStore.
+type bindingLearner struct {
+	min, max time.Duration
+	// safe is the longest silence verified (min until a test passed).
+	safe time.Duration
+	// failed is the shortest silence seen to lose the path; zero if none,
+	// or once retestAfter passed since failedAt.
+	failed   time.Duration
+	failedAt time.Time
+	tests    int // tests concluded, passed or failed
+}
+
+// retestAfter is how long a failed silence stands before the learner
+// tries it again.
+const retestAfter = 24 * time.Hour
+
+// keepAliveMargin is the share of the verified silence a keep-alive
+// interval uses: a NAT's timer is not exact.
+const keepAliveMargin = 0.9
+
+// learnGap ends the search: a gap between verified and failed silences
+// below this is not worth another test.
+func (b *bindingLearner) learnGap() time.Duration { return max(b.min/2, b.safe/4) }
+
+func newBindingLearner(min, max time.Duration) *bindingLearner {
+	return &bindingLearner{min: min, max: max, safe: min}
+}
+
+// interval is how often keep-alives go now, in whole milliseconds (as a
+// Ping announces it). A path whose NAT forgets sooner than min is not
+// learned: min is the floor, for an operator to lower.
+func (b *bindingLearner) interval() time.Duration {
+	if b.safe <= b.min {
+		return b.min
+	}
+	return max(b.min, time.Duration(float64(b.safe)*keepAliveMargin).Truncate(time.Millisecond))
+}
+
+// next returns the silence to test next, or 0 when the search is over.
+func (b *bindingLearner) next(now time.Time) time.Duration {
+	if b.failed > 0 && now.Sub(b.failedAt) >= retestAfter {
+		b.failed = 0
+	}
+	hi := b.max
+	if b.failed > 0 {
+		hi = b.failed
+	}
+	if hi-b.safe < b.learnGap() {
+		return 0
+	}
+	if b.failed == 0 {
+		return hi
+	}
+	return b.safe + (hi-b.safe)/2
+}
+
+// passed records a silence the path survived.
+func (b *bindingLearner) passed(silence time.Duration) {
+	b.tests++
+	b.safe = max(b.safe, silence)
+	if b.failed > 0 && b.failed <= b.safe {
+		b.failed = 0
+	}
+}
+
+// lost records a silence the path did not survive.
+func (b *bindingLearner) lost(silence time.Duration, now time.Time) {
+	b.tests++
+	if b.failed == 0 || silence < b.failed {
+		b.failed = silence
+	}
+	b.failedAt = now
+	if b.safe >= silence {
+		// A verified silence no longer holds (the NAT changed): start
+		// over from below it.
+		b.safe = max(b.min, silence/2)
+	}
+}
+
+// keepAlive phases of a connection.
+const (
+	kaIdle    = iota // keep-alives every interval
+	kaSettle         // a test's Ping sent; waiting for QUIC to acknowledge it
+	kaWaiting        // silent, waiting for the test's Pong
+)
+
+// keepAlive is one connection's keep-alive state (protocol 1.3): the timer
+// of the next Ping or test step, and the test in progress.
+type keepAlive struct {
+	on    bool
+	seq   uint64
+	phase int
+	timer <-chan time.Time
+	// dead fires KeepAliveTimeout after a Ping; recvAtPing is the packets
+	// received when it was sent: none since means the server is gone.
+	dead       <-chan time.Time
+	recvAtPing uint64
+	// The test in progress: its silence, its Ping's seq, when it began,
+	// the connection's packet counts once its Ping was acknowledged, and
+	// whether the session wrote meanwhile (which spoils it).
+	test               time.Duration
+	testSeq            uint64
+	baseSent, baseRecv uint64
+	// nextTest is the earliest time of the next test.
+	nextTest time.Time
+}
+
+// The spacing of tests, in multiples of the learner's min: the first a
+// while into a connection (after its first pulls and reports), the next
+// soon after a pass, and later after a failure, which may have cost a
+// push its latency. At the default min (25 s): 25 s, 12.5 s, 100 s.
+func (b *bindingLearner) firstTestDelay() time.Duration { return b.min }
+func (b *bindingLearner) testGap() time.Duration        { return b.min / 2 }
+func (b *bindingLearner) failGap() time.Duration        { return 4 * b.min }
+
+// startKeepAlive begins the session's own keep-alives once the Welcome
+// says the server speaks 1.3; an earlier server's connection keeps alive
+// through QUIC (wire.KeepAlivePeriod).
+func (s *session) startKeepAlive() error {
+	if s.minor < wire.MinorKeepAlive {
+		return nil
+	}
+	s.ka = keepAlive{on: true, nextTest: s.a.cfg.Clock.Now().Add(s.a.binding.firstTestDelay())}
+	return s.ping()
+}
+
+// ping sends a plain keep-alive and arms the dead-server check.
+func (s *session) ping() error {
+	s.ka.seq++
+	iv := s.a.binding.interval()
+	if err := s.w.Write(&wire.Ping{Seq: s.ka.seq, Interval: iv}); err != nil {
+		return err
+	}
+	s.ka.phase, s.ka.test = kaIdle, 0
+	s.ka.timer = s.a.cfg.Clock.After(iv)
+	s.ka.recvAtPing = s.conn.ConnectionStats().PacketsReceived
+	s.ka.dead = s.a.cfg.Clock.After(s.a.cfg.KeepAliveTimeout)
+	return nil
+}
+
+// wrote notes that the session sent a message: it keeps the path alive
+// like a Ping, so the next Ping waits a full interval, and it spoils a
+// test in progress.
+func (s *session) wrote() {
+	if !s.ka.on {
+		return
+	}
+	if s.ka.phase != kaIdle {
+		s.log.Debug("NAT binding test abandoned: the session had to send", "silence", s.ka.test)
+		s.ka.phase, s.ka.test = kaIdle, 0
+		s.ka.nextTest = s.a.cfg.Clock.Now().Add(s.a.binding.testGap())
+	}
+	s.ka.timer = s.a.cfg.Clock.After(s.a.binding.interval())
+}
+
+// rttGuard returns max(floor, k times the connection's smoothed RTT).
+func (s *session) rttGuard(floor time.Duration, k int) time.Duration {
+	return max(floor, time.Duration(k)*s.conn.ConnectionStats().SmoothedRTT)
+}
+
+// keepAliveTick acts when the keep-alive timer fires.
+func (s *session) keepAliveTick() error {
+	now := s.a.cfg.Clock.Now()
+	switch s.ka.phase {
+	case kaIdle:
+		silence := s.a.binding.next(now)
+		if silence == 0 || now.Before(s.ka.nextTest) || s.reportOut || s.pullOut {
+			return s.ping()
+		}
+		// A test: ask for an echo after the silence, then stay silent.
+		grace := s.rttGuard(2*time.Second, 4)
+		s.ka.seq++
+		if err := s.w.Write(&wire.Ping{Seq: s.ka.seq, Interval: silence + grace, EchoAfter: silence}); err != nil {
+			return err
+		}
+		s.ka.phase, s.ka.test, s.ka.testSeq = kaSettle, silence, s.ka.seq
+		s.ka.recvAtPing = s.conn.ConnectionStats().PacketsReceived
+		s.ka.dead = nil
+		s.ka.timer = s.a.cfg.Clock.After(s.rttGuard(time.Second, 3))
+		s.log.Debug("NAT binding test", "silence", silence, "verified", s.a.binding.safe)
+	case kaSettle:
+		st := s.conn.ConnectionStats()
+		if st.PacketsReceived == s.ka.recvAtPing {
+			// The test's Ping is not acknowledged yet (lost, or a slow
+			// path): the silence would not start clean.
+			s.log.Debug("NAT binding test abandoned: its Ping is unacknowledged", "silence", s.ka.test)
+			s.ka.nextTest = now.Add(s.a.binding.testGap())
+			return s.ping()
+		}
+		s.ka.phase, s.ka.baseSent, s.ka.baseRecv = kaWaiting, st.PacketsSent, st.PacketsReceived
+		s.ka.timer = s.a.cfg.Clock.After(s.ka.test + s.rttGuard(2*time.Second, 4))
+	case kaWaiting:
+		silence := s.ka.test
+		s.a.binding.lost(silence, now)
+		s.ka.nextTest = now.Add(s.a.binding.failGap())
+		s.recordBinding()
+		s.log.Info("NAT binding test failed: the path did not outlive the silence", "silence", silence,
+			"keepalive_interval", s.a.binding.interval())
+		return s.ping() // the path needs refreshing now
+	}
+	return nil
+}
+
+// onPong concludes the test the Pong answers. The test counts only if the
+// path was silent meanwhile: nothing written, and no packet but the Pong's
+// received (each would have made the device send an acknowledgement,
+// refreshing the binding). One packet sent is the Pong's own ACK.
+func (s *session) onPong(m *wire.Pong) error {
+	if s.ka.phase != kaWaiting || m.Seq != s.ka.testSeq {
+		return nil // late: a test that failed or was abandoned
+	}
+	now := s.a.cfg.Clock.Now()
+	st := s.conn.ConnectionStats()
+	silence := s.ka.test
+	s.ka.phase, s.ka.test = kaIdle, 0
+	s.ka.timer = s.a.cfg.Clock.After(s.a.binding.interval())
+	// The next Ping announces the new interval.
+	if st.PacketsReceived != s.ka.baseRecv+1 || st.PacketsSent > s.ka.baseSent+1 {
+		s.log.Debug("NAT binding test void: the path was not silent", "silence", silence,
+			"received", st.PacketsReceived-s.ka.baseRecv, "sent", st.PacketsSent-s.ka.baseSent)
+		s.ka.nextTest = now.Add(s.a.binding.testGap())
+		return nil
+	}
+	s.a.binding.passed(silence)
+	s.ka.nextTest = now.Add(s.a.binding.testGap())
+	s.recordBinding()
+	s.log.Info("NAT binding test passed", "silence", silence, "keepalive_interval", s.a.binding.interval())
+	return nil
+}
+
+// deadCheck ends the session if nothing came from the server since the
+// last Ping: it is gone, or the path is.
+func (s *session) deadCheck() error {
+	s.ka.dead = nil
+	if s.conn.ConnectionStats().PacketsReceived != s.ka.recvAtPing {
+		return nil
+	}
+	return fmt.Errorf("no answer from the server within %v of a keep-alive", s.a.cfg.KeepAliveTimeout)
+}
+
+// recordBinding publishes what the learner knows in Status.
+func (s *session) recordBinding() {
+	b := s.a.binding
+	settled := b.next(s.a.cfg.Clock.Now()) == 0
+	if settled && !s.a.st.snapshot().NATBindingSettled {
+		s.log.Info("NAT binding learned", "verified", b.safe, "failed", b.failed, "keepalive_interval", b.interval(), "tests", b.tests)
+	}
+	s.a.st.update(func(st *Status) {
+		st.KeepAliveInterval, st.NATBindingVerified, st.NATBindingFailed, st.NATBindingTests = b.interval(), b.safe, b.failed, b.tests
+		st.NATBindingSettled = settled
+	})
+}

@@ -1,0 +1,199 @@
+package agent
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/meteor-edge/meteor/wire"
+)
+
+// TestBindingLearner runs the learner's search against NATs that keep a
+// binding for a given silence, the test outcomes decided by that alone.
+func TestBindingLearner(t *testing.T) {
+	const min, max = 25 * time.Second, 4 * time.Minute
+	for _, tc := range []struct {
+		binding   time.Duration // 0: none (the path never forgets)
+		maxTests  int
+		wantAbove time.Duration // the learned interval is above this
+	}{
+		{binding: 0, maxTests: 1, wantAbove: 200 * time.Second},
+		{binding: 5 * time.Minute, maxTests: 1, wantAbove: 200 * time.Second},
+		{binding: 2 * time.Minute, maxTests: 6, wantAbove: 90 * time.Second},
+		{binding: 60 * time.Second, maxTests: 6, wantAbove: 40 * time.Second},
+		// Below min: not learned, the interval stays at min.
+		{binding: 20 * time.Second, maxTests: 6, wantAbove: 0},
+	} {
+		t.Run(tc.binding.String(), func(t *testing.T) {
+			b := newBindingLearner(min, max)
+			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			tests := 0
+			for silence := b.next(now); silence > 0; silence = b.next(now) {
+				if tests++; tests > tc.maxTests {
+					t.Fatalf("still testing after %d tests (verified %v, failed %v)", tc.maxTests, b.safe, b.failed)
+				}
+				if tc.binding == 0 || silence < tc.binding {
+					b.passed(silence)
+				} else {
+					b.lost(silence, now)
+				}
+				now = now.Add(10 * time.Minute)
+			}
+			iv := b.interval()
+			if tc.binding > 0 && iv >= tc.binding && iv != min {
+				t.Errorf("interval %v at or past the binding %v", iv, tc.binding)
+			}
+			if iv <= tc.wantAbove || iv < min || iv > max {
+				t.Errorf("interval %v: want above %v, within [%v, %v]", iv, tc.wantAbove, min, max)
+			}
+			if b.tests != tests {
+				t.Errorf("tests = %d, want %d", b.tests, tests)
+			}
+		})
+	}
+
+	t.Run("retest after a day", func(t *testing.T) {
+		b := newBindingLearner(min, max)
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		b.lost(b.next(now), now)
+		for s := b.next(now); s > 0; s = b.next(now) {
+			if s < 2*time.Minute {
+				b.passed(s)
+			} else {
+				b.lost(s, now)
+			}
+		}
+		if s := b.next(now.Add(retestAfter - time.Second)); s != 0 {
+			t.Fatalf("a failed silence retried after %v", retestAfter-time.Second)
+		}
+		if s := b.next(now.Add(retestAfter)); s != max {
+			t.Fatalf("after %v the next test is %v, want %v", retestAfter, s, max)
+		}
+	})
+
+	t.Run("a verified silence that fails later", func(t *testing.T) {
+		b := newBindingLearner(min, max)
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		b.passed(max)
+		b.lost(max, now) // a new NAT on the path
+		if b.safe >= max || b.interval() >= max {
+			t.Fatalf("verified %v, interval %v after the silence %v failed", b.safe, b.interval(), max)
+		}
+		if s := b.next(now); s == 0 || s >= max {
+			t.Fatalf("next test %v, want one below %v", s, max)
+		}
+	})
+}
+
+// natConn is a NAT in front of the agent's socket: a binding lives
+// binding after the last datagram the agent sent, and datagrams that come
+// in once it has lapsed are dropped, until the agent sends again (a NAT
+// that keeps the port when it maps anew).
+type natConn struct {
+	net.PacketConn
+	binding time.Duration
+
+	mu      sync.Mutex
+	lastOut time.Time // guarded by mu
+	armed   bool      // guarded by mu; count drops only once armed
+	dropped atomic.Int64
+	counted atomic.Int64 // drops while armed
+}
+
+func (c *natConn) WriteTo(p []byte, addr net.Addr) (int, error) {
+	c.mu.Lock()
+	c.lastOut = time.Now()
+	c.mu.Unlock()
+	return c.PacketConn.WriteTo(p, addr)
+}
+
+func (c *natConn) ReadFrom(p []byte) (int, net.Addr, error) {
+	for {
+		n, addr, err := c.PacketConn.ReadFrom(p)
+		if err != nil {
+			return n, addr, err
+		}
+		c.mu.Lock()
+		lapsed := !c.lastOut.IsZero() && time.Since(c.lastOut) > c.binding
+		armed := c.armed
+		c.mu.Unlock()
+		if !lapsed {
+			return n, addr, nil
+		}
+		c.dropped.Add(1)
+		if armed {
+			c.counted.Add(1)
+		}
+	}
+}
+
+func (c *natConn) arm() {
+	c.mu.Lock()
+	c.armed = true
+	c.mu.Unlock()
+}
+
+// TestKeepAliveLearnsNATBinding runs an agent behind a NAT that forgets a
+// binding after 1.5 s of silence: the agent's binding tests find a
+// keep-alive interval inside it and announce it to the server in its
+// Pings; from then on nothing the server sends is lost at the NAT, and a
+// push arrives at once.
+func TestKeepAliveLearnsNATBinding(t *testing.T) {
+	const binding = 1500 * time.Millisecond
+	c := newTestCluster(t)
+	srv := c.startServer("s1")
+	cfg := c.agentConfig(t, "pos-1", srv)
+	q := wire.ClientQUICConfig()
+	q.DisablePathMTUDiscovery = true
+	cfg.QUIC = q // QUIC's own keep-alives at its default, minutes apart
+	cfg.KeepAliveMin, cfg.KeepAliveMax, cfg.KeepAliveTimeout = 250*time.Millisecond, 4*time.Second, 5*time.Second
+	var nat *natConn
+	cfg.ListenPacket = func() (net.PacketConn, error) {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		nat = &natConn{PacketConn: pc, binding: binding}
+		return nat, err
+	}
+	a := startAgent(t, cfg)
+
+	waitFor(t, 90*time.Second, "the binding tests to settle", func() bool {
+		st := a.Status()
+		return st.Connected && st.NATBindingTests > 0 && st.NATBindingSettled
+	})
+	st := a.Status()
+	t.Logf("verified %v, failed %v, interval %v after %d tests", st.NATBindingVerified, st.NATBindingFailed, st.KeepAliveInterval, st.NATBindingTests)
+	if st.NATBindingVerified >= binding || st.KeepAliveInterval >= binding || st.KeepAliveInterval < cfg.KeepAliveMin {
+		t.Fatalf("learned verified %v, interval %v; the NAT forgets after %v", st.NATBindingVerified, st.KeepAliveInterval, binding)
+	}
+	if st.NATBindingFailed != 0 && st.NATBindingFailed <= st.NATBindingVerified {
+		t.Fatalf("failed silence %v not above the verified %v", st.NATBindingFailed, st.NATBindingVerified)
+	}
+	if nat.dropped.Load() == 0 {
+		t.Errorf("the NAT dropped nothing: the tests did not reach past the binding")
+	}
+
+	// From now on the path stays open: idle for a few intervals, then a
+	// push, with nothing dropped at the NAT.
+	nat.arm()
+	pings := len(c.pingsSeen())
+	c.wait(t, 10*st.KeepAliveInterval+10*time.Second, "three more keep-alives", func() bool { return len(c.pingsSeen()) >= pings+3 })
+	c.setDesired(1, upsert(t, "pos", 1, fileRes("motd", "/etc/motd", "hello\n")))
+	c.wait(t, 10*time.Second, "the ack of revision 1", func() bool {
+		_, acks, _ := c.snapshot()
+		return len(acks) > 0 && acks[len(acks)-1] >= 1
+	})
+	if n := nat.counted.Load(); n != 0 {
+		t.Errorf("the NAT dropped %d datagrams after the learning settled", n)
+	}
+	seen := c.pingsSeen()
+	if last := seen[len(seen)-1]; last.Interval != st.KeepAliveInterval || last.EchoAfter != 0 {
+		t.Errorf("last Ping announced %v (echo %v), want the learned %v", last.Interval, last.EchoAfter, st.KeepAliveInterval)
+	}
+}
+
+func (c *testCluster) pingsSeen() []*wire.Ping {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*wire.Ping(nil), c.pings...)
+}
