@@ -15,6 +15,8 @@ type options struct {
 	maxQueue    int
 	idleTimeout time.Duration
 	dialTimeout time.Duration
+	natBinding  time.Duration
+	clock       Clock
 }
 
 // Defaults used when no Option overrides them.
@@ -41,6 +43,19 @@ func WithMaxQueue(n int) Option { return func(o *options) { o.maxQueue = n } }
 // traffic in either direction; d <= 0 means DefaultIdleTimeout.
 func WithIdleTimeout(d time.Duration) Option { return func(o *options) { o.idleTimeout = d } }
 
+// WithNATBinding makes a UDPProxy behave like a NAT in front of its
+// clients: a client's binding lives d after the client last sent (only
+// outbound traffic refreshes it, the least RFC 4787 allows), the target's
+// datagrams to a lapsed binding are dropped, and the client's next
+// datagram gets a new binding: a new socket, so the target sees the
+// client at a new address. d <= 0 (the default) keeps bindings for the
+// idle timeout.
+func WithNATBinding(d time.Duration) Option { return func(o *options) { o.natBinding = d } }
+
+// WithClock sets the clock a UDPProxy judges NAT bindings by; nil means
+// RealClock{}. Tests step a SkewedClock to let a binding lapse.
+func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
+
 // WithDialTimeout bounds dials to proxy targets and connection preambles;
 // d <= 0 means DefaultDialTimeout.
 func WithDialTimeout(d time.Duration) Option { return func(o *options) { o.dialTimeout = d } }
@@ -63,6 +78,9 @@ func buildOptions(opts []Option) options {
 	}
 	if o.dialTimeout <= 0 {
 		o.dialTimeout = DefaultDialTimeout
+	}
+	if o.clock == nil {
+		o.clock = RealClock{}
 	}
 	return o
 }

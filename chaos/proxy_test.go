@@ -268,3 +268,89 @@ func TestTCPProxyCloseStopsRunWithLongDelay(t *testing.T) {
 	c.Close()
 	<-wrote
 }
+
+// TestUDPProxyNATBinding: a binding lapses once the client has been silent
+// for the binding time (the target's datagrams do not refresh it); the
+// target's datagrams are then dropped, and the client's next datagram
+// opens a new binding, seen by the target at a new address.
+func TestUDPProxyNATBinding(t *testing.T) {
+	target := listenUDP(t)
+	clock := NewSkewedClock(RealClock{}, 0)
+	p, err := NewUDPProxy("127.0.0.1:0", target.LocalAddr().String(), LinkProfile{}, 1, nil,
+		WithNATBinding(time.Minute), WithClock(clock), WithIdleTimeout(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runProxy(t, p.Run)
+	client, err := net.DialUDP("udp", nil, p.Addr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+
+	// recv reads one datagram at the target and returns its source.
+	recv := func(want string) net.Addr {
+		t.Helper()
+		buf := make([]byte, 1500)
+		target.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, from, err := target.ReadFrom(buf)
+		if err != nil || string(buf[:n]) != want {
+			t.Fatalf("target read %q, %v; want %q", buf[:n], err, want)
+		}
+		return from
+	}
+	// reply sends from the target to addr and reports whether the client
+	// got it within d.
+	reply := func(addr net.Addr, msg string, d time.Duration) bool {
+		t.Helper()
+		if _, err := target.WriteTo([]byte(msg), addr); err != nil {
+			t.Fatal(err)
+		}
+		client.SetReadDeadline(time.Now().Add(d))
+		buf := make([]byte, 1500)
+		n, err := client.Read(buf)
+		if err != nil {
+			return false
+		}
+		if string(buf[:n]) != msg {
+			t.Fatalf("client read %q, want %q", buf[:n], msg)
+		}
+		return true
+	}
+
+	if _, err := client.Write([]byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	first := recv("one")
+	if !reply(first, "to one", 5*time.Second) {
+		t.Fatal("a reply inside the binding was lost")
+	}
+	clock.AddSkew(50 * time.Second)
+	if !reply(first, "inbound does not refresh", 5*time.Second) {
+		t.Fatal("a reply 50 s into a 1 min binding was lost")
+	}
+	clock.AddSkew(11 * time.Second) // 61 s since the client last sent
+	if reply(first, "lapsed", 200*time.Millisecond) {
+		t.Fatal("a reply to a lapsed binding arrived")
+	}
+	if st := p.NAT(); st.Dropped != 1 || st.DroppedBytes != int64(len("lapsed")) || st.Rebinds != 0 {
+		t.Fatalf("NAT stats %+v, want one drop and no rebind", st)
+	}
+
+	if _, err := client.Write([]byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	second := recv("two")
+	if second.String() == first.String() {
+		t.Fatalf("the new binding has the old address %v", first)
+	}
+	if !reply(second, "to two", 5*time.Second) {
+		t.Fatal("a reply to the new binding was lost")
+	}
+	if reply(first, "old binding", 200*time.Millisecond) {
+		t.Fatal("a datagram to the old binding arrived")
+	}
+	if st := p.NAT(); st.Rebinds != 1 {
+		t.Fatalf("NAT stats %+v, want one rebind", st)
+	}
+}

@@ -15,7 +15,8 @@ import (
 // faults of a LinkProfile. Each client address gets a session: its own
 // socket towards the target, so the target sees one peer per client, and
 // replies go back to that client. Sessions silent in both directions for
-// the idle timeout (WithIdleTimeout) are closed.
+// the idle timeout (WithIdleTimeout) are closed. WithNATBinding makes the
+// proxy forget a session sooner, as a NAT forgets a binding.
 //
 // A profile with Dir DirDefault or DirBoth applies in both directions; DirOut
 // only client→target, DirIn only target→client.
@@ -30,13 +31,33 @@ type UDPProxy struct {
 	mu       sync.Mutex
 	sessions map[string]*udpSession // guarded by mu; by client address
 	wg       sync.WaitGroup         // session reader goroutines
+
+	natDropped, natDroppedBytes, natRebinds atomic.Int64
 }
 
 type udpSession struct {
-	client *net.UDPAddr
-	key    string
-	up     *net.UDPConn // connected to the target
-	last   atomic.Int64 // unix nanoseconds of the last datagram either way
+	client  *net.UDPAddr
+	key     string
+	up      *net.UDPConn // connected to the target
+	last    atomic.Int64 // unix nanoseconds of the last datagram either way
+	lastOut atomic.Int64 // unix nanoseconds of the last datagram from the client
+}
+
+// NATStats are what a proxy's NAT binding (WithNATBinding) did: datagrams
+// from the target dropped at a lapsed binding, and bindings made anew.
+type NATStats struct {
+	Dropped, DroppedBytes, Rebinds int64
+}
+
+// NAT returns the NAT counters.
+func (p *UDPProxy) NAT() NATStats {
+	return NATStats{Dropped: p.natDropped.Load(), DroppedBytes: p.natDroppedBytes.Load(), Rebinds: p.natRebinds.Load()}
+}
+
+// lapsed reports whether s's NAT binding has lapsed at now, on the
+// proxy's clock (WithClock).
+func (p *UDPProxy) lapsed(s *udpSession, now int64) bool {
+	return p.o.natBinding > 0 && now-s.lastOut.Load() > int64(p.o.natBinding)
 }
 
 // NewUDPProxy listens on listen (host:port, port 0 for any) and will forward
@@ -167,6 +188,7 @@ func (p *UDPProxy) readLoop() error {
 			continue
 		}
 		s.last.Store(time.Now().UnixNano())
+		s.lastOut.Store(p.o.clock.Now().UnixNano())
 		data := append([]byte(nil), buf[:n]...)
 		r := route{dir: DirOut, key: s.key, from: s.key, to: p.target.String()}
 		_ = p.eng.handle(r, data, p.target, s.writeUp, true)
@@ -179,7 +201,14 @@ func (p *UDPProxy) session(client *net.UDPAddr) (*udpSession, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if s, ok := p.sessions[key]; ok {
-		return s, nil
+		if !p.lapsed(s, p.o.clock.Now().UnixNano()) {
+			return s, nil
+		}
+		// A new binding, from a new port.
+		s.up.Close()
+		delete(p.sessions, key)
+		p.natRebinds.Add(1)
+		p.o.logger.Debug("NAT binding lapsed; binding anew", "client", key)
 	}
 	select {
 	case <-p.life.closing:
@@ -192,6 +221,7 @@ func (p *UDPProxy) session(client *net.UDPAddr) (*udpSession, error) {
 	}
 	s := &udpSession{client: client, key: key, up: up}
 	s.last.Store(time.Now().UnixNano())
+	s.lastOut.Store(p.o.clock.Now().UnixNano())
 	p.sessions[key] = s
 	p.wg.Go(func() { p.sessionLoop(s) })
 	p.o.logger.Debug("session opened", "client", key)
@@ -225,6 +255,11 @@ func (p *UDPProxy) sessionLoop(s *udpSession) {
 				p.o.logger.Debug("session read failed", "client", s.key, "error", err)
 			}
 			return
+		}
+		if p.lapsed(s, p.o.clock.Now().UnixNano()) {
+			p.natDropped.Add(1)
+			p.natDroppedBytes.Add(int64(n))
+			continue
 		}
 		s.last.Store(time.Now().UnixNano())
 		data := append([]byte(nil), buf[:n]...)

@@ -18,7 +18,9 @@ type config struct {
 	profiles []string
 	pushes   int
 	pushGap  time.Duration
-	agentBin string
+	// warmupMax bounds the wait for the agent to learn its NAT binding.
+	warmupMax time.Duration
+	agentBin  string
 	benchkit.Flags
 }
 
@@ -33,6 +35,7 @@ bench/results/footprint.{json,md}.`, errOut)
 	profiles := fs.String("profiles", linkFiber+","+linkCellular, "comma-separated link profiles ("+linkFiber+", "+linkCellular+")")
 	fs.IntVar(&c.pushes, "pushes", 5, "intent changes timed after the idle window, per profile")
 	fs.DurationVar(&c.pushGap, "push-gap", 3*time.Second, "time between two timed changes")
+	fs.DurationVar(&c.warmupMax, "warmup-max", 30*time.Minute, "longest wait, per profile, for the agent to learn its NAT binding before the window")
 	fs.StringVar(&c.agentBin, "agent-bin", "", "a standalone agent binary (such as bin/meteor-agent) taking `meteor agent`'s flags (default: the meteor binary's agent subcommand)")
 	c.Register(fs, "PKI, data, server and agent logs")
 	if err := c.Parse(fs, args, &c.agentBin); err != nil {

@@ -205,8 +205,8 @@ func TestSummaryRows(t *testing.T) {
 		Params: paramInfo{DurationSec: 600},
 		Binary: binaryInfo{Path: "bin/meteor", Bytes: 21_000_000, Interpreter: "/lib64/ld-linux-x86-64.so.2"},
 		Profiles: []*profileResult{
-			{Profile: "fiber", Server: "meteor-1", ServerEnd: "meteor-1", IPBytesPerDay: 150_000, PushP50MS: 20, PushMaxMS: 40, RSSBytes: 14 << 20, CPUPercent: 0.05},
-			{Profile: "cellular", Server: "meteor-2", ServerEnd: "meteor-2", IPBytesPerDay: 190_000, PushP50MS: 400, PushMaxMS: 1200, RSSBytes: 16 << 20, CPUPercent: 0.08, Elections: 1},
+			{Profile: "fiber", Server: "meteor-1", ServerEnd: "meteor-1", IPBytesPerDay: 150_000, DayBytes: 150_000, PushP50MS: 20, PushMaxMS: 40, RSSBytes: 14 << 20, CPUPercent: 0.05},
+			{Profile: "cellular", Server: "meteor-2", ServerEnd: "meteor-2", IPBytesPerDay: 190_000, DayBytes: 190_000, PushP50MS: 400, PushMaxMS: 1200, RSSBytes: 16 << 20, CPUPercent: 0.08, Elections: 1},
 		},
 	}
 	rows := summaryRows(rep)

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meteor-edge/meteor/agent"
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 	"github.com/meteor-edge/meteor/chaos"
 	"github.com/meteor-edge/meteor/cluster"
@@ -77,6 +78,61 @@ type profileResult struct {
 	PushP50MS float64   `json:"push_p50_ms"`
 	PushMaxMS float64   `json:"push_max_ms"`
 	Elections int       `json:"leader_elections"`
+
+	// NATBindingSec is the NAT binding of the profile's proxies.
+	NATBindingSec secondsField `json:"nat_binding_sec"`
+	// WarmupSec is from convergence until the agent learned its NAT
+	// binding, and KeepAlive what it learned (from its log).
+	WarmupSec float64 `json:"warmup_sec"`
+	KeepAlive string  `json:"keepalive"`
+	// NATDropped counts datagrams from the servers dropped at a lapsed
+	// NAT binding during the window: a push would have been delayed.
+	NATDropped int64 `json:"nat_dropped"`
+	// ProbeRoundMaxBytes is the connect race's traffic to the other
+	// servers (IP bytes), the most a probe round costs;
+	// ProbeRoundsPerDay the rounds a stable day holds, and ProbesPerDay
+	// their bytes at most. DayBytes is IPBytesPerDay plus ProbesPerDay:
+	// the row's figure.
+	ProbeRoundMaxBytes uint64  `json:"probe_round_max_bytes"`
+	ProbeRoundsPerDay  float64 `json:"probe_rounds_per_day"`
+	ProbesPerDay       float64 `json:"probes_bytes_per_day"`
+	DayBytes           float64 `json:"day_bytes"`
+}
+
+// agentProbeMax is the agent's default RTT probe interval once stable.
+const agentProbeMax = agent.DefaultRTTProbeMax
+
+// secondsField is a duration in seconds, in JSON.
+type secondsField float64
+
+func seconds(d time.Duration) secondsField { return secondsField(d.Seconds()) }
+func (s secondsField) dur() time.Duration  { return time.Duration(float64(s) * float64(time.Second)) }
+
+// natStats sums the proxies' NAT counters.
+func natStats(proxies []*chaos.UDPProxy) chaos.NATStats {
+	var t chaos.NATStats
+	for _, p := range proxies {
+		st := p.NAT()
+		t.Dropped += st.Dropped
+		t.DroppedBytes += st.DroppedBytes
+		t.Rebinds += st.Rebinds
+	}
+	return t
+}
+
+// learnedKeepAlive returns what the agent's "NAT binding learned" log
+// line says, or "" if there is none.
+func learnedKeepAlive(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if _, rest, ok := strings.Cut(line, "NAT binding learned"); ok {
+			return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(rest), ":"))
+		}
+	}
+	return ""
 }
 
 // runProfile starts a cluster, the proxies and the agent, lets the agent
@@ -87,7 +143,7 @@ func runProfile(ctx context.Context, cfg *config, g *benchkit.Group, bin string,
 	if err != nil {
 		return nil, "", err
 	}
-	res := &profileResult{Profile: name, Link: link}
+	res := &profileResult{Profile: name, Link: link, NATBindingSec: seconds(natBinding(name))}
 	pkiDir := filepath.Join(dir, "pki")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", err
@@ -130,7 +186,8 @@ func runProfile(ctx context.Context, cfg *config, g *benchkit.Group, bin string,
 	var addrs []string
 	var ports []int
 	for i, s := range mc.Servers {
-		p, err := chaos.NewUDPProxy("127.0.0.1:0", s.AgentAddr, link, seed*100+uint64(i), nil)
+		p, err := chaos.NewUDPProxy("127.0.0.1:0", s.AgentAddr, link, seed*100+uint64(i), nil,
+			chaos.WithNATBinding(res.NATBindingSec.dur()), chaos.WithIdleTimeout(time.Hour))
 		if err != nil {
 			return nil, "", err
 		}
@@ -176,7 +233,27 @@ func runProfile(ctx context.Context, cfg *config, g *benchkit.Group, bin string,
 		return nil, "", fmt.Errorf("agent converging: %w", err)
 	}
 	res.ConvergeSec = time.Since(agent.Started).Seconds()
-	fmt.Fprintf(log, "%s: converged in %.1f s; waiting for the Raft log to settle\n", name, res.ConvergeSec)
+	fmt.Fprintf(log, "%s: converged in %.1f s; waiting until the agent learned its NAT binding\n", name, res.ConvergeSec)
+	// Steady state: the agent's keep-alive interval settled (a fresh
+	// agent tests its path's NAT binding first, which takes minutes; a
+	// day is nearly all steady state).
+	agentLog := filepath.Join(dir, "agent.log")
+	err = benchkit.WaitFor(ctx, cfg.warmupMax, time.Second, agent, func(ctx context.Context) error {
+		b, err := os.ReadFile(agentLog)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(b), "NAT binding learned") {
+			return errors.New("the agent has not learned its NAT binding")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("agent warming up: %w", err)
+	}
+	res.WarmupSec = time.Since(agent.Started).Seconds() - res.ConvergeSec
+	res.KeepAlive = learnedKeepAlive(agentLog)
+	fmt.Fprintf(log, "%s: NAT binding learned after %.0f s (%s); waiting for the Raft log to settle\n", name, res.WarmupSec, res.KeepAlive)
 	if _, err := mc.Rest(ctx, 2*time.Second); err != nil {
 		return nil, "", err
 	}
@@ -212,6 +289,15 @@ func runProfile(ctx context.Context, cfg *config, g *benchkit.Group, bin string,
 	if err != nil {
 		return nil, "", err
 	}
+	nat0 := natStats(proxies)
+	// What the connect cost on the paths to the other servers (the race
+	// of handshakes that chose this one): the most an RTT probe round,
+	// made of resumed handshakes to the same servers, can cost.
+	for i, s := range mc.Servers {
+		if s.ID != res.Server {
+			res.ProbeRoundMaxBytes += ts0[i].ipBytes()
+		}
+	}
 	t0 := time.Now()
 	if err := benchkit.Sleep(ctx, cfg.duration); err != nil {
 		return nil, "", err
@@ -229,6 +315,7 @@ func runProfile(ctx context.Context, cfg *config, g *benchkit.Group, bin string,
 		return nil, "", fmt.Errorf("the agent exited during the window (%v):\n%s", agent.Err(), agent.LogTail(20))
 	}
 	res.WindowSec = window.Seconds()
+	res.NATDropped = natStats(proxies).Dropped - nat0.Dropped
 	res.RSSBytes, res.HWMBytes = mem.RSS, mem.HWM
 	res.CPUSec = (cpu1 - cpu0).Seconds()
 	res.CPUPercent = cpuPercent(cpu1-cpu0, window)
@@ -258,6 +345,12 @@ func runProfile(ctx context.Context, cfg *config, g *benchkit.Group, bin string,
 		}
 	}
 	res.IPBytesPerDay = perDay(res.Total.ipBytes(), window)
+	// RTT probe rounds come every 6 h while the choice is stable (the
+	// agent's default RTTProbeMaxInterval), so a window of minutes holds
+	// none: count the day's at their most.
+	res.ProbeRoundsPerDay = float64(24 * time.Hour / agentProbeMax)
+	res.ProbesPerDay = res.ProbeRoundsPerDay * float64(res.ProbeRoundMaxBytes)
+	res.DayBytes = res.IPBytesPerDay + res.ProbesPerDay
 	if counters != nil {
 		res.NFTTotal = &nftTotal
 		res.NFTIPBytesPerDay = perDay(nftTotal.UpBytes+nftTotal.DownBytes, window)
