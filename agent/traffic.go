@@ -39,8 +39,14 @@ const (
 const trafficSaveInterval = 5 * time.Minute
 
 // otherServers is the row the lightest addresses are summed into past
-// wire.MaxTrafficServers (no host:port starts with a parenthesis).
+// wire.MaxTrafficServers, and the datagrams of addresses no dial resolved
+// to past maxTrafficRows (no host:port starts with a parenthesis).
 const otherServers = "(other)"
+
+// maxTrafficRows bounds the rows of a day: datagrams from addresses the
+// agent never dialled (anyone may send to its socket) go to otherServers
+// once the day has this many.
+const maxTrafficRows = 64
 
 // Traffic is what the agent counted of its own traffic, as IP packets
 // (UDP payload plus 28 bytes of headers over IPv4, 48 over IPv6), per
@@ -88,6 +94,16 @@ func (d *trafficDay) list() []wire.ServerTraffic {
 	}
 	slices.SortFunc(out, func(a, b wire.ServerTraffic) int { return cmp.Compare(a.Server, b.Server) })
 	return out
+}
+
+// journal returns the day as the journal keeps it.
+func (d *trafficDay) journal() journal.TrafficDay {
+	jd := journal.TrafficDay{Day: d.day}
+	for _, r := range d.list() {
+		jd.Servers = append(jd.Servers, journal.TrafficCount{Server: r.Server,
+			SentBytes: r.SentBytes, RecvBytes: r.RecvBytes, SentPackets: r.SentPackets, RecvPackets: r.RecvPackets})
+	}
+	return jd
 }
 
 // trafficMeter holds the counters. Counting a datagram takes the mutex
@@ -156,18 +172,22 @@ func (m *trafficMeter) count(addr net.Addr, n int, sent bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.rollLocked(wire.TrafficDay(now))
-	var r *trafficRow
-	if ok {
-		if r = m.byAddr[ap]; r == nil {
-			name := m.names[ap]
-			if name == "" {
-				name = ap.String()
-			}
-			r = m.today.row(name)
+	r := m.byAddr[ap]
+	if r == nil {
+		name, named := m.names[ap]
+		switch {
+		case named:
+		case !ok || len(m.today.rows) >= maxTrafficRows:
+			// Not an IP address (never on a real socket), or a day
+			// already full of addresses no dial resolved to.
+			name = otherServers
+		default:
+			name = ap.String()
+		}
+		r = m.today.row(name)
+		if name != otherServers {
 			m.byAddr[ap] = r
 		}
-	} else {
-		r = m.today.row(addr.String()) // not a UDP address: never on a real socket
 	}
 	if sent {
 		r.c.SentBytes += size
@@ -287,17 +307,10 @@ func (m *trafficMeter) save(j *journal.Journal) error {
 	}
 	gen := m.gen
 	var days []journal.TrafficDay
-	for _, d := range []*trafficDay{&m.prev, &m.today} {
-		if d.rows == nil && d != &m.today {
-			continue
-		}
-		jd := journal.TrafficDay{Day: d.day}
-		for _, r := range d.list() {
-			jd.Servers = append(jd.Servers, journal.TrafficCount{Server: r.Server,
-				SentBytes: r.SentBytes, RecvBytes: r.RecvBytes, SentPackets: r.SentPackets, RecvPackets: r.RecvPackets})
-		}
-		days = append(days, jd)
+	if len(m.prev.rows) > 0 {
+		days = append(days, m.prev.journal())
 	}
+	days = append(days, m.today.journal())
 	m.mu.Unlock()
 	if err := j.SaveTraffic(days); err != nil {
 		return err

@@ -45,6 +45,13 @@ func TestTrafficMeterCounts(t *testing.T) {
 	m.learn(udpAddr("10.1.1.1:7443"), "s3.example:7443")
 	m.count(udpAddr("10.1.1.1:7443"), 72, true)
 
+	s1 := udpAddr("127.0.0.1:7443")
+	if n := testing.AllocsPerRun(100, func() { m.count(s1, 1200, true) }); n != 0 {
+		t.Errorf("counting a datagram allocates %v times", n)
+	}
+	m.today.rows["s1.example:7443"].c.SentBytes -= 101 * 1228 // AllocsPerRun runs once more than asked
+	m.today.rows["s1.example:7443"].c.SentPackets -= 101
+
 	day1 := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
 	want := Traffic{Day: day1, Today: []wire.ServerTraffic{
 		{Server: "[2001:db8::7]:7443", TrafficCounts: counts(0, 52+48, 0, 1)},
@@ -243,5 +250,36 @@ func TestWithTraffic(t *testing.T) {
 	}
 	if s := a.st.snapshot(); s.ReportedTrafficSeq != 5 || !cmp.Equal(s.ReportedTraffic, want) {
 		t.Fatalf("status: seq %d, %+v", s.ReportedTrafficSeq, s.ReportedTraffic)
+	}
+}
+
+// TestTrafficStrangersAreBounded: datagrams from addresses no dial
+// resolved to (anyone may send to the agent's socket) take at most
+// maxTrafficRows rows a day; the rest count under otherServers, so
+// nothing is lost and memory stays bounded. Servers keep rows of their
+// own.
+func TestTrafficStrangersAreBounded(t *testing.T) {
+	m := newTrafficMeter(newFakeClock().Now)
+	m.learn(udpAddr("10.0.0.1:7443"), "s1:7443")
+	for i := range 3 * maxTrafficRows {
+		m.count(&net.UDPAddr{IP: net.IPv4(198, 51, byte(i/250), byte(i%250)), Port: 40000 + i}, 72, false)
+	}
+	m.count(udpAddr("10.0.0.1:7443"), 72, true)
+	today := m.snapshot().Today
+	if len(today) != maxTrafficRows+2 {
+		t.Fatalf("%d rows, want %d of strangers, %s and the server's", len(today), maxTrafficRows, otherServers)
+	}
+	var packets uint64
+	var named, other bool
+	for _, r := range today {
+		packets += r.SentPackets + r.RecvPackets
+		named = named || r.Server == "s1:7443" && r.SentPackets == 1
+		other = other || r.Server == otherServers && r.RecvPackets == 2*maxTrafficRows
+	}
+	if packets != 3*maxTrafficRows+1 || !named || !other {
+		t.Fatalf("%d datagrams counted (want %d), server row %v, other row %v: %+v", packets, 3*maxTrafficRows+1, named, other, today)
+	}
+	if len(m.byAddr) > maxTrafficRows+1 { // the strangers with rows, and the server
+		t.Errorf("%d addresses remembered", len(m.byAddr))
 	}
 }
