@@ -118,7 +118,7 @@ type trafficMeter struct {
 	today   trafficDay                     // guarded by mu
 	prev    trafficDay                     // the day before today's, or empty; guarded by mu
 	byAddr  map[netip.AddrPort]*trafficRow // today's row of each remote address seen; guarded by mu
-	gen     uint64                         // datagrams counted; guarded by mu
+	gen     uint64                         // moves on with every datagram counted and day begun; guarded by mu
 	saved   uint64                         // gen when the counters were last saved; guarded by mu
 }
 
