@@ -36,6 +36,8 @@ type Agent struct {
 	// binding is what the agent learned of its path's NAT binding; the
 	// session goroutine of the moment uses it.
 	binding *bindingLearner
+	// traffic counts the datagrams of the agent's socket.
+	traffic *trafficMeter
 
 	// Set by Run before its goroutines start, read by them.
 	j   *journal.Journal
@@ -56,7 +58,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, deviceID: id, drivers: cfg.Drivers}
+	a := &Agent{cfg: cfg, deviceID: id, drivers: cfg.Drivers, traffic: newTrafficMeter(cfg.Clock.Now)}
 	a.log = cfg.Logger.Named("agent").With("device", id)
 	if a.drivers == nil {
 		a.drivers, err = driver.NewRegistry(driver.Config{Root: cfg.Root, Clock: cfg.Clock, Logger: a.log, ExecPolicy: cfg.ExecPolicy})
@@ -114,6 +116,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.st.update(func(s *Status) {
 		s.SessionID, s.AckedRevision, s.DesiredRevision = sess.ID, sess.AckedRevision, rev
 	})
+	if days, err := j.Traffic(); err != nil {
+		a.log.Warn("traffic counters unreadable; counting from zero", "error", err)
+	} else {
+		a.traffic.restore(days)
+	}
+	// Deferred before the socket closes, so it runs after: the last
+	// datagrams are counted too.
+	defer func() {
+		if err := a.traffic.save(j); err != nil && !errors.Is(err, journal.ErrPowerCut) {
+			a.log.Warn("save traffic counters", "error", err)
+		}
+	}()
 
 	listen := a.cfg.ListenPacket
 	if listen == nil {
@@ -124,7 +138,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: open socket: %w", err)
 	}
 	defer pc.Close()
-	tr := &quic.Transport{Conn: pc}
+	tr := &quic.Transport{Conn: countTraffic(pc, a.traffic)}
 	defer tr.Close()
 
 	a.j = j
@@ -143,6 +157,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.rec.run(ctx) })
 	wg.Go(func() { cm.run(ctx) })
+	wg.Go(func() { a.traffic.saveLoop(ctx, j, a.cfg.Clock, a.log) })
 	if a.cfg.CertificateDir != "" {
 		wg.Go(func() { a.renewLoop(ctx, tr, cm) })
 	}
@@ -155,6 +170,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // any time from any goroutine; before Run the report fields are zero.
 func (a *Agent) Status() Status {
 	s := a.st.snapshot()
+	s.Traffic = a.traffic.snapshot()
 	if j := a.jnl.Load(); j != nil {
 		if sum, err := j.Summary(); err == nil {
 			sess := sum.Session

@@ -265,6 +265,7 @@ func (cm *connManager) dial(ctx context.Context, addr string) (*quic.Conn, error
 	if err != nil {
 		return nil, fmt.Errorf("resolve %s: %w", addr, err)
 	}
+	cm.a.traffic.learn(udp, addr)
 	dctx, cancel := context.WithTimeout(ctx, cm.cfg.DialTimeout)
 	defer cancel()
 	conn, err := cm.tr.DialEarly(dctx, udp, cm.tlsConf, cm.cfg.QUIC)
@@ -281,6 +282,7 @@ func (cm *connManager) measure(ctx context.Context, addr string) (*quic.Conn, ti
 	if err != nil {
 		return nil, 0, fmt.Errorf("resolve %s: %w", addr, err)
 	}
+	cm.a.traffic.learn(udp, addr)
 	start := time.Now()
 	conn, err := cm.tr.Dial(ctx, udp, cm.tlsConf, cm.cfg.QUIC)
 	if err != nil {

@@ -644,6 +644,7 @@ func (s *session) writeReports(after uint64) error {
 		if err != nil {
 			return err
 		}
+		rep = s.a.withTraffic(rep, s.minor)
 		if s.minor < wire.MinorReportCorrections {
 			rep = rep.WithoutCorrections() // a 1.1 server refuses the flag
 		}

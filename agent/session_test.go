@@ -117,8 +117,8 @@ func TestSessionReportsToAServerOf10(t *testing.T) {
 
 	c.wait(t, waitLong, "a blocked report at revision 3", reportOf(c, 3, 2, StateBlocked))
 	rep := c.lastReport()
-	if rep.States || rep.Corrections {
-		t.Fatal("report with typed states or corrections in a session at minor 0")
+	if rep.States || rep.Corrections || rep.Traffic != nil {
+		t.Fatal("report with typed states, corrections or traffic in a session at minor 0")
 	}
 	got := map[string]string{}
 	for _, r := range rep.Resources {

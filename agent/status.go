@@ -91,6 +91,14 @@ type Status struct {
 	// resolved when this agent started (re-checked against the device, and
 	// either counted as applied or applied again).
 	Interrupted int
+	// Traffic is what the agent counted of its own traffic, today and the
+	// day before, per server address.
+	Traffic Traffic
+	// ReportedTraffic is the traffic the last report written to a server
+	// carried, and ReportedTrafficSeq that report's seq; nil before one
+	// (and in sessions below protocol 1.3, which carry none).
+	ReportedTraffic    *wire.Traffic
+	ReportedTrafficSeq uint64
 }
 
 // ResourceStatus is the agent's view of one resource.

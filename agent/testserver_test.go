@@ -398,8 +398,8 @@ func (s *testServer) serve(conn *quic.Conn) {
 			c.eventLocked()
 			c.mu.Unlock()
 		case *wire.Report:
-			if m.States && minor < wire.MinorReportStates || m.Corrections && minor < wire.MinorReportCorrections {
-				c.t.Errorf("report %d with flags its session at minor %d lacks (states %v, corrections %v)", m.Seq, minor, m.States, m.Corrections)
+			if m.States && minor < wire.MinorReportStates || m.Corrections && minor < wire.MinorReportCorrections || m.Traffic != nil && minor < wire.MinorReportTraffic {
+				c.t.Errorf("report %d with flags its session at minor %d lacks (states %v, corrections %v, traffic %v)", m.Seq, minor, m.States, m.Corrections, m.Traffic != nil)
 				conn.CloseWithError(wire.CloseProtocolError, "undefined report flag")
 				return
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/scheduler"
+	"github.com/meteor-edge/meteor/wire"
 )
 
 // deviceQuery is what GET /v1/devices asks for: filters that every
@@ -37,6 +38,7 @@ type deviceQuery struct {
 	limit         int
 	after         string
 	groupBy       string
+	sort          string // "traffic", or "" for ID order
 }
 
 // The values of ?intent_state: a device's state on one intent.
@@ -49,6 +51,10 @@ const (
 	intentStatePending     = "pending"
 	intentStateNotConv     = "not-converged" // a filter only: any state but converged
 )
+
+// sortTraffic is the ?sort that lists the devices that exchanged the most
+// bytes today first.
+const sortTraffic = "traffic"
 
 // deviceGroupings are the values of ?group_by.
 var deviceGroupings = []string{"status", "intent-state", "applied-digest", "acked-revision", "desired-revision", "region", "server", "owner", "connected"}
@@ -129,8 +135,13 @@ func parseDeviceQuery(q url.Values) (*deviceQuery, error) {
 				err = fmt.Errorf("want one of %s", strings.Join(deviceGroupings, ", "))
 			}
 			dq.groupBy = v
+		case "sort":
+			if v != sortTraffic {
+				err = fmt.Errorf("want %s (the default order is by ID)", sortTraffic)
+			}
+			dq.sort = v
 		default:
-			return nil, badRequest("unknown query parameter %q for /v1/devices (known: intent, intent_state, resource, applied_digest, status, reason, selector, region, server, owner, connected, converged, retried, desired_revision, acked_revision, acked_below, limit, after, group_by, stale)", key)
+			return nil, badRequest("unknown query parameter %q for /v1/devices (known: intent, intent_state, resource, applied_digest, status, reason, selector, region, server, owner, connected, converged, retried, desired_revision, acked_revision, acked_below, limit, after, group_by, sort, stale)", key)
 		}
 		if err != nil {
 			return nil, badRequest("query parameter %s=%q: %v", key, v, err)
@@ -147,6 +158,10 @@ func parseDeviceQuery(q url.Values) (*deviceQuery, error) {
 		return nil, badRequest("group_by=applied-digest needs resource")
 	case dq.groupBy != "" && (dq.limit != 0 || dq.after != ""):
 		return nil, badRequest("group_by counts every matching device: it takes no limit or after")
+	case dq.sort != "" && dq.groupBy != "":
+		return nil, badRequest("sort orders a list of devices; group_by lists none")
+	case dq.sort != "" && dq.after != "":
+		return nil, badRequest("sort=traffic lists the heaviest devices first, without pages: give limit, not after")
 	}
 	return dq, nil
 }
@@ -203,7 +218,8 @@ func (dq *deviceQuery) needsView() bool {
 }
 
 // queryDevices answers a device query from one replica read: the devices
-// that pass every filter, in ID order, paged; or, with group_by, their
+// that pass every filter, in ID order, paged, or with sort=traffic the
+// heaviest of the day first (up to limit); or, with group_by, their
 // counts per value with a sample of IDs.
 func (h *httpAPI) queryDevices(read *fsm.Read, dq *deviceQuery) (api.DeviceList, error) {
 	out := api.DeviceList{Revision: read.Revision(), Index: read.Index(), Devices: []api.DeviceSummary{}}
@@ -220,6 +236,7 @@ func (h *httpAPI) queryDevices(read *fsm.Read, dq *deviceQuery) (api.DeviceList,
 	}
 	owners := h.owners.ownerCandidates()
 	groups := map[string]*api.DeviceGroup{}
+	today := wire.TrafficDay(h.clock.Now())
 	for _, rec := range recs {
 		if dq.after != "" && rec.ID <= dq.after { // never with group_by
 			continue
@@ -258,11 +275,22 @@ func (h *httpAPI) queryDevices(read *fsm.Read, dq *deviceQuery) (api.DeviceList,
 			}
 			continue
 		}
-		if dq.limit > 0 && len(out.Devices) == dq.limit {
+		if dq.sort == sortTraffic {
+			sum.TrafficToday = trafficOn(rec.Traffic, today)
+		} else if dq.limit > 0 && len(out.Devices) == dq.limit {
 			out.Next = out.Devices[len(out.Devices)-1].ID
 			continue // keep counting what matched
 		}
 		out.Devices = append(out.Devices, sum)
+	}
+	if dq.sort == sortTraffic {
+		out.Sort = dq.sort
+		slices.SortStableFunc(out.Devices, func(a, b api.DeviceSummary) int {
+			return cmp.Compare(trafficBytes(b.TrafficToday), trafficBytes(a.TrafficToday)) // then by ID, as listed
+		})
+		if dq.limit > 0 && len(out.Devices) > dq.limit {
+			out.Devices = out.Devices[:dq.limit]
+		}
 	}
 	if dq.groupBy != "" {
 		out.Devices = nil
@@ -275,6 +303,15 @@ func (h *httpAPI) queryDevices(read *fsm.Read, dq *deviceQuery) (api.DeviceList,
 		})
 	}
 	return out, nil
+}
+
+// trafficBytes is what sort=traffic orders by: the bytes sent and
+// received, none for a device that reported no traffic.
+func trafficBytes(c *api.TrafficCounts) uint64 {
+	if c == nil {
+		return 0
+	}
+	return c.Bytes()
 }
 
 // cheapMatch applies the filters that need only the record.

@@ -9,6 +9,7 @@ import (
 	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/fsm/acl"
 	"github.com/meteor-edge/meteor/scheduler"
+	"github.com/meteor-edge/meteor/wire"
 )
 
 // devicePlanner computes desired states for the device API; sessions
@@ -116,12 +117,48 @@ func (h *httpAPI) handleGetDevice(w http.ResponseWriter, r *http.Request) {
 		DeviceSummary: sum, ReportedLabels: rec.ReportedLabels, LabelsControlled: rec.LabelsControlled,
 		SessionID: rec.SessionID, ReportSeq: rec.ReportSeq,
 		AgentStatus: rec.AgentStatus, BlockedReason: rec.BlockedReason,
-		States: make([]api.ResourceState, 0, len(v.Resources)),
+		States:  make([]api.ResourceState, 0, len(v.Resources)),
+		Traffic: deviceTraffic(rec.Traffic),
 	}
 	for _, rv := range v.Resources {
 		out.States = append(out.States, resourceState(rv))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// deviceTraffic is a device's reported traffic as the API shows it; nil
+// for none.
+func deviceTraffic(t *fsm.DeviceTraffic) *api.DeviceTraffic {
+	if t == nil {
+		return nil
+	}
+	day := wire.TrafficDayStart(t.Day)
+	out := &api.DeviceTraffic{
+		AsOf: time.Unix(0, t.AsOf).UTC(), Day: day.Format(time.DateOnly), Today: api.TrafficCounts(t.Total()),
+		Servers:     make([]api.ServerTraffic, len(t.Servers)),
+		PreviousDay: day.AddDate(0, 0, -1).Format(time.DateOnly), Previous: api.TrafficCounts(t.Previous),
+	}
+	for i, s := range t.Servers {
+		out.Servers[i] = api.ServerTraffic{Server: s.Server, TrafficCounts: api.TrafficCounts(s.TrafficCounts)}
+	}
+	return out
+}
+
+// trafficOn returns a device's traffic on a UTC day as its agent last
+// reported it: that day's counts, or the previous day's total of a report
+// from the day after (an agent whose clock is ahead of this server's);
+// zero if the report is of another day, nil if there is none.
+func trafficOn(t *fsm.DeviceTraffic, day uint32) *api.TrafficCounts {
+	var c api.TrafficCounts
+	switch {
+	case t == nil:
+		return nil
+	case t.Day == day:
+		c = api.TrafficCounts(t.Total())
+	case t.Day == day+1:
+		c = api.TrafficCounts(t.Previous)
+	}
+	return &c
 }
 
 // resourceState is a resource's three states as the API shows them.

@@ -38,8 +38,12 @@ func (s *Server) deliverReport(ctx context.Context, device string, labels map[st
 // of an earlier minor refuses the later report flags, as during a rolling
 // upgrade.
 func reportFor(rep *wire.Report, minor uint16) *wire.Report {
-	if max(minor, wire.MinorReportStates) < wire.MinorReportCorrections {
-		return rep.WithoutCorrections()
+	minor = max(minor, wire.MinorReportStates)
+	if minor < wire.MinorReportTraffic {
+		rep = rep.WithoutTraffic()
+	}
+	if minor < wire.MinorReportCorrections {
+		rep = rep.WithoutCorrections()
 	}
 	return rep
 }

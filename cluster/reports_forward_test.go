@@ -31,3 +31,28 @@ func TestForwardedReportsFitTheOwner(t *testing.T) {
 		t.Error("reportFor changed the agent's report")
 	}
 }
+
+// TestForwardedReportsKeepTrafficFor13: a 1.3 agent's traffic counts are
+// forwarded only to an owner of 1.3 or later; to one of 1.2 the report
+// goes without them, its correction counts kept.
+func TestForwardedReportsKeepTrafficFor13(t *testing.T) {
+	rep := &wire.Report{Seq: 8, States: true, Corrections: true,
+		Resources: []wire.ResourceReport{{Key: "net/policy", State: wire.StateConverged, Corrections: 3}},
+		Traffic:   &wire.Traffic{Day: 20789, Servers: []wire.ServerTraffic{{Server: "s1:7443", TrafficCounts: wire.TrafficCounts{SentBytes: 1500, SentPackets: 2}}}},
+	}
+	for _, tc := range []struct {
+		minor                uint16
+		traffic, corrections bool
+	}{{0, false, false}, {wire.MinorReportCorrections, false, true}, {wire.MinorReportTraffic, true, true}, {wire.ProtocolMinor, true, true}} {
+		var back wire.Report
+		if err := back.Decode(reportFor(rep, tc.minor).Append(nil)); err != nil {
+			t.Fatal(err)
+		}
+		if (back.Traffic != nil) != tc.traffic || back.Corrections != tc.corrections {
+			t.Errorf("to an owner of minor %d: traffic %+v, corrections %v; want traffic %v, corrections %v", tc.minor, back.Traffic, back.Corrections, tc.traffic, tc.corrections)
+		}
+	}
+	if rep.Traffic == nil {
+		t.Error("reportFor changed the agent's report")
+	}
+}

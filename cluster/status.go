@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +23,8 @@ import (
 // and the silences of those that stopped talking, into status transitions,
 // and commits the transitions through Raft in batches. A report is
 // acknowledged only once its transition is committed; a report that
-// changes nothing commits nothing.
+// changes nothing commits nothing. New traffic counts (protocol 1.3) are
+// a change: a report that brings only them commits them.
 //
 // Goroutines: Run owns batchLoop, which commits queued transitions when
 // BatchSize are queued or the oldest has waited BatchInterval, and
@@ -156,7 +158,7 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 		d.rec.AckedRevision = max(d.rec.AckedRevision, rec.AckedRevision)
 		d.rec.LastSeen = max(d.rec.LastSeen, rec.LastSeen)
 		if rec.ReportSeq > d.rec.ReportSeq {
-			d.rec.ReportSeq, d.rec.Resources = rec.ReportSeq, rec.Resources
+			d.rec.ReportSeq, d.rec.Resources, d.rec.Traffic = rec.ReportSeq, rec.Resources, rec.Traffic
 		}
 		if rec.StatusOwner != "" && rec.StatusOwner != o.self && rec.StatusIndex > d.basis {
 			// Another server committed a status while it took itself to be
@@ -248,6 +250,11 @@ func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]st
 	d.rec.ReportSeq = rep.Seq
 	merged := fsm.MergeResources(d.rec.Resources, res, rep.Full)
 	contentChanged := !sameApplied(d.rec.Resources, merged)
+	traffic := reportedTraffic(rep.Traffic, now)
+	if traffic != nil && !sameTraffic(d.rec.Traffic, traffic) {
+		contentChanged = true
+		d.rec.Traffic = traffic
+	}
 	d.rec.Resources = merged
 	d.rec.AgentStatus, d.rec.BlockedReason = rep.Status, rep.BlockedReason
 	d.rec.LastSeen = now.UnixNano()
@@ -256,6 +263,7 @@ func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]st
 	q, err := o.classifyLocked(d, read, now, contentChanged, func(tr *fsm.StatusTransition) {
 		tr.Seq, tr.Full, tr.Resources = rep.Seq, rep.Full, res
 		tr.AgentStatus, tr.BlockedReason = rep.Status, rep.BlockedReason
+		tr.Traffic = traffic
 	})
 	if q != nil {
 		d.reportQ = q
@@ -489,4 +497,29 @@ func sameApplied(a, b []fsm.ResourceStatus) bool {
 		}
 	}
 	return true
+}
+
+// reportedTraffic is a report's traffic as the device record keeps it,
+// received at now; nil for none.
+func reportedTraffic(t *wire.Traffic, now time.Time) *fsm.DeviceTraffic {
+	if t == nil {
+		return nil
+	}
+	out := &fsm.DeviceTraffic{AsOf: now.UnixNano(), Day: t.Day, Previous: fsm.TrafficCounts(t.Previous)}
+	if len(t.Servers) > 0 {
+		out.Servers = make([]fsm.ServerTraffic, len(t.Servers))
+		for i, s := range t.Servers {
+			out.Servers[i] = fsm.ServerTraffic{Server: s.Server, TrafficCounts: fsm.TrafficCounts(s.TrafficCounts)}
+		}
+	}
+	return out
+}
+
+// sameTraffic reports whether two traffic records hold the same counts
+// (when they were received aside).
+func sameTraffic(a, b *fsm.DeviceTraffic) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Day == b.Day && a.Previous == b.Previous && slices.Equal(a.Servers, b.Servers)
 }

@@ -206,6 +206,10 @@ type StatusTransition struct {
 	// StatusIndex), is stale: its status is not applied (its report
 	// contents still are, by sequence number).
 	Basis uint64 `json:"basis,omitempty"`
+	// Traffic is the agent's traffic the report carried, stamped with
+	// when the owner received it; it replaces the record's. Nil: the
+	// report carried none (the record's stays).
+	Traffic *DeviceTraffic `json:"traffic,omitempty"`
 }
 
 // StatusBatchRequest carries transitions of many devices in one entry.

@@ -151,6 +151,9 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 			corrected = correctionsGrown(cur.Resources, tr.Resources)
 			rec.AgentStatus, rec.BlockedReason = tr.AgentStatus, tr.BlockedReason
 			rec.ReportRevision = max(rec.ReportRevision, tr.Revision)
+			if tr.Traffic != nil {
+				rec.Traffic = tr.Traffic
+			}
 		}
 		rec.LastSeen = max(rec.LastSeen, tr.LastSeen)
 		rec.ProgressAt = max(rec.ProgressAt, tr.ProgressAt)

@@ -205,6 +205,7 @@ func randomLog(t testing.TB, seed uint64, n int) [][]byte {
 				Device: fmt.Sprintf("dev-%d", rng.IntN(20)), Seq: uint64(rng.IntN(i + 1)), Time: int64(i),
 				Status: []string{"pending", "converged", "failed"}[rng.IntN(3)], Full: true,
 				Resources: []ResourceStatus{{Key: name + "/motd", AppliedDigest: fmt.Sprint(i), Effective: "ok"}},
+				Traffic:   randomTraffic(i),
 			}}}))
 		case 7, 8, 9, 10, 11, 12:
 			log = append(log, securityCommand(t, rng, i))
@@ -314,4 +315,15 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 			}
 		})
 	}
+}
+
+// randomTraffic is the traffic of the i-th command of randomLog: none for
+// every third, so that records keep the counts of an earlier report.
+func randomTraffic(i int) *DeviceTraffic {
+	if i%3 == 0 {
+		return nil
+	}
+	return &DeviceTraffic{AsOf: int64(i), Day: 20789 + uint32(i/50), Servers: []ServerTraffic{
+		{Server: "s1:7443", TrafficCounts: TrafficCounts{SentBytes: uint64(100 * i), RecvBytes: uint64(80 * i), SentPackets: uint64(i), RecvPackets: uint64(i)}},
+	}, Previous: TrafficCounts{SentBytes: uint64(i)}}
 }

@@ -133,6 +133,9 @@ type DeviceRecord struct {
 	StatusIndex uint64 `json:"status_index,omitempty"`
 	// TimelineSeq numbers the device's timeline entries.
 	TimelineSeq uint64 `json:"timeline_seq,omitempty"`
+	// Traffic is the agent's count of its own traffic that the latest
+	// report carrying one brought (agents of protocol 1.3); nil before.
+	Traffic *DeviceTraffic `json:"traffic,omitempty"`
 }
 
 // TimelineEntry is one status transition of a device.

@@ -88,6 +88,20 @@ func sampleMessages() []Message {
 				{Key: "pos/c", State: StatePending},
 			},
 		},
+		&Report{Traffic: &Traffic{}},
+		&Report{
+			Seq: 304, Status: "converged", States: true, Corrections: true,
+			Resources: []ResourceReport{{Key: "pos/a", State: StateConverged, Effective: EffectiveOK, Corrections: 1}},
+			Traffic: &Traffic{
+				Day: 20789,
+				Servers: []ServerTraffic{
+					{Server: "10.0.0.1:7443", TrafficCounts: TrafficCounts{SentBytes: 23_040, RecvBytes: 18_610, SentPackets: 101, RecvPackets: 88}},
+					{Server: "[2001:db8::2]:7443", TrafficCounts: TrafficCounts{SentBytes: 5_904, RecvBytes: 4_800, SentPackets: 6, RecvPackets: 5}},
+					{Server: "s3.example:7443", TrafficCounts: TrafficCounts{SentBytes: math.MaxUint64, RecvBytes: 1, SentPackets: math.MaxUint64}},
+				},
+				Previous: TrafficCounts{SentBytes: 190_300, RecvBytes: 150_000, SentPackets: 900, RecvPackets: 850},
+			},
+		},
 		&ReportAck{Seq: 301},
 		&Ping{Seq: 1, Interval: 25 * time.Second},
 		&Ping{Seq: 7, Interval: 3 * time.Minute, EchoAfter: 200 * time.Second},
@@ -210,7 +224,12 @@ func TestMalformed(t *testing.T) {
 			b[3+1+1+1+1+32+1] = 3
 			return b
 		}()},
-		{"undefined report flag", TypeReport, []byte{0, 0, 8, 0, 0, 0}},
+		{"undefined report flag", TypeReport, []byte{0, 0, 16, 0, 0, 0}},
+		{"traffic day overflow", TypeReport, append([]byte{0, 0, reportTraffic, 0, 0, 0}, 0x80, 0x80, 0x80, 0x80, 0x10, 0, 0, 0, 0, 0)},
+		{"too many traffic servers", TypeReport, append([]byte{0, 0, reportTraffic, 0, 0, 0, 1, MaxTrafficServers + 1}, make([]byte, 5*(MaxTrafficServers+1)+4)...)},
+		{"empty traffic server", TypeReport, (&Report{Traffic: &Traffic{Servers: []ServerTraffic{{}}}}).Append(nil)},
+		{"unsorted traffic servers", TypeReport, (&Report{Traffic: &Traffic{Servers: []ServerTraffic{{Server: "b:1"}, {Server: "a:1"}}}}).Append(nil)},
+		{"duplicate traffic servers", TypeReport, (&Report{Traffic: &Traffic{Servers: []ServerTraffic{{Server: "a:1"}, {Server: "a:1"}}}}).Append(nil)},
 		{"unknown resource state", TypeReport, func() []byte {
 			b := (&Report{States: true, Resources: []ResourceReport{{State: StatePending}}}).Append(nil)
 			b[3+1+1+1+1+32+1+1] = byte(StateUnknown)
@@ -397,5 +416,58 @@ func TestMessageTable(t *testing.T) {
 	}
 	if got := MessageType(0x42).String(); got != "MessageType(0x42)" {
 		t.Errorf("String = %q", got)
+	}
+}
+
+// TestWithoutTraffic: a report for a peer below protocol 1.3 loses the
+// traffic flag and counters and nothing else; the agent's report is left
+// as it was.
+func TestWithoutTraffic(t *testing.T) {
+	rep := &Report{Seq: 9, States: true, Corrections: true, Resources: []ResourceReport{{Key: "a/b", State: StateConverged, Corrections: 2}},
+		Traffic: &Traffic{Day: 3, Servers: []ServerTraffic{{Server: "s1:7443", TrafficCounts: TrafficCounts{SentBytes: 100, SentPackets: 1}}}}}
+	old := rep.WithoutTraffic()
+	if old.Traffic != nil || rep.Traffic == nil {
+		t.Fatalf("WithoutTraffic: traffic %v, the original's %v", old.Traffic, rep.Traffic)
+	}
+	back, err := DecodeMessage(TypeReport, old.Append(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := *rep
+	want.Traffic = nil
+	if diff := cmp.Diff(&want, back, cmpOpts); diff != "" {
+		t.Errorf("stripped report (-want +got):\n%s", diff)
+	}
+	if flags := old.Append(nil)[2]; flags&reportTraffic != 0 {
+		t.Errorf("flags %#x carry the traffic bit", flags)
+	}
+	if none := old.WithoutTraffic(); none != old {
+		t.Error("WithoutTraffic of a report without traffic copied it")
+	}
+}
+
+// TestTrafficDay: days are UTC days since 1970-01-01, from their first
+// second to their last.
+func TestTrafficDay(t *testing.T) {
+	for _, tc := range []struct {
+		t    time.Time
+		want uint32
+	}{
+		{time.Unix(0, 0), 0},
+		{time.Unix(-1, 0), 0},
+		{time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC), 20789},
+		{time.Date(2026, 12, 2, 23, 59, 59, 999, time.UTC), 20789},
+		{time.Date(2026, 12, 3, 0, 30, 0, 0, time.FixedZone("CET", 3600)), 20789},
+	} {
+		if got := TrafficDay(tc.t); got != tc.want {
+			t.Errorf("TrafficDay(%v) = %d, want %d", tc.t, got, tc.want)
+		}
+	}
+	if got := TrafficDayStart(20789); !got.Equal(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("TrafficDayStart(20789) = %v", got)
+	}
+	tr := Traffic{Servers: []ServerTraffic{{Server: "a", TrafficCounts: TrafficCounts{1, 2, 3, 4}}, {Server: "b", TrafficCounts: TrafficCounts{10, 20, 30, 40}}}}
+	if got := tr.Total(); got != (TrafficCounts{11, 22, 33, 44}) || got.Bytes() != 33 {
+		t.Errorf("Total = %+v", got)
 	}
 }

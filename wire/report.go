@@ -136,12 +136,16 @@ type Report struct {
 	// above.
 	Corrections bool
 	Resources   []ResourceReport
+	// Traffic, when set, is the agent's count of its own traffic (flag
+	// bit 3, protocol 1.3), set only in a session at minor 3 or above.
+	Traffic *Traffic
 }
 
 const (
 	reportFull        = 1 << 0
 	reportStates      = 1 << 1
 	reportCorrections = 1 << 2
+	reportTraffic     = 1 << 3
 )
 
 // WithoutCorrections returns the report as a peer below protocol 1.2
@@ -161,6 +165,18 @@ func (m *Report) WithoutCorrections() *Report {
 	return &old
 }
 
+// WithoutTraffic returns the report as a peer below protocol 1.3 takes
+// it: without the traffic counters (and their flag). It returns m itself
+// when m carries none.
+func (m *Report) WithoutTraffic() *Report {
+	if m.Traffic == nil {
+		return m
+	}
+	old := *m
+	old.Traffic = nil
+	return &old
+}
+
 // Type implements Message.
 func (*Report) Type() MessageType { return TypeReport }
 
@@ -177,6 +193,9 @@ func (m *Report) Append(b []byte) []byte {
 	}
 	if m.Corrections {
 		flags |= reportCorrections
+	}
+	if m.Traffic != nil {
+		flags |= reportTraffic
 	}
 	b = append(b, flags)
 	b = appendString(b, m.Status)
@@ -199,6 +218,9 @@ func (m *Report) Append(b []byte) []byte {
 			b = appendUvarint(b, uint64(r.Corrections))
 		}
 	}
+	if m.Traffic != nil {
+		b = appendTraffic(b, m.Traffic)
+	}
 	return b
 }
 
@@ -217,6 +239,9 @@ func (m *Report) Len() int {
 	if m.States {
 		n += len(m.Resources) // one state byte each
 	}
+	if m.Traffic != nil {
+		n += trafficLen(m.Traffic)
+	}
 	return n
 }
 
@@ -224,7 +249,7 @@ func (m *Report) Len() int {
 func (m *Report) Decode(payload []byte) error {
 	d := decoder{b: payload}
 	*m = Report{Seq: d.uvarint(), DesiredRevision: d.uvarint()}
-	flags := d.flags(reportFull | reportStates | reportCorrections)
+	flags := d.flags(reportFull | reportStates | reportCorrections | reportTraffic)
 	m.Full, m.States, m.Corrections = flags&reportFull != 0, flags&reportStates != 0, flags&reportCorrections != 0
 	m.Status = d.str(MaxNameLen, "status")
 	m.BlockedReason = d.str(MaxTextLen, "blocked reason")
@@ -266,6 +291,9 @@ func (m *Report) Decode(payload []byte) error {
 				}
 			}
 		}
+	}
+	if flags&reportTraffic != 0 {
+		m.Traffic = d.traffic()
 	}
 	return d.finish("Report")
 }

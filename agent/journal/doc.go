@@ -17,7 +17,9 @@
 //     go back to what is applied when a newer desired body never applied;
 //   - in-flight steps: BeginStep is committed before a driver runs and
 //     EndStep after it returns, in the same transaction as the applied
-//     record it updates.
+//     record it updates;
+//   - the agent's traffic counters of the current and the previous UTC
+//     day (SaveTraffic), saved every few minutes and when the agent stops.
 //
 // Every write is one bbolt transaction committed with fsync (bbolt's
 // default, NoSync false), so after a power loss a step is in exactly one

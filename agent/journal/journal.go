@@ -31,12 +31,14 @@ var (
 	bucketApplied  = []byte("applied")  // key → Applied (JSON)
 	bucketSteps    = []byte("steps")    // key → Step (JSON)
 	bucketBodies   = []byte("bodies")   // key → AppliedBody (JSON)
+	bucketTraffic  = []byte("traffic")  // "days" → []TrafficDay (JSON)
 
 	keyVersion  = []byte("version")
 	keySession  = []byte("session")
 	keyRevision = []byte("revision")
+	keyTraffic  = []byte("days")
 
-	allBuckets = [][]byte{bucketMeta, bucketSession, bucketReports, bucketDesiredM, bucketDesired, bucketApplied, bucketSteps, bucketBodies}
+	allBuckets = [][]byte{bucketMeta, bucketSession, bucketReports, bucketDesiredM, bucketDesired, bucketApplied, bucketSteps, bucketBodies, bucketTraffic}
 )
 
 var (

@@ -296,6 +296,10 @@ type DeviceQuery struct {
 	// them: status, intent-state, applied-digest, acked-revision,
 	// desired-revision, region, server, owner or connected.
 	GroupBy string
+	// Sort orders the list: "traffic" lists the heaviest devices of the
+	// day first (bytes sent and received), with Limit the top ones; empty
+	// is ID order.
+	Sort string
 }
 
 func (q DeviceQuery) values(v url.Values) {
@@ -316,6 +320,7 @@ func (q DeviceQuery) values(v url.Values) {
 	set("owner", q.Owner)
 	set("after", q.After)
 	set("group_by", q.GroupBy)
+	set("sort", q.Sort)
 	for k, b := range map[string]*bool{"connected": q.Connected, "converged": q.Converged, "retried": q.Retried} {
 		if b != nil {
 			v.Set(k, strconv.FormatBool(*b))

@@ -206,6 +206,48 @@ type DeviceSummary struct {
 	// (?resource=KEY).
 	Intent   *DeviceIntent  `json:"intent,omitempty"`
 	Resource *ResourceState `json:"resource,omitempty"`
+	// TrafficToday is, in a listing sorted by traffic (?sort=traffic),
+	// the device's traffic on the answering server's UTC day so far, as
+	// its agent last reported it; absent for a device whose agent never
+	// reported any (before protocol 1.3).
+	TrafficToday *TrafficCounts `json:"traffic_today,omitempty"`
+}
+
+// TrafficCounts counts datagrams and their bytes as IP packets (UDP
+// payload plus IP and UDP headers), as a device's agent counts them.
+type TrafficCounts struct {
+	SentBytes   uint64 `json:"sent_bytes"`
+	RecvBytes   uint64 `json:"recv_bytes"`
+	SentPackets uint64 `json:"sent_packets"`
+	RecvPackets uint64 `json:"recv_packets"`
+}
+
+// Bytes returns the bytes sent and received.
+func (c TrafficCounts) Bytes() uint64 { return c.SentBytes + c.RecvBytes }
+
+// ServerTraffic is a device's traffic with one server address in a day.
+type ServerTraffic struct {
+	// Server is the address as the agent dials it (host:port).
+	Server string `json:"server"`
+	TrafficCounts
+}
+
+// DeviceTraffic is what a device's agent counted of its own traffic with
+// the servers (every datagram of its socket, RTT probes included), as the
+// latest report that carried it said (agents of protocol 1.3;
+// docs/agent.md, "Traffic counters").
+type DeviceTraffic struct {
+	// AsOf is when the device's owner received that report.
+	AsOf time.Time `json:"as_of"`
+	// Day is the UTC day counted (2006-01-02); Today is its counts so
+	// far, Servers the same per server address.
+	Day     string          `json:"day"`
+	Today   TrafficCounts   `json:"today"`
+	Servers []ServerTraffic `json:"servers"`
+	// PreviousDay is the day before Day; Previous its counts summed over
+	// every server (zero if the agent did not count that day).
+	PreviousDay string        `json:"previous_day"`
+	Previous    TrafficCounts `json:"previous"`
 }
 
 // DeviceIntent is a device's state on one intent.
@@ -247,6 +289,9 @@ type DeviceList struct {
 	// devices counted per value, most first.
 	GroupBy string        `json:"group_by,omitempty"`
 	Groups  []DeviceGroup `json:"groups,omitempty"`
+	// Sort is the order of a query with sort ("traffic": heaviest first);
+	// empty for ID order.
+	Sort string `json:"sort,omitempty"`
 }
 
 // ResourceState puts a resource's intended, applied and effective states
@@ -287,6 +332,9 @@ type Device struct {
 	AgentStatus      string            `json:"agent_status,omitempty"`
 	BlockedReason    string            `json:"blocked_reason,omitempty"`
 	States           []ResourceState   `json:"resource_states"`
+	// Traffic is what the device's agent last reported of its own
+	// traffic; absent before a report of protocol 1.3 carried any.
+	Traffic *DeviceTraffic `json:"traffic,omitempty"`
 }
 
 // OwnerShare is one server's share of the devices.

@@ -246,7 +246,13 @@ The questions an operator asks after a change, one command each:
   # which devices needed more than one attempt and converged in the end
   meteor get devices --intent change-1-network-policy --retried --intent-state converged
   # which devices serve the old certificate, which the new one
-  meteor get devices --resource change-3-cert-rotation/pos-tls --group-by applied-digest`,
+  meteor get devices --resource change-3-cert-rotation/pos-tls --group-by applied-digest
+
+--sort traffic lists the devices that exchanged the most bytes with the
+servers today (UTC, as their agents count them) first, with a TRAFFIC
+column; --limit N keeps the top N:
+
+  meteor get devices --sort traffic --limit 10`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
@@ -291,6 +297,7 @@ The questions an operator asks after a change, one command each:
 	df.IntVar(&dq.Limit, "limit", 0, "list at most this many (the answer says where the next page starts)")
 	df.StringVar(&dq.After, "after", "", "list devices after this ID (the next page)")
 	df.StringVar(&dq.GroupBy, "group-by", "", "count the devices per status, intent-state, applied-digest, acked-revision, desired-revision, region, server, owner or connected")
+	df.StringVar(&dq.Sort, "sort", "", "traffic: the devices that exchanged the most bytes today first (with --limit, the top ones); default: by ID")
 	var timeline bool
 	device := &cobra.Command{
 		Use: "device ID", Short: "Show a device: each resource's intended, applied and effective state", Args: cobra.ExactArgs(1),
@@ -312,7 +319,7 @@ The questions an operator asks after a change, one command each:
 				}
 				return g.print(cmd.OutOrStdout(), d)
 			}
-			printDevice(cmd.OutOrStdout(), d)
+			printDevice(cmd.OutOrStdout(), d, false)
 			if tl != nil {
 				fmt.Fprintln(cmd.OutOrStdout())
 				printTimeline(cmd.OutOrStdout(), tl)
@@ -445,7 +452,11 @@ func printDeviceList(w io.Writer, res *api.DeviceList) {
 		withResource = withResource || d.Resource != nil
 	}
 	tw := table(w)
+	byTraffic := res.Sort == "traffic"
 	head := "ID\tSTATUS\tCONNECTED\tSERVER\tOWNER\tDESIRED\tACKED"
+	if byTraffic {
+		head = "ID\tTRAFFIC TODAY\tSTATUS\tCONNECTED\tSERVER\tOWNER\tDESIRED\tACKED"
+	}
 	if withIntent {
 		head += "\tINTENT REV\tON INTENT"
 	}
@@ -454,7 +465,11 @@ func printDeviceList(w io.Writer, res *api.DeviceList) {
 	}
 	fmt.Fprintln(tw, head+"\tRESOURCES\tLAST SEEN\tREASON")
 	for _, d := range res.Devices {
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%d\t%d", d.ID, d.Status, d.Connected, orDash(d.Server), orDash(d.Owner), d.DesiredRevision, d.AckedRevision)
+		fmt.Fprint(tw, d.ID)
+		if byTraffic {
+			fmt.Fprintf(tw, "\t%s", trafficCell(d.TrafficToday))
+		}
+		fmt.Fprintf(tw, "\t%s\t%v\t%s\t%s\t%d\t%d", d.Status, d.Connected, orDash(d.Server), orDash(d.Owner), d.DesiredRevision, d.AckedRevision)
 		if withIntent {
 			if in := d.Intent; in != nil {
 				fmt.Fprintf(tw, "\t%d\t%s (%d/%d)", in.Revision, in.State, in.Converged, in.Resources)
@@ -474,6 +489,8 @@ func printDeviceList(w io.Writer, res *api.DeviceList) {
 	tw.Flush()
 	if res.Next != "" {
 		fmt.Fprintf(w, "%d of %s shown; the next page: --after %s\n", len(res.Devices), nDevices(res.Matched), res.Next)
+	} else if byTraffic && res.Matched != len(res.Devices) {
+		fmt.Fprintf(w, "the %d heaviest of %s\n", len(res.Devices), nDevices(res.Matched))
 	} else if res.Matched != len(res.Devices) || len(res.Devices) == 0 {
 		fmt.Fprintf(w, "%s\n", nDevices(res.Matched))
 	}
@@ -500,7 +517,8 @@ var statusMeanings = map[string]string{
 	"stuck":       "connected, but no progress past the progress deadline",
 }
 
-func printDevice(w io.Writer, d *api.Device) {
+// printDevice prints a device; perServer adds its traffic per server.
+func printDevice(w io.Writer, d *api.Device, perServer bool) {
 	conn := "no"
 	if d.Connected {
 		conn = "yes, to " + d.Server
@@ -533,6 +551,10 @@ func printDevice(w io.Writer, d *api.Device) {
 	}
 	if d.BlockedReason != "" {
 		fmt.Fprintf(w, "Blocked:    %s\n", d.BlockedReason)
+	}
+	fmt.Fprintf(w, "Traffic:    %s\n", trafficSummary(d.Traffic))
+	if perServer {
+		printTrafficServers(w, d.Traffic)
 	}
 	fmt.Fprintln(w, "Resources:")
 	tw := table(w)
@@ -586,7 +608,7 @@ them), and its latest %d status transitions ('meteor get device ID
 			if g.structured() {
 				return g.print(cmd.OutOrStdout(), deviceDescription{Device: d, Timeline: tl})
 			}
-			printDevice(cmd.OutOrStdout(), d)
+			printDevice(cmd.OutOrStdout(), d, true)
 			fmt.Fprintln(cmd.OutOrStdout())
 			recent := *tl
 			if n := len(recent.Entries); n > describeTimeline {

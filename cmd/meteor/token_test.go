@@ -176,7 +176,7 @@ func TestPrintDeviceShowsLabelSources(t *testing.T) {
 			[]string{"Labels:     region=eu  (reported by the device, trusted by this cluster)"}},
 	} {
 		var b bytes.Buffer
-		printDevice(&b, &tc.d)
+		printDevice(&b, &tc.d, false)
 		for _, w := range tc.want {
 			if !strings.Contains(b.String(), w) {
 				t.Errorf("%s: output lacks %q:\n%s", tc.d.ID, w, b.String())
