@@ -93,10 +93,17 @@ type profileResult struct {
 	// ProbeRoundsPerDay the rounds a stable day holds, and ProbesPerDay
 	// their bytes at most. DayBytes is IPBytesPerDay plus ProbesPerDay:
 	// the row's figure.
-	ProbeRoundMaxBytes uint64  `json:"probe_round_max_bytes"`
-	ProbeRoundsPerDay  float64 `json:"probe_rounds_per_day"`
-	ProbesPerDay       float64 `json:"probes_bytes_per_day"`
-	DayBytes           float64 `json:"day_bytes"`
+	ProbeRoundMaxBytes uint64 `json:"probe_round_max_bytes"`
+	// AgentCountedBytes is what the agent counted of its whole run (its
+	// last report's counters for the day), ProxyCountedBytes what the
+	// proxies counted from their start until that report was visible;
+	// AgentCountedDay the UTC day the agent counted.
+	AgentCountedBytes uint64  `json:"agent_counted_bytes"`
+	ProxyCountedBytes uint64  `json:"proxy_counted_bytes"`
+	AgentCountedDay   string  `json:"agent_counted_day"`
+	ProbeRoundsPerDay float64 `json:"probe_rounds_per_day"`
+	ProbesPerDay      float64 `json:"probes_bytes_per_day"`
+	DayBytes          float64 `json:"day_bytes"`
 }
 
 // agentProbeMax is the agent's default RTT probe interval once stable.
@@ -379,6 +386,7 @@ func runProfile(ctx context.Context, cfg *config, g *benchkit.Group, bin string,
 		}
 		res.PushMS = append(res.PushMS, benchkit.MS(time.Since(committed)))
 	}
+	pushesDone := time.Now()
 	lat := make([]time.Duration, len(res.PushMS))
 	for i, ms := range res.PushMS {
 		lat[i] = time.Duration(ms * float64(time.Millisecond))
@@ -393,6 +401,32 @@ func runProfile(ctx context.Context, cfg *config, g *benchkit.Group, bin string,
 		return nil, "", err
 	}
 	res.ServerEnd = d.Server
+
+	// The agent's own counters, cross-checked against the proxies': the
+	// report that followed the last push carried them (an idle agent
+	// reports nothing, so they are not read at the window's bounds).
+	err = benchkit.WaitFor(ctx, time.Minute, 250*time.Millisecond, agent, func(ctx context.Context) error {
+		if d, err = mc.Servers[0].API.GetDevice(ctx, deviceID, api.ReadOptions{}); err != nil {
+			return err
+		}
+		if d.Traffic == nil || !d.Traffic.AsOf.After(pushesDone) {
+			return errors.New("no report with traffic counters since the last push")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	ts2, _, _, err := read()
+	if err != nil {
+		return nil, "", err
+	}
+	var all traffic
+	for _, t := range ts2 {
+		all = all.add(t)
+	}
+	res.AgentCountedBytes, res.ProxyCountedBytes = d.Traffic.Today.Bytes(), all.ipBytes()
+	res.AgentCountedDay = d.Traffic.Day
 	return res, mc.Version, nil
 }
 

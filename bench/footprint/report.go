@@ -126,6 +126,10 @@ func trafficNote(p *profileResult, window float64) string {
 	if p.NFTTotal != nil {
 		parts = append(parts, fmt.Sprintf("nftables on loopback counted %s a day", kb(p.NFTIPBytesPerDay)))
 	}
+	if p.ProxyCountedBytes > 0 {
+		parts = append(parts, fmt.Sprintf("over the whole run the agent's own counters said %s, the proxies %s (%.1f %%; the proxies also count what followed the agent's last report)",
+			kb(float64(p.AgentCountedBytes)), kb(float64(p.ProxyCountedBytes)), 100*float64(p.AgentCountedBytes)/float64(p.ProxyCountedBytes)))
+	}
 	if p.Server != p.ServerEnd {
 		parts = append(parts, fmt.Sprintf("the session moved from %s to %s", p.Server, p.ServerEnd))
 	}
