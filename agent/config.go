@@ -118,8 +118,10 @@ type Config struct {
 	// keep-alives (protocol 1.3). The agent starts at KeepAliveMin and
 	// learns, with NAT binding tests, how long its path may stay silent,
 	// spacing keep-alives up to KeepAliveMax. Defaults
-	// wire.KeepAliveStart (25 s) and 4 min; KeepAliveMax at or below
-	// KeepAliveMin turns learning off.
+	// wire.KeepAliveStart (25 s) and 2 min: an idle agent notices that its
+	// server died within one interval plus KeepAliveTimeout, so the cap
+	// bounds failover as much as it saves traffic. KeepAliveMax at or
+	// below KeepAliveMin turns learning off.
 	KeepAliveMin, KeepAliveMax time.Duration
 	// KeepAliveTimeout is how long after a keep-alive the agent waits for
 	// any packet from its server before it takes the server, or the path,
@@ -158,7 +160,7 @@ const (
 	DefaultBackoffMax       = 30 * time.Second
 	DefaultRTTProbeInterval = 60 * time.Second
 	DefaultRTTProbeMax      = 6 * time.Hour
-	DefaultKeepAliveMax     = 4 * time.Minute
+	DefaultKeepAliveMax     = 2 * time.Minute
 	DefaultKeepAliveTimeout = 30 * time.Second
 	DefaultSwitchRatio      = 0.3
 	DefaultSwitchMargin     = 5 * time.Millisecond

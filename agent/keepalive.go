@@ -163,11 +163,16 @@ func (s *session) ping() error {
 }
 
 // wrote notes that the session sent a message: it keeps the path alive
-// like a Ping, so the next Ping waits a full interval, and it spoils a
-// test in progress.
+// like a Ping, so the next Ping waits a full interval, it spoils a test in
+// progress, and, like a Ping, it expects some packet back within
+// KeepAliveTimeout (an acknowledgement at least).
 func (s *session) wrote() {
 	if !s.ka.on {
 		return
+	}
+	if s.ka.dead == nil {
+		s.ka.recvAtPing = s.conn.ConnectionStats().PacketsReceived
+		s.ka.dead = s.a.cfg.Clock.After(s.a.cfg.KeepAliveTimeout)
 	}
 	if s.ka.phase != kaIdle {
 		s.log.Debug("NAT binding test abandoned: the session had to send", "silence", s.ka.test)
@@ -253,13 +258,13 @@ func (s *session) onPong(m *wire.Pong) error {
 }
 
 // deadCheck ends the session if nothing came from the server since the
-// last Ping: it is gone, or the path is.
+// last Ping (or message): it is gone, or the path is.
 func (s *session) deadCheck() error {
 	s.ka.dead = nil
 	if s.conn.ConnectionStats().PacketsReceived != s.ka.recvAtPing {
 		return nil
 	}
-	return fmt.Errorf("no answer from the server within %v of a keep-alive", s.a.cfg.KeepAliveTimeout)
+	return fmt.Errorf("no answer from the server within %v of a keep-alive or message", s.a.cfg.KeepAliveTimeout)
 }
 
 // recordBinding publishes what the learner knows in Status.

@@ -145,9 +145,7 @@ func TestKeepAliveLearnsNATBinding(t *testing.T) {
 	c := newTestCluster(t)
 	srv := c.startServer("s1")
 	cfg := c.agentConfig(t, "pos-1", srv)
-	q := wire.ClientQUICConfig()
-	q.DisablePathMTUDiscovery = true
-	cfg.QUIC = q // QUIC's own keep-alives at its default, minutes apart
+	cfg.QUIC = wire.ClientQUICConfig() // QUIC's own keep-alives at its default, minutes apart
 	cfg.KeepAliveMin, cfg.KeepAliveMax, cfg.KeepAliveTimeout = 250*time.Millisecond, 4*time.Second, 5*time.Second
 	var nat *natConn
 	cfg.ListenPacket = func() (net.PacketConn, error) {

@@ -148,6 +148,9 @@ func listenAgents(cfg *Config, deps agentDeps) (*agentServer, error) {
 		pc = cfg.AgentPacketConn(udp)
 	}
 	a.tr = &quic.Transport{Conn: pc}
+	if len(cfg.ClusterSecret) > 0 {
+		a.tr.StatelessResetKey = wire.StatelessResetKey(cfg.ClusterSecret)
+	}
 	if err := a.rotate(a.clock.Now()); err != nil {
 		udp.Close()
 		return nil, err

@@ -56,8 +56,8 @@ func ServerQUICConfig() *quic.Config {
 }
 
 // ClientQUICConfig returns the QUIC configuration of an agent:
-// keep-alives every KeepAlivePeriod, MaxIdleTimeout, and no streams opened
-// by the server (it pushes on the agent's control stream). Dial with
+// keep-alives every KeepAlivePeriod, MaxIdleTimeout, no path MTU
+// discovery, and no streams opened by the server (it pushes on the agent's control stream). Dial with
 // quic.DialAddrEarly (or Transport.DialEarly) to send Hello and Pull in
 // 0-RTT when a session ticket is cached.
 func ClientQUICConfig() *quic.Config {
@@ -67,6 +67,10 @@ func ClientQUICConfig() *quic.Config {
 		KeepAlivePeriod:       KeepAlivePeriod,
 		MaxIncomingStreams:    -1,
 		MaxIncomingUniStreams: -1,
+		// An agent's messages are small: path MTU probes (datagrams of up
+		// to 1,452 bytes) would cost an idle device more than they save,
+		// and would break the silence of its NAT binding tests.
+		DisablePathMTUDiscovery: true,
 	}
 }
 

@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"github.com/quic-go/quic-go"
+
 	"crypto/hkdf"
 	"crypto/sha256"
 	"crypto/tls"
@@ -145,6 +147,20 @@ func TicketKeys(clusterSecret []byte, now time.Time, period time.Duration) [][32
 	}
 	epoch := uint64(now.Unix() / int64(period/time.Second))
 	return [][32]byte{ticketKey(clusterSecret, epoch), ticketKey(clusterSecret, epoch-1), ticketKey(clusterSecret, epoch+1)}
+}
+
+// StatelessResetKey derives the QUIC stateless reset key every server of a
+// cluster uses from the cluster secret. With it, a server that restarted
+// (and so knows none of its old connections) answers an agent's next
+// packet on one with a stateless reset, and the agent connects again at
+// once instead of waiting for its keep-alive to go unanswered.
+func StatelessResetKey(clusterSecret []byte) *quic.StatelessResetKey {
+	raw, err := hkdf.Key(sha256.New, clusterSecret, nil, "meteor quic stateless reset key v1", 32)
+	if err != nil {
+		panic(err) // only for lengths over 255*32 bytes
+	}
+	k := quic.StatelessResetKey(raw)
+	return &k
 }
 
 func ticketKey(secret []byte, epoch uint64) [32]byte {
