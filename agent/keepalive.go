@@ -130,10 +130,13 @@ type keepAlive struct {
 }
 
 // The spacing of tests, in multiples of the learner's min: the first a
-// while into a connection (after its first pulls and reports), the next
-// soon after a pass, and later after a failure, which may have cost a
-// push its latency. At the default min (25 s): 25 s, 12.5 s, 100 s.
-func (b *bindingLearner) firstTestDelay() time.Duration { return b.min }
+// few minutes into a connection (its first minutes are busy with pulls,
+// applies and reports, which would void a test, and a fresh connection
+// may be one of many moving after a server failed: while a test's
+// silence runs, a dead server goes unnoticed), the next soon after a
+// pass, and later after a failure, which may have cost a push its
+// latency. At the default min (25 s): 5 min, 12.5 s, 100 s.
+func (b *bindingLearner) firstTestDelay() time.Duration { return 12 * b.min }
 func (b *bindingLearner) testGap() time.Duration        { return b.min / 2 }
 func (b *bindingLearner) failGap() time.Duration        { return 4 * b.min }
 
