@@ -125,7 +125,9 @@ type Config struct {
 	KeepAliveMin, KeepAliveMax time.Duration
 	// KeepAliveTimeout is how long after a keep-alive the agent waits for
 	// any packet from its server before it takes the server, or the path,
-	// for dead and connects again. Default 30 s.
+	// for dead and connects again. Default 15 s: longer than a lossy
+	// link's retransmissions take, or than the outages of chaos's
+	// cellular profile.
 	KeepAliveTimeout time.Duration
 
 	// SwitchRatio and SwitchMargin are the hysteresis of the nearest-server
@@ -161,7 +163,7 @@ const (
 	DefaultRTTProbeInterval = 60 * time.Second
 	DefaultRTTProbeMax      = 6 * time.Hour
 	DefaultKeepAliveMax     = 2 * time.Minute
-	DefaultKeepAliveTimeout = 30 * time.Second
+	DefaultKeepAliveTimeout = 15 * time.Second
 	DefaultSwitchRatio      = 0.3
 	DefaultSwitchMargin     = 5 * time.Millisecond
 	DefaultSwitchProbes     = 3

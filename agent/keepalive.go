@@ -160,9 +160,18 @@ func (s *session) ping() error {
 	}
 	s.ka.phase, s.ka.test = kaIdle, 0
 	s.ka.timer = s.a.cfg.Clock.After(iv)
-	s.ka.recvAtPing = s.conn.ConnectionStats().PacketsReceived
-	s.ka.dead = s.a.cfg.Clock.After(s.a.cfg.KeepAliveTimeout)
+	s.expectAnswer()
 	return nil
+}
+
+// expectAnswer arms the dead-server check unless it is armed already: the
+// check looks back to the earliest message still unanswered, so Pings
+// closer together than KeepAliveTimeout do not keep postponing it.
+func (s *session) expectAnswer() {
+	if s.ka.dead == nil {
+		s.ka.recvAtPing = s.conn.ConnectionStats().PacketsReceived
+		s.ka.dead = s.a.cfg.Clock.After(s.a.cfg.KeepAliveTimeout)
+	}
 }
 
 // wrote notes that the session sent a message: it keeps the path alive
@@ -173,10 +182,7 @@ func (s *session) wrote() {
 	if !s.ka.on {
 		return
 	}
-	if s.ka.dead == nil {
-		s.ka.recvAtPing = s.conn.ConnectionStats().PacketsReceived
-		s.ka.dead = s.a.cfg.Clock.After(s.a.cfg.KeepAliveTimeout)
-	}
+	s.expectAnswer()
 	if s.ka.phase != kaIdle {
 		s.log.Debug("NAT binding test abandoned: the session had to send", "silence", s.ka.test)
 		s.ka.phase, s.ka.test = kaIdle, 0

@@ -195,3 +195,45 @@ func (c *testCluster) pingsSeen() []*wire.Ping {
 	defer c.mu.Unlock()
 	return append([]*wire.Ping(nil), c.pings...)
 }
+
+// TestKeepAliveNoticesADeadServer: a server that stops answering (its
+// host gone: no close, no reset) is noticed within one keep-alive
+// interval and KeepAliveTimeout, and the agent moves to another server.
+func TestKeepAliveNoticesADeadServer(t *testing.T) {
+	c := newTestCluster(t)
+	s1, s2 := c.startServer("s1"), c.startServer("s2")
+	cfg := c.agentConfig(t, "pos-1", s1, s2)
+	cfg.QUIC = wire.ClientQUICConfig() // no QUIC keep-alives to speak of
+	cfg.KeepAliveMin, cfg.KeepAliveMax, cfg.KeepAliveTimeout = 500*time.Millisecond, 500*time.Millisecond, time.Second
+	var blackhole atomic.Value // the address whose datagrams vanish
+	blackhole.Store("")
+	cfg.ListenPacket = func() (net.PacketConn, error) {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		return &dropFrom{PacketConn: pc, from: &blackhole}, err
+	}
+	a := startAgent(t, cfg)
+	waitFor(t, waitLong, "a session", func() bool { return a.Status().Connected })
+	first := a.Status().Server
+	blackhole.Store(first)
+	cut := time.Now()
+	waitFor(t, waitLong, "a session on the other server", func() bool {
+		st := a.Status()
+		return st.Connected && st.Server != first
+	})
+	t.Logf("moved from %s after %v", first, time.Since(cut).Round(time.Millisecond))
+}
+
+// dropFrom drops the datagrams that come from one address.
+type dropFrom struct {
+	net.PacketConn
+	from *atomic.Value
+}
+
+func (c *dropFrom) ReadFrom(p []byte) (int, net.Addr, error) {
+	for {
+		n, addr, err := c.PacketConn.ReadFrom(p)
+		if err != nil || addr.String() != c.from.Load().(string) {
+			return n, addr, err
+		}
+	}
+}

@@ -113,7 +113,7 @@ func stormNotes(r *stormResult) []string {
 		"Storm: elections are those held from the kill until the Raft log settled, won or not: the growth of the highest Raft term the servers report on GET /v1/health.",
 	}
 	if r.Detect == detectKill {
-		n = append(n, "Storm: devices give up their connection at the kill, all at once: the worst case. A real agent notices the loss when a keep-alive goes unanswered for 30 s (agent.Config.KeepAliveTimeout), so up to one keep-alive interval (25 s to 4 min, as its NAT allows) plus 30 s after the kill, which adds that delay and spreads a fleet's storm over the interval. The wire-level devices here detect it as agents of 1.2 did, by QUIC's idle timeout: 30 s after the keep-alive they send 10 s after the last packet received (-storm-detect idle measures it; devices that connected together time out together).")
+		n = append(n, "Storm: devices give up their connection at the kill, all at once: the worst case. A real agent notices the loss when a keep-alive goes unanswered for 15 s (agent.Config.KeepAliveTimeout), so up to one keep-alive interval (25 s to 2 min, as its NAT allows) plus 15 s after the kill, which adds that delay and spreads a fleet's storm over the interval. The wire-level devices here detect it as agents of 1.2 did, by QUIC's idle timeout: 30 s after the keep-alive they send 10 s after the last packet received (-storm-detect idle measures it; devices that connected together time out together).")
 	}
 	for _, m := range r.Modes {
 		if m.Elections > 0 {
