@@ -72,7 +72,7 @@ bench-retail: build ## Row 5 only: the retail fleet, time to 50/90/99/100 % per 
 	$(GO) run ./bench/fleet -parts retail -name retail -meteor-bin $(BIN)
 
 .PHONY: bench-footprint
-bench-footprint: build build-agent ## Row 6: one idle bin/meteor-agent, 10 min each on fiber and cellular: bytes a day, push latency, RSS, CPU, binary size (FOOTPRINT_FLAGS="-duration 2m")
+bench-footprint: build build-agent ## Row 6: one idle bin/meteor-agent behind a NAT, 10 min each on fiber and cellular once it learned the binding (5-15 min): bytes a day, push latency, RSS, CPU, binary size (FOOTPRINT_FLAGS="-duration 2m")
 	$(GO) run ./bench/footprint -meteor-bin $(BIN) -agent-bin bin/meteor-agent $(FOOTPRINT_FLAGS)
 
 .PHONY: bench-intents

@@ -116,6 +116,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.st.update(func(s *Status) {
 		s.SessionID, s.AckedRevision, s.DesiredRevision = sess.ID, sess.AckedRevision, rev
 	})
+	if nat, ok, err := j.NATBinding(); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	} else if ok {
+		a.binding.restore(nat)
+		b := a.binding
+		a.st.update(func(st *Status) {
+			st.KeepAliveInterval, st.NATBindingVerified, st.NATBindingFailed, st.NATBindingTests = b.interval(), b.safe, b.failed, b.tests
+		})
+		a.log.Info("NAT binding restored from the journal; it is tested again", "verified", b.safe, "keepalive_interval", b.interval())
+	}
 	if days, err := j.Traffic(); err != nil {
 		a.log.Warn("traffic counters unreadable; counting from zero", "error", err)
 	} else {

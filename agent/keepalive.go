@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/meteor-edge/meteor/agent/journal"
 	"github.com/meteor-edge/meteor/wire"
 )
 
@@ -27,6 +28,10 @@ type bindingLearner struct {
 	min, max time.Duration
 	// safe is the longest silence verified (min until a test passed).
 	safe time.Duration
+	// verifiedAt is when safe was last verified; zero for a value not
+	// verified on this run (restored from the journal), which is tested
+	// again before it counts for long.
+	verifiedAt time.Time
 	// failed is the shortest silence seen to lose the path; zero if none,
 	// or once retestAfter passed since failedAt.
 	failed   time.Duration
@@ -61,7 +66,13 @@ func (b *bindingLearner) interval() time.Duration {
 }
 
 // next returns the silence to test next, or 0 when the search is over.
+// A verified silence is tested again every retestAfter (and first thing
+// when it was restored): the device may now be behind another NAT, and a
+// binding that lapses between keep-alives shows nowhere else.
 func (b *bindingLearner) next(now time.Time) time.Duration {
+	if b.safe > b.min && now.Sub(b.verifiedAt) >= retestAfter {
+		return b.safe
+	}
 	if b.failed > 0 && now.Sub(b.failedAt) >= retestAfter {
 		b.failed = 0
 	}
@@ -78,10 +89,12 @@ func (b *bindingLearner) next(now time.Time) time.Duration {
 	return b.safe + (hi-b.safe)/2
 }
 
-// passed records a silence the path survived.
-func (b *bindingLearner) passed(silence time.Duration) {
+// passed records a silence the path survived at now.
+func (b *bindingLearner) passed(silence time.Duration, now time.Time) {
 	b.tests++
-	b.safe = max(b.safe, silence)
+	if silence >= b.safe {
+		b.safe, b.verifiedAt = silence, now
+	}
 	if b.failed > 0 && b.failed <= b.safe {
 		b.failed = 0
 	}
@@ -97,8 +110,24 @@ func (b *bindingLearner) lost(silence time.Duration, now time.Time) {
 	if b.safe >= silence {
 		// A verified silence no longer holds (the NAT changed): start
 		// over from below it.
-		b.safe = max(b.min, silence/2)
+		b.safe, b.verifiedAt = max(b.min, silence/2), now
 	}
+}
+
+// restore takes what an earlier run learned, within this run's bounds.
+func (b *bindingLearner) restore(saved journal.NATBinding) {
+	b.tests = saved.Tests
+	if saved.Verified > b.min {
+		b.safe = min(saved.Verified, b.max) // verifiedAt zero: tested again first
+	}
+	if saved.Failed > b.safe {
+		b.failed, b.failedAt = saved.Failed, saved.FailedAt
+	}
+}
+
+// saved is what to journal.
+func (b *bindingLearner) saved() journal.NATBinding {
+	return journal.NATBinding{Verified: b.safe, VerifiedAt: b.verifiedAt, Failed: b.failed, FailedAt: b.failedAt, Tests: b.tests}
 }
 
 // keepAlive phases of a connection.
@@ -259,7 +288,7 @@ func (s *session) onPong(m *wire.Pong) error {
 		s.ka.nextTest = now.Add(s.a.binding.testGap())
 		return nil
 	}
-	s.a.binding.passed(silence)
+	s.a.binding.passed(silence, now)
 	s.ka.nextTest = now.Add(s.a.binding.testGap())
 	s.recordBinding()
 	s.log.Info("NAT binding test passed", "silence", silence, "keepalive_interval", s.a.binding.interval())
@@ -280,6 +309,9 @@ func (s *session) deadCheck() error {
 func (s *session) recordBinding() {
 	b := s.a.binding
 	settled := b.next(s.a.cfg.Clock.Now()) == 0
+	if err := s.j.SaveNATBinding(b.saved()); err != nil {
+		s.log.Warn("NAT binding not journaled; a restart learns it again", "error", err)
+	}
 	if settled && !s.a.st.snapshot().NATBindingSettled {
 		s.log.Info("NAT binding learned", "verified", b.safe, "failed", b.failed, "keepalive_interval", b.interval(), "tests", b.tests)
 	}

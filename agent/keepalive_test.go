@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meteor-edge/meteor/agent/journal"
 	"github.com/meteor-edge/meteor/wire"
 )
 
@@ -35,7 +36,7 @@ func TestBindingLearner(t *testing.T) {
 					t.Fatalf("still testing after %d tests (verified %v, failed %v)", tc.maxTests, b.safe, b.failed)
 				}
 				if tc.binding == 0 || silence < tc.binding {
-					b.passed(silence)
+					b.passed(silence, now)
 				} else {
 					b.lost(silence, now)
 				}
@@ -60,7 +61,7 @@ func TestBindingLearner(t *testing.T) {
 		b.lost(b.next(now), now)
 		for s := b.next(now); s > 0; s = b.next(now) {
 			if s < 2*time.Minute {
-				b.passed(s)
+				b.passed(s, now)
 			} else {
 				b.lost(s, now)
 			}
@@ -68,15 +69,53 @@ func TestBindingLearner(t *testing.T) {
 		if s := b.next(now.Add(retestAfter - time.Second)); s != 0 {
 			t.Fatalf("a failed silence retried after %v", retestAfter-time.Second)
 		}
-		if s := b.next(now.Add(retestAfter)); s != max {
-			t.Fatalf("after %v the next test is %v, want %v", retestAfter, s, max)
+		// A day later the verified silence is tested again first, then the
+		// failed ones.
+		later := now.Add(retestAfter)
+		verified := b.safe
+		if s := b.next(later); s != verified {
+			t.Fatalf("after %v the next test is %v, want the verified %v again", retestAfter, s, verified)
+		}
+		b.passed(verified, later)
+		if s := b.next(later); s != max {
+			t.Fatalf("then %v, want %v", s, max)
+		}
+	})
+
+	t.Run("restored, then verified again", func(t *testing.T) {
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		b := newBindingLearner(min, max)
+		b.restore(journal.NATBinding{Verified: 100 * time.Second, Failed: 130 * time.Second, FailedAt: now, Tests: 4})
+		if b.interval() != 90*time.Second || b.tests != 4 {
+			t.Fatalf("restored: interval %v, tests %d", b.interval(), b.tests)
+		}
+		// The restored silence is tested first, before the search goes on.
+		if s := b.next(now); s != 100*time.Second {
+			t.Fatalf("first test after a restore: %v, want the restored 100s", s)
+		}
+		b.passed(100*time.Second, now)
+		if s := b.next(now); s != 115*time.Second {
+			t.Fatalf("after verifying it: next %v, want 115s (bisecting to the failed 130s)", s)
+		}
+		b.passed(115*time.Second, now)
+		if s := b.next(now.Add(retestAfter - time.Second)); s != 0 {
+			t.Fatalf("settled, yet testing %v", s)
+		}
+		if s := b.next(now.Add(retestAfter)); s != 115*time.Second {
+			t.Fatalf("a day later: %v, want the verified 115s tested again", s)
+		}
+		// Restored past this run's cap: capped.
+		c := newBindingLearner(min, max)
+		c.restore(journal.NATBinding{Verified: time.Hour})
+		if c.safe != max {
+			t.Fatalf("restored an hour with a %v cap: %v", max, c.safe)
 		}
 	})
 
 	t.Run("a verified silence that fails later", func(t *testing.T) {
 		b := newBindingLearner(min, max)
 		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-		b.passed(max)
+		b.passed(max, now)
 		b.lost(max, now) // a new NAT on the path
 		if b.safe >= max || b.interval() >= max {
 			t.Fatalf("verified %v, interval %v after the silence %v failed", b.safe, b.interval(), max)

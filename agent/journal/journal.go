@@ -23,7 +23,7 @@ const schemaVersion = 1
 
 // Bucket and key names.
 var (
-	bucketMeta     = []byte("meta")     // "version" → u64
+	bucketMeta     = []byte("meta")     // "version" → u64, "nat" → NATBinding (JSON)
 	bucketSession  = []byte("session")  // "session" → sessionRecord (JSON)
 	bucketReports  = []byte("reports")  // seq (u64) → report body
 	bucketDesiredM = []byte("desiredM") // "revision" → u64
