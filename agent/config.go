@@ -102,8 +102,8 @@ type Config struct {
 	// Welcome). Default wire.HandshakeIdleTimeout.
 	DialTimeout time.Duration
 	// RTTProbeInterval is how often, while connected, the agent first
-	// measures the round-trip time to every other server with a short
-	// (resumed) handshake; the session's own RTT stands for its server's. While the choice is stable (no server looks clearly
+	// measures the round-trip time to every server with a short (resumed)
+	// handshake. While the choice is stable (no server looks clearly
 	// nearer) the interval doubles after each round, up to
 	// RTTProbeMaxInterval; it drops back when a server looks nearer or the
 	// current session's RTT grows clearly. Default 60 s; negative disables

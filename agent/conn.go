@@ -375,26 +375,33 @@ func (cm *connManager) probeLoop(ctx context.Context, conn *quic.Conn, current s
 			case <-cm.cfg.Clock.After(step):
 			}
 			waited += step
-			if srtt := conn.ConnectionStats().SmoothedRTT; sched.degraded(srtt) {
+			srtt := conn.ConnectionStats().SmoothedRTT
+			switch {
+			case first:
+				// The baseline is the session's RTT once it carried a
+				// few messages (the handshake's alone has none of the
+				// peer's acknowledgement delays).
+				first = false
+				sched.baseline = srtt
+				if cm.confirmed(current, start) {
+					// The handshakes of this connect measured every
+					// server and chose the nearest: nothing to
+					// confirm soon.
+					sched.interval = sched.max
+				}
+			case sched.degraded(srtt):
 				cm.log.Debug("the session's RTT grew: probing now", "server_addr", current, "rtt", srtt, "was", sched.baseline)
 				degraded = true
-			} else if first && cm.confirmed(current, start) {
-				// The handshakes of this connect measured every server
-				// and chose the nearest: nothing to confirm soon.
-				first = false
-				sched.interval = sched.max
 			}
-			first = false
 		}
-		rtts := cm.probeRound(ctx, current)
+		// The current server is measured as the others are, by a
+		// handshake: the session's own RTT samples include its peer's
+		// delayed acknowledgements and whatever queued on an idle path,
+		// and would make it look farther than a handshake makes the others.
+		rtts := cm.probeRound(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		// The session's own RTT stands for the current server's: no
-		// handshake needed to learn it.
-		srtt := conn.ConnectionStats().SmoothedRTT
-		cm.recordRTT(current, srtt)
-		rtts[current] = srtt
 		cm.a.st.update(func(s *Status) { s.ProbeRounds++ })
 		cm.mu.Lock()
 		target := cm.hyst.round(current, rtts, cm.streak)
@@ -465,19 +472,15 @@ func (cm *connManager) confirmed(current string, start time.Time) bool {
 	return true
 }
 
-// probeRound measures every configured server but skip (the current one)
-// concurrently with a handshake and no stream, and returns the RTTs of
-// those that answered.
-func (cm *connManager) probeRound(ctx context.Context, skip string) map[string]time.Duration {
+// probeRound measures every configured server concurrently with a
+// handshake and no stream, and returns the RTTs of those that answered.
+func (cm *connManager) probeRound(ctx context.Context) map[string]time.Duration {
 	pctx, cancel := context.WithTimeout(ctx, cm.cfg.DialTimeout)
 	defer cancel()
 	var mu sync.Mutex
 	rtts := map[string]time.Duration{}
 	var wg sync.WaitGroup
 	for _, addr := range cm.order {
-		if addr == skip {
-			continue
-		}
 		wg.Go(func() {
 			conn, rtt, err := cm.measure(pctx, addr)
 			if err != nil {
