@@ -363,6 +363,7 @@ func (cm *connManager) probeLoop(ctx context.Context, conn *quic.Conn, current s
 	sched.reset(conn.ConnectionStats().SmoothedRTT)
 	start := cm.cfg.Clock.Now()
 	first := true
+	contender := false // the last round found a server clearly nearer
 	for {
 		// Wait for the next round, checking the session's RTT every
 		// base interval meanwhile (a local read).
@@ -398,14 +399,29 @@ func (cm *connManager) probeLoop(ctx context.Context, conn *quic.Conn, current s
 		// handshake: the session's own RTT samples include its peer's
 		// delayed acknowledgements and whatever queued on an idle path,
 		// and would make it look farther than a handshake makes the others.
-		rtts := cm.probeRound(ctx)
+		// A routine round (nothing looked nearer last time, the path did
+		// not degrade) takes its last handshake's RTT instead, to save a
+		// handshake; a round that found a contender makes the next
+		// measure it again.
+		skip := ""
+		if !contender && !degraded {
+			skip = current
+		}
+		rtts := cm.probeRound(ctx, skip)
 		if ctx.Err() != nil {
 			return
+		}
+		if skip != "" {
+			cm.mu.Lock()
+			if rtt := cm.info[current].rtt; rtt > 0 {
+				rtts[current] = rtt
+			}
+			cm.mu.Unlock()
 		}
 		cm.a.st.update(func(s *Status) { s.ProbeRounds++ })
 		cm.mu.Lock()
 		target := cm.hyst.round(current, rtts, cm.streak)
-		contender := len(cm.streak) > 0
+		contender = len(cm.streak) > 0
 		cm.mu.Unlock()
 		if target != "" {
 			cm.log.Info("a server is clearly nearer", "server_addr", current, "rtt", rtts[current], "nearer_addr", target, "nearer_rtt", rtts[target])
@@ -415,7 +431,14 @@ func (cm *connManager) probeLoop(ctx context.Context, conn *quic.Conn, current s
 			}
 			return
 		}
-		sched.after(contender || degraded, conn.ConnectionStats().SmoothedRTT)
+		// The baseline moves only with a round that measured the current
+		// server: otherwise a path slowing by degrees would drag it along
+		// and never look degraded.
+		baseline := sched.baseline
+		if skip == "" {
+			baseline = conn.ConnectionStats().SmoothedRTT
+		}
+		sched.after(contender || degraded, baseline)
 	}
 }
 
@@ -472,15 +495,18 @@ func (cm *connManager) confirmed(current string, start time.Time) bool {
 	return true
 }
 
-// probeRound measures every configured server concurrently with a
-// handshake and no stream, and returns the RTTs of those that answered.
-func (cm *connManager) probeRound(ctx context.Context) map[string]time.Duration {
+// probeRound measures every configured server but skip concurrently with
+// a handshake and no stream, and returns the RTTs of those that answered.
+func (cm *connManager) probeRound(ctx context.Context, skip string) map[string]time.Duration {
 	pctx, cancel := context.WithTimeout(ctx, cm.cfg.DialTimeout)
 	defer cancel()
 	var mu sync.Mutex
 	rtts := map[string]time.Duration{}
 	var wg sync.WaitGroup
 	for _, addr := range cm.order {
+		if addr == skip {
+			continue
+		}
 		wg.Go(func() {
 			conn, rtt, err := cm.measure(pctx, addr)
 			if err != nil {

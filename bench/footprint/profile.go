@@ -352,7 +352,7 @@ func runProfile(ctx context.Context, cfg *config, g *benchkit.Group, bin string,
 		}
 	}
 	res.IPBytesPerDay = perDay(res.Total.ipBytes(), window)
-	// RTT probe rounds come every 6 h while the choice is stable (the
+	// RTT probe rounds come every 12 h while the choice is stable (the
 	// agent's default RTTProbeMaxInterval), so a window of minutes holds
 	// none: count the day's at their most.
 	res.ProbeRoundsPerDay = float64(24 * time.Hour / agentProbeMax)
