@@ -456,10 +456,20 @@ type probeSchedule struct {
 
 func (p *probeSchedule) reset(srtt time.Duration) { p.interval, p.baseline = p.base, srtt }
 
-// degraded reports whether srtt is clearly worse than the baseline, by
-// the hysteresis' ratio and margin.
+// degradedRatio and degradedMargin say when a session's smoothed RTT is
+// degraded: at least twice its baseline and 20 ms above it. An idle
+// session's RTT samples are few and carry the server's delayed
+// acknowledgements (on the footprint benchmark's fiber path 17 ms against
+// 4.5 ms by handshake): the switching hysteresis (30 %, 5 ms) would read
+// that as a degraded path and probe every few minutes.
+const (
+	degradedRatio  = 2
+	degradedMargin = 20 * time.Millisecond
+)
+
+// degraded reports whether srtt is clearly worse than the baseline.
 func (p *probeSchedule) degraded(srtt time.Duration) bool {
-	return p.hyst.clearlyBetter(p.baseline, srtt)
+	return srtt >= degradedRatio*p.baseline && srtt >= p.baseline+degradedMargin
 }
 
 // after sets the next interval once a round is done: urgent if a server
