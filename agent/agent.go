@@ -68,7 +68,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.st = newStatusStore(id)
 	a.binding = newBindingLearner(cfg.KeepAliveMin, cfg.KeepAliveMax)
-	a.st.update(func(st *Status) { st.KeepAliveInterval, st.NATBindingVerified = a.binding.interval(), a.binding.safe })
+	a.publishBinding(false)
 	cert := cfg.Certificate
 	if cert.Leaf == nil {
 		// certDeviceID parsed it already.
@@ -120,11 +120,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: %w", err)
 	} else if ok {
 		a.binding.restore(nat)
-		b := a.binding
-		a.st.update(func(st *Status) {
-			st.KeepAliveInterval, st.NATBindingVerified, st.NATBindingFailed, st.NATBindingTests = b.interval(), b.safe, b.failed, b.tests
-		})
-		a.log.Info("NAT binding restored from the journal; it is tested again", "verified", b.safe, "keepalive_interval", b.interval())
+		a.publishBinding(false)
+		a.log.Info("NAT binding restored from the journal; it is tested again", "verified", a.binding.safe, "keepalive_interval", a.binding.interval())
 	}
 	if days, err := j.Traffic(); err != nil {
 		a.log.Warn("traffic counters unreadable; counting from zero", "error", err)

@@ -359,7 +359,7 @@ func (cm *connManager) probeLoop(ctx context.Context, conn *quic.Conn, current s
 	cm.mu.Lock()
 	clear(cm.streak)
 	cm.mu.Unlock()
-	sched := probeSchedule{base: cm.cfg.RTTProbeInterval, max: cm.cfg.RTTProbeMaxInterval, hyst: cm.hyst}
+	sched := probeSchedule{base: cm.cfg.RTTProbeInterval, max: cm.cfg.RTTProbeMaxInterval}
 	sched.reset(conn.ConnectionStats().SmoothedRTT)
 	start := cm.cfg.Clock.Now()
 	first := true
@@ -449,7 +449,6 @@ func (cm *connManager) probeLoop(ctx context.Context, conn *quic.Conn, current s
 // the last round.
 type probeSchedule struct {
 	base, max time.Duration
-	hyst      hysteresis
 	interval  time.Duration // until the next round
 	baseline  time.Duration // the session's smoothed RTT at the last round
 }

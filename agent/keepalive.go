@@ -148,12 +148,10 @@ type keepAlive struct {
 	// received when it was sent: none since means the server is gone.
 	dead       <-chan time.Time
 	recvAtPing uint64
-	// The test in progress: its silence, its Ping's seq, when it began,
-	// the connection's packet counts once its Ping was acknowledged, and
-	// whether the session wrote meanwhile (which spoils it).
-	test               time.Duration
-	testSeq            uint64
-	baseSent, baseRecv uint64
+	// The test in progress: its silence and its Ping's seq. A message
+	// the session writes meanwhile abandons it (wrote).
+	test    time.Duration
+	testSeq uint64
 	// nextTest is the earliest time of the next test.
 	nextTest time.Time
 }
@@ -240,9 +238,10 @@ func (s *session) keepAliveTick() error {
 		if err := s.w.Write(&wire.Ping{Seq: s.ka.seq, Interval: silence + grace, EchoAfter: silence}); err != nil {
 			return err
 		}
+		// A dead-server check armed earlier stays armed: the test's Ping
+		// is acknowledged like any other packet.
 		s.ka.phase, s.ka.test, s.ka.testSeq = kaSettle, silence, s.ka.seq
 		s.ka.recvAtPing = s.conn.ConnectionStats().PacketsReceived
-		s.ka.dead = nil
 		s.ka.timer = s.a.cfg.Clock.After(s.rttGuard(time.Second, 3))
 		s.log.Debug("NAT binding test", "silence", silence, "verified", s.a.binding.safe)
 	case kaSettle:
@@ -254,7 +253,7 @@ func (s *session) keepAliveTick() error {
 			s.ka.nextTest = now.Add(s.a.binding.testGap())
 			return s.ping()
 		}
-		s.ka.phase, s.ka.baseSent, s.ka.baseRecv = kaWaiting, st.PacketsSent, st.PacketsReceived
+		s.ka.phase = kaWaiting
 		s.ka.timer = s.a.cfg.Clock.After(s.ka.test + s.rttGuard(2*time.Second, 4))
 	case kaWaiting:
 		silence := s.ka.test
@@ -268,30 +267,29 @@ func (s *session) keepAliveTick() error {
 	return nil
 }
 
-// onPong concludes the test the Pong answers. The test counts only if the
-// path was silent meanwhile: nothing written, and no packet but the Pong's
-// received (each would have made the device send an acknowledgement,
-// refreshing the binding). One packet sent is the Pong's own ACK.
+// onPong concludes the test the Pong answers. What it verifies is read at
+// the socket, not assumed: how long the agent had sent nothing to the
+// server when the Pong's datagram came in (trafficMeter.lastSilence). A
+// retransmission, an acknowledgement or a QUIC keep-alive sent during the
+// test shortens that silence, and the test counts only if what remains is
+// the silence asked for.
 func (s *session) onPong(m *wire.Pong) error {
 	if s.ka.phase != kaWaiting || m.Seq != s.ka.testSeq {
 		return nil // late: a test that failed or was abandoned
 	}
 	now := s.a.cfg.Clock.Now()
-	st := s.conn.ConnectionStats()
-	silence := s.ka.test
+	asked := s.ka.test
 	s.ka.phase, s.ka.test = kaIdle, 0
-	s.ka.timer = s.a.cfg.Clock.After(s.a.binding.interval())
-	// The next Ping announces the new interval.
-	if st.PacketsReceived != s.ka.baseRecv+1 || st.PacketsSent > s.ka.baseSent+1 {
-		s.log.Debug("NAT binding test void: the path was not silent", "silence", silence,
-			"received", st.PacketsReceived-s.ka.baseRecv, "sent", st.PacketsSent-s.ka.baseSent)
-		s.ka.nextTest = now.Add(s.a.binding.testGap())
+	s.ka.timer = s.a.cfg.Clock.After(s.a.binding.interval()) // the next Ping announces what this test taught
+	s.ka.nextTest = now.Add(s.a.binding.testGap())
+	silence, _, ok := s.a.traffic.lastSilence(s.conn.RemoteAddr())
+	if !ok || silence < asked {
+		s.log.Debug("NAT binding test void: the path was not silent", "silence", asked, "measured", silence)
 		return nil
 	}
-	s.a.binding.passed(silence, now)
-	s.ka.nextTest = now.Add(s.a.binding.testGap())
+	s.a.binding.passed(asked, now)
 	s.recordBinding()
-	s.log.Info("NAT binding test passed", "silence", silence, "keepalive_interval", s.a.binding.interval())
+	s.log.Info("NAT binding test passed", "silence", asked, "measured", silence, "keepalive_interval", s.a.binding.interval())
 	return nil
 }
 
@@ -305,18 +303,26 @@ func (s *session) deadCheck() error {
 	return fmt.Errorf("no answer from the server within %v of a keep-alive or message", s.a.cfg.KeepAliveTimeout)
 }
 
-// recordBinding publishes what the learner knows in Status.
+// recordBinding journals what the learner knows after a test and
+// publishes it in Status.
 func (s *session) recordBinding() {
 	b := s.a.binding
-	settled := b.next(s.a.cfg.Clock.Now()) == 0
 	if err := s.j.SaveNATBinding(b.saved()); err != nil {
 		s.log.Warn("NAT binding not journaled; a restart learns it again", "error", err)
 	}
-	if settled && !s.a.st.snapshot().NATBindingSettled {
+	if s.a.publishBinding(b.next(s.a.cfg.Clock.Now()) == 0) {
 		s.log.Info("NAT binding learned", "verified", b.safe, "failed", b.failed, "keepalive_interval", b.interval(), "tests", b.tests)
 	}
-	s.a.st.update(func(st *Status) {
+}
+
+// publishBinding shows the learner in Status; it reports whether the
+// search became settled with this call.
+func (a *Agent) publishBinding(settled bool) (nowSettled bool) {
+	b := a.binding
+	a.st.update(func(st *Status) {
+		nowSettled = settled && !st.NATBindingSettled
 		st.KeepAliveInterval, st.NATBindingVerified, st.NATBindingFailed, st.NATBindingTests = b.interval(), b.safe, b.failed, b.tests
 		st.NATBindingSettled = settled
 	})
+	return nowSettled
 }

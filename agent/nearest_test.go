@@ -87,7 +87,7 @@ func TestRankServers(t *testing.T) {
 // its baseline, brings them back to the base interval.
 func TestProbeSchedule(t *testing.T) {
 	ms := time.Millisecond
-	p := probeSchedule{base: time.Minute, max: 30 * time.Minute, hyst: hysteresis{Ratio: 0.3, Margin: 5 * ms, Probes: 3}}
+	p := probeSchedule{base: time.Minute, max: 30 * time.Minute}
 	p.reset(20 * ms)
 	var got []time.Duration
 	for range 7 {

@@ -118,16 +118,9 @@ func (rp *reporter) queueLocked(rep *wire.Report, body []byte, full bool, after 
 	for _, r := range rep.Resources {
 		resources[r.Key] = r
 	}
-	if !full && rp.baseline != nil {
-		for k := range rp.baseline {
-			if _, ok := resources[k]; !ok {
-				full = true // a resource is gone: only a full report says so
-				break
-			}
-		}
-	}
+	full = full || rp.baseline == nil || goneSince(rp.baseline, resources)
 	out := body
-	if !full && rp.baseline != nil {
+	if !full {
 		part := *rep
 		part.Full, part.Resources = false, nil
 		for _, r := range rep.Resources {
@@ -136,8 +129,6 @@ func (rp *reporter) queueLocked(rep *wire.Report, body []byte, full bool, after 
 			}
 		}
 		out = part.Append(nil)
-	} else {
-		full = true
 	}
 	seq, err := rp.j.ReplaceReports(after, out)
 	if err != nil {
@@ -160,6 +151,17 @@ func (rp *reporter) queueLocked(rep *wire.Report, body []byte, full bool, after 
 	default:
 	}
 	return nil
+}
+
+// goneSince reports whether a resource of baseline is missing from now:
+// only a full report tells the server so.
+func goneSince(baseline, now map[string]wire.ResourceReport) bool {
+	for k := range baseline {
+		if _, ok := now[k]; !ok {
+			return true
+		}
+	}
+	return false
 }
 
 // fitReport shortens the texts of a report until it fits one frame: a

@@ -347,13 +347,12 @@ func (s *session) pull() error {
 		return err
 	}
 	s.pullOut, s.pullAgain = true, false
-	s.pullInv = nil
-	switch {
-	case p.Inventory:
+	if p.Inventory {
 		s.sentInv = inventoryMap(inv)
-		s.pullInv = s.sentInv
-	case same:
-		s.pullInv = s.sentInv
+	}
+	s.pullInv = nil
+	if p.Inventory || same {
+		s.pullInv = s.sentInv // what the Delta is diffed against
 	}
 	if s.welcomed {
 		s.pullTimer = s.a.cfg.Clock.After(s.pullEvery)

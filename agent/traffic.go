@@ -120,10 +120,43 @@ type trafficMeter struct {
 	byAddr  map[netip.AddrPort]*trafficRow // today's row of each remote address seen; guarded by mu
 	gen     uint64                         // moves on with every datagram counted and day begun; guarded by mu
 	saved   uint64                         // gen when the counters were last saved; guarded by mu
+	// paths keeps, for each address the agent dialled, when it last sent
+	// there and the last silence a datagram from there ended (see
+	// lastSilence); guarded by mu.
+	paths map[netip.AddrPort]*pathTimes
+}
+
+// pathTimes are the send and receive times of one remote address.
+type pathTimes struct {
+	sent time.Time // last datagram sent
+	// silence is how long the agent had sent nothing there when the last
+	// datagram from there arrived (at recv): a NAT binding outlived it.
+	silence time.Duration
+	recv    time.Time
 }
 
 func newTrafficMeter(now func() time.Time) *trafficMeter {
-	return &trafficMeter{now: now, names: map[netip.AddrPort]string{}, byAddr: map[netip.AddrPort]*trafficRow{}}
+	return &trafficMeter{now: now, names: map[netip.AddrPort]string{}, byAddr: map[netip.AddrPort]*trafficRow{},
+		paths: map[netip.AddrPort]*pathTimes{}}
+}
+
+// lastSilence returns how long the agent had sent nothing to addr when
+// the last datagram from addr arrived, and when that was; ok is false if
+// nothing was both sent there and received from there. The NAT binding of
+// the path outlived that silence: the datagram got through it. Only
+// addresses the agent dialled (learn) are tracked.
+func (m *trafficMeter) lastSilence(addr net.Addr) (silence time.Duration, at time.Time, ok bool) {
+	ap, valid := remoteAddr(addr)
+	if !valid {
+		return 0, at, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.paths[ap]
+	if p == nil || p.recv.IsZero() || p.silence <= 0 {
+		return 0, at, false
+	}
+	return p.silence, p.recv, true
 }
 
 // remoteAddr returns addr as a map key, IPv4-mapped IPv6 addresses as
@@ -157,6 +190,9 @@ func (m *trafficMeter) learn(addr *net.UDPAddr, server string) {
 		return
 	}
 	m.names[ap] = server
+	if m.paths[ap] == nil {
+		m.paths[ap] = &pathTimes{}
+	}
 	delete(m.byAddr, ap) // counted under another name so far today
 }
 
@@ -195,6 +231,13 @@ func (m *trafficMeter) count(addr net.Addr, n int, sent bool) {
 	} else {
 		r.c.RecvBytes += size
 		r.c.RecvPackets++
+	}
+	if p := m.paths[ap]; p != nil {
+		if sent {
+			p.sent = now
+		} else if !p.sent.IsZero() {
+			p.silence, p.recv = now.Sub(p.sent), now
+		}
 	}
 	m.gen++
 }

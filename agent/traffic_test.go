@@ -283,3 +283,35 @@ func TestTrafficStrangersAreBounded(t *testing.T) {
 		t.Errorf("%d addresses remembered", len(m.byAddr))
 	}
 }
+
+// TestTrafficMeterLastSilence: the meter tells how long the agent had
+// sent nothing to a dialled address when a datagram from it came in.
+func TestTrafficMeterLastSilence(t *testing.T) {
+	clock := newFakeClock()
+	m := newTrafficMeter(clock.Now)
+	srv := &net.UDPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 7443}
+	if _, _, ok := m.lastSilence(srv); ok {
+		t.Fatal("a silence before anything was counted")
+	}
+	m.learn(srv, "10.0.0.1:7443")
+	m.count(srv, 40, true)
+	clock.Advance(90 * time.Second)
+	m.count(srv, 30, false)
+	if d, at, ok := m.lastSilence(srv); !ok || d != 90*time.Second || !at.Equal(clock.Now()) {
+		t.Fatalf("silence %v at %v, %v; want 90s now", d, at, ok)
+	}
+	clock.Advance(time.Second)
+	m.count(srv, 40, true) // the acknowledgement
+	clock.Advance(10 * time.Millisecond)
+	m.count(srv, 30, false)
+	if d, _, ok := m.lastSilence(srv); !ok || d != 10*time.Millisecond {
+		t.Fatalf("after another exchange: silence %v, %v; want 10ms", d, ok)
+	}
+	// Addresses never dialled are not tracked.
+	stranger := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 9), Port: 1}
+	m.count(stranger, 40, true)
+	m.count(stranger, 40, false)
+	if _, _, ok := m.lastSilence(stranger); ok {
+		t.Fatal("a stranger's address is tracked")
+	}
+}

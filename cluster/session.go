@@ -307,9 +307,6 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 // silence it asked for. Pings are not acknowledged otherwise: QUIC's ACK
 // of the packet is the answer an agent needs.
 func (sess *agentSession) handlePing(ctx context.Context, m *wire.Ping) {
-	if sess.liveness == 0 {
-		sess.logger.Debug("agent keeps alive itself", "interval", m.Interval)
-	}
 	sess.liveness = sess.a.livenessBound(m.Interval)
 	if m.EchoAfter <= 0 {
 		return

@@ -6,6 +6,11 @@ import "time"
 // tells nothing an agent needs (its keep-alives never go further apart).
 const MaxEchoAfter = 30 * time.Minute
 
+// MaxPingInterval bounds Ping.Interval: no agent stays silent longer, and
+// the server's liveness bound (twice it, plus slack) stays far from
+// overflowing.
+const MaxPingInterval = time.Hour
+
 // Ping is the agent's keep-alive (protocol 1.3). It refreshes the NAT
 // binding of the agent's path and tells the server how long the agent
 // may now stay silent: the server ends a session it has not heard from
@@ -18,7 +23,7 @@ type Ping struct {
 	// Ping it answers.
 	Seq uint64
 	// Interval is the longest the agent will now stay silent. Encoded in
-	// whole milliseconds; zero is invalid.
+	// whole milliseconds; zero and above MaxPingInterval are invalid.
 	Interval time.Duration
 	// EchoAfter, if set, asks for a Pong that long after the server
 	// received this Ping; at most MaxEchoAfter. Whole milliseconds.
@@ -46,6 +51,9 @@ func (m *Ping) Decode(payload []byte) error {
 	*m = Ping{Seq: d.uvarint(), Interval: d.duration(), EchoAfter: d.duration()}
 	if d.err == nil && m.Interval <= 0 {
 		d.malformed("zero keep-alive interval")
+	}
+	if d.err == nil && m.Interval > MaxPingInterval {
+		d.malformed("keep-alive interval %v, above %v", m.Interval, MaxPingInterval)
 	}
 	if d.err == nil && m.EchoAfter > MaxEchoAfter {
 		d.malformed("echo after %v, above %v", m.EchoAfter, MaxEchoAfter)

@@ -245,6 +245,7 @@ func TestMalformed(t *testing.T) {
 			return (&Welcome{Extensions: []Extension{{Type: 2}, {Type: 1}}}).Append(nil)
 		}()},
 		{"zero keep-alive interval", TypePing, []byte{1, 0, 0}},
+		{"keep-alive interval too long", TypePing, (&Ping{Interval: MaxPingInterval + time.Millisecond}).Append(nil)},
 		{"echo after too long", TypePing, (&Ping{Interval: time.Second, EchoAfter: MaxEchoAfter + time.Millisecond}).Append(nil)},
 		{"key too long", TypeDelta, append([]byte{0, 0, 0, 0, 1, 0x81, 0x04}, make([]byte, 513)...)},
 	} {
