@@ -146,8 +146,12 @@ type keepAlive struct {
 	timer <-chan time.Time
 	// dead fires KeepAliveTimeout after a Ping; recvAtPing is the packets
 	// received when it was sent: none since means the server is gone.
-	dead       <-chan time.Time
-	recvAtPing uint64
+	// suspect fires much sooner (a few round trips, then at doubling
+	// waits, suspectWait): none by then sends a reset probe (suspectCheck).
+	dead        <-chan time.Time
+	suspect     <-chan time.Time
+	suspectWait time.Duration
+	recvAtPing  uint64
 	// The test in progress: its silence and its Ping's seq. A message
 	// the session writes meanwhile abandons it (wrote).
 	test    time.Duration
@@ -179,10 +183,13 @@ func (s *session) startKeepAlive() error {
 }
 
 // ping sends a plain keep-alive and arms the dead-server check.
-func (s *session) ping() error {
+func (s *session) ping() error { return s.pingPadded(0) }
+
+// pingPadded is ping with pad bytes of padding (wire.Ping.Pad).
+func (s *session) pingPadded(pad int) error {
 	s.ka.seq++
 	iv := s.a.binding.interval()
-	if err := s.w.Write(&wire.Ping{Seq: s.ka.seq, Interval: iv}); err != nil {
+	if err := s.w.Write(&wire.Ping{Seq: s.ka.seq, Interval: iv, Pad: pad}); err != nil {
 		return err
 	}
 	s.ka.phase, s.ka.test = kaIdle, 0
@@ -198,6 +205,8 @@ func (s *session) expectAnswer() {
 	if s.ka.dead == nil {
 		s.ka.recvAtPing = s.conn.ConnectionStats().PacketsReceived
 		s.ka.dead = s.a.cfg.Clock.After(s.a.cfg.KeepAliveTimeout)
+		s.ka.suspectWait = s.rttGuard(time.Second, 4)
+		s.ka.suspect = s.a.cfg.Clock.After(s.ka.suspectWait)
 	}
 }
 
@@ -293,10 +302,34 @@ func (s *session) onPong(m *wire.Pong) error {
 	return nil
 }
 
+// suspectCheck acts when a message has gone unanswered for a few round
+// trips, which on a healthy path its acknowledgement never does: the
+// server may have restarted and lost the connection. A restarted server
+// answers a packet of a connection it does not know with a stateless
+// reset, which ends the connection at once, but only a packet long enough
+// (wire.ResetProbePad); a plain Ping is not. So a padded Ping goes now,
+// and again at doubling waits (a server still starting up when the first
+// went is caught by a later one), instead of waiting out KeepAliveTimeout;
+// a server that stays down answers nothing and deadCheck ends the session
+// then. A healthy path costs nothing: its acknowledgements come first.
+func (s *session) suspectCheck() error {
+	if s.conn.ConnectionStats().PacketsReceived != s.ka.recvAtPing {
+		// Answered: the server is there. Both checks stand down until the
+		// session next writes, which arms them afresh; left armed, the
+		// dead-server check would judge later messages by this answer.
+		s.ka.dead, s.ka.suspect = nil, nil
+		return nil
+	}
+	s.log.Debug("no answer yet; asking for a stateless reset in case the server restarted", "waited", s.ka.suspectWait)
+	s.ka.suspectWait *= 2
+	s.ka.suspect = s.a.cfg.Clock.After(s.ka.suspectWait)
+	return s.pingPadded(wire.ResetProbePad)
+}
+
 // deadCheck ends the session if nothing came from the server since the
 // last Ping (or message): it is gone, or the path is.
 func (s *session) deadCheck() error {
-	s.ka.dead = nil
+	s.ka.dead, s.ka.suspect = nil, nil
 	if s.conn.ConnectionStats().PacketsReceived != s.ka.recvAtPing {
 		return nil
 	}

@@ -185,6 +185,11 @@ func (s *session) run(ctx context.Context) sessionEnd {
 			if err := s.keepAliveTick(); err != nil {
 				return s.end(err)
 			}
+		case <-s.ka.suspect:
+			s.ka.suspect = nil
+			if err := s.suspectCheck(); err != nil {
+				return s.end(err)
+			}
 		case <-s.ka.dead:
 			if err := s.deadCheck(); err != nil {
 				return s.end(err)

@@ -304,3 +304,41 @@ func TestDriftCorrectionReachesTheTimeline(t *testing.T) {
 		t.Fatalf("drift events of store-9: %+v, %v; want the correction of store-config/f00", corrected, err)
 	}
 }
+
+// TestAgentLeavesARestartedServerAtOnce: a server that crashed and came
+// back has forgotten its connections. The agent's next keep-alive goes
+// unanswered; the padded Ping that follows within a few round trips draws
+// the restarted server's stateless reset, and the agent reconnects at once
+// rather than after its dead-server timeout (ten minutes here, so that
+// nothing else can explain a quick reconnect) and takes the change made
+// meanwhile. A plain Ping's datagram is too short for a server to answer
+// with a reset (wire.ResetProbePad).
+func TestAgentLeavesARestartedServerAtOnce(t *testing.T) {
+	pki := newTestPKI(t)
+	c := newTestCluster(t, 3, pki.withAgents(t))
+	c.propose(filesIntent("store-config", 1, "v1"))
+	s := c.Server(0)
+	ra := startAgent(t, pki, "kiosk-r", []string{s.AgentAddr()}, map[string]string{"region": "eu"}, chaos.LinkProfile{}, func(cfg *agent.Config) {
+		cfg.KeepAliveMin, cfg.KeepAliveMax = 2*time.Second, 2*time.Second
+		cfg.KeepAliveTimeout = 10 * time.Minute
+		// Nothing but keep-alives while idle: a pull or a full report is
+		// long enough to draw the reset by itself.
+		cfg.PullInterval, cfg.ReportInterval = time.Hour, time.Hour
+	})
+	waitDeviceConverged(t, c, "kiosk-r")
+	connects := ra.Status().Connects
+
+	// A crash: the server's goodbye never reaches the agent.
+	ra.pc.SetBlackhole(true)
+	c.kill(0)
+	c.restart(0)
+	ra.pc.SetBlackhole(false)
+	c.propose(filesIntent("store-config", 1, "v2"))
+	waitFor(t, 60*time.Second, func() error {
+		if st := ra.Status(); st.Connects <= connects || !st.Connected {
+			return fmt.Errorf("agent connected %v, %d connections (was %d)", st.Connected, st.Connects, connects)
+		}
+		return nil
+	})
+	waitDeviceConverged(t, c, "kiosk-r")
+}

@@ -11,6 +11,18 @@ const MaxEchoAfter = 30 * time.Minute
 // overflowing.
 const MaxPingInterval = time.Hour
 
+// MaxPingPad bounds Ping.Pad.
+const MaxPingPad = 64
+
+// ResetProbePad is the padding of a Ping that asks a server which may have
+// lost the connection for a stateless reset (RFC 9000 §10.3). A server
+// answers only a packet longer than the smallest reset it could send (42
+// bytes in quic-go) so that two endpoints can never reset each other in a
+// loop; a bare Ping travels in a 34-byte datagram, too small to be
+// answered. 16 bytes of padding take it past that bound with room for the
+// smallest headers.
+const ResetProbePad = 16
+
 // Ping is the agent's keep-alive (protocol 1.3). It refreshes the NAT
 // binding of the agent's path and tells the server how long the agent
 // may now stay silent: the server ends a session it has not heard from
@@ -28,6 +40,11 @@ type Ping struct {
 	// EchoAfter, if set, asks for a Pong that long after the server
 	// received this Ping; at most MaxEchoAfter. Whole milliseconds.
 	EchoAfter time.Duration
+	// Pad is the length of the padding, zero bytes after the fields
+	// (encoded as a length and the bytes; a plain Ping's is one byte, 0),
+	// at most MaxPingPad; it carries nothing and makes the datagram long
+	// enough to draw a stateless reset (ResetProbePad).
+	Pad int
 }
 
 // Type implements Message.
@@ -37,12 +54,14 @@ func (*Ping) Type() MessageType { return TypePing }
 func (m *Ping) Append(b []byte) []byte {
 	b = appendUvarint(b, m.Seq)
 	b = appendUvarint(b, durationMillis(m.Interval))
-	return appendUvarint(b, durationMillis(m.EchoAfter))
+	b = appendUvarint(b, durationMillis(m.EchoAfter))
+	b = appendUvarint(b, uint64(m.Pad))
+	return append(b, make([]byte, m.Pad)...)
 }
 
 // Len implements Message.
 func (m *Ping) Len() int {
-	return uvarintLen(m.Seq) + uvarintLen(durationMillis(m.Interval)) + uvarintLen(durationMillis(m.EchoAfter))
+	return uvarintLen(m.Seq) + uvarintLen(durationMillis(m.Interval)) + uvarintLen(durationMillis(m.EchoAfter)) + uvarintLen(uint64(m.Pad)) + m.Pad
 }
 
 // Decode implements Message.
@@ -58,6 +77,14 @@ func (m *Ping) Decode(payload []byte) error {
 	if d.err == nil && m.EchoAfter > MaxEchoAfter {
 		d.malformed("echo after %v, above %v", m.EchoAfter, MaxEchoAfter)
 	}
+	pad := d.bytes(MaxPingPad, "padding")
+	for _, c := range pad {
+		if c != 0 {
+			d.malformed("padding byte %#x, want 0", c)
+			break
+		}
+	}
+	m.Pad = len(pad)
 	return d.finish("Ping")
 }
 

@@ -105,6 +105,7 @@ func sampleMessages() []Message {
 		&ReportAck{Seq: 301},
 		&Ping{Seq: 1, Interval: 25 * time.Second},
 		&Ping{Seq: 7, Interval: 3 * time.Minute, EchoAfter: 200 * time.Second},
+		&Ping{Seq: 8, Interval: 2 * time.Minute, Pad: ResetProbePad},
 		&Pong{Seq: 7},
 	}
 }
@@ -247,6 +248,8 @@ func TestMalformed(t *testing.T) {
 		{"zero keep-alive interval", TypePing, []byte{1, 0, 0}},
 		{"keep-alive interval too long", TypePing, (&Ping{Interval: MaxPingInterval + time.Millisecond}).Append(nil)},
 		{"echo after too long", TypePing, (&Ping{Interval: time.Second, EchoAfter: MaxEchoAfter + time.Millisecond}).Append(nil)},
+		{"padding not zero", TypePing, append((&Ping{Interval: time.Second}).Append(nil)[:4], 1, 1)},
+		{"padding too long", TypePing, (&Ping{Interval: time.Second, Pad: MaxPingPad + 1}).Append(nil)},
 		{"key too long", TypeDelta, append([]byte{0, 0, 0, 0, 1, 0x81, 0x04}, make([]byte, 513)...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
