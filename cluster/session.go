@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -65,6 +66,9 @@ type agentSession struct {
 	attemptedOnce bool
 	attempted     uint64
 	recordedCh    chan struct{}
+	// retrying is the newest report the server could not record yet and
+	// is retrying (retryReports); nil while none is.
+	retrying *wire.Report
 }
 
 // serveConn runs one agent connection to its end. srvCtx is the agent
@@ -462,26 +466,115 @@ func (sess *agentSession) waitAttempted(ctx context.Context, acked uint64) error
 }
 
 // handleReport applies a report at most once and acknowledges it only
-// once it is committed; an agent resends what is not acknowledged.
+// once it is committed. A report that cannot be recorded now (an election,
+// an owner cut off) is kept and retried by the server itself (retryReports)
+// rather than left to the agent's resend, whose backoff grows over a long
+// outage and would keep the device's status stale for that long after the
+// cluster heals; the agent's resend remains for a server that goes away.
 func (sess *agentSession) handleReport(ctx context.Context, m *wire.Report) error {
 	sess.mu.Lock()
 	done := m.Seq <= sess.reportSeq
-	seq := sess.reportSeq
+	if !done && sess.retrying != nil {
+		// A retry is under way: this report supersedes (or repeats) it
+		// and goes with the next try, keeping reports in order.
+		if m.Seq > sess.retrying.Seq {
+			sess.retrying = m
+		}
+		sess.mu.Unlock()
+		return nil
+	}
 	sess.mu.Unlock()
 	if done {
-		return sess.write(&wire.ReportAck{Seq: seq})
+		return sess.ackReports()
 	}
-	if err := sess.a.reports.deliverReport(ctx, sess.deviceID, sess.placementLabels(sess.a.state.Read()), m); err != nil {
-		// Not acknowledged: the agent keeps the report and resends it.
-		sess.logger.Warn("report not recorded", "seq", m.Seq, "error", err)
+	if err := sess.recordReport(ctx, m); err != nil {
+		sess.logger.Warn("report not recorded; retrying", "seq", m.Seq, "error", err)
+		sess.mu.Lock()
+		sess.retrying = m
+		sess.mu.Unlock()
+		sess.a.wg.Go(func() { sess.retryReports(ctx) })
 		return nil
+	}
+	return sess.ackReports()
+}
+
+// recordReport delivers m to the device's owner and notes it applied.
+func (sess *agentSession) recordReport(ctx context.Context, m *wire.Report) error {
+	if err := sess.a.reports.deliverReport(ctx, sess.deviceID, sess.placementLabels(sess.a.state.Read()), m); err != nil {
+		return err
 	}
 	sess.mu.Lock()
 	sess.reportSeq = max(sess.reportSeq, m.Seq)
-	seq = sess.reportSeq
 	sess.mu.Unlock()
 	sess.a.stats.reports.Add(1)
-	return sess.write(&wire.ReportAck{Seq: seq})
+	return nil
+}
+
+// ackReports acknowledges every report applied so far. The seq is read
+// under the write lock, so acknowledgements leave in increasing order.
+func (sess *agentSession) ackReports() error {
+	sess.wmu.Lock()
+	defer sess.wmu.Unlock()
+	sess.mu.Lock()
+	seq := sess.reportSeq
+	sess.mu.Unlock()
+	return sess.w.Write(&wire.ReportAck{Seq: seq})
+}
+
+// Bounds of the wait between the server's tries to record a report; each
+// wait is jittered in [d/2, d] so that the sessions an election stalled do
+// not all try again at once.
+const (
+	reportRetryMin = 250 * time.Millisecond
+	reportRetryMax = 4 * time.Second
+)
+
+// retryReports tries to record the newest unrecorded report of the
+// session until one commits or the session ends, then acknowledges it.
+// It owns sess.retrying's slot until it clears it.
+func (sess *agentSession) retryReports(ctx context.Context) {
+	jitter := func(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
+	backoff := reportRetryMin
+	delay := jitter(backoff)
+	for {
+		if delay > 0 {
+			t := sess.a.clock.NewTimer(delay)
+			select {
+			case <-t.C():
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+		sess.mu.Lock()
+		m := sess.retrying
+		done := m.Seq <= sess.reportSeq
+		sess.mu.Unlock()
+		if !done {
+			if err := sess.recordReport(ctx, m); err != nil {
+				if ctx.Err() == nil {
+					sess.logger.Debug("report still not recorded", "seq", m.Seq, "error", err)
+				}
+				backoff = min(2*backoff, reportRetryMax)
+				delay = jitter(backoff)
+				continue
+			}
+		}
+		if err := sess.ackReports(); err != nil {
+			sess.logger.Debug("report acknowledgement not sent", "error", err)
+		}
+		sess.mu.Lock()
+		newer := sess.retrying.Seq > m.Seq
+		if !newer {
+			sess.retrying = nil
+		}
+		sess.mu.Unlock()
+		if !newer {
+			sess.logger.Debug("report recorded on retry", "seq", m.Seq)
+			return
+		}
+		delay = 0 // a report arrived meanwhile: try it at once
+	}
 }
 
 // register makes the session receive pushes, then closes the window
