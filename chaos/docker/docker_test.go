@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -35,6 +36,8 @@ var (
 	durationFlag = flag.Duration("chaos.duration", 30*time.Second, "how long the multi-host faults and workload run")
 	devicesFlag  = flag.Int("chaos.devices", 300, "simulated devices in the fleet simulator container")
 	reportFlag   = flag.String("chaos.report", "", "where a failing run's report folder goes (default: a temporary dir, kept on failure)")
+	logsFlag     = flag.String("chaos.logs", "", "save every container's whole log into this folder, failing or not")
+	simLogFlag   = flag.String("chaos.sim-log-level", "warn", "log level of the fleet simulator's agents")
 )
 
 // Ports every server container listens on.
@@ -85,7 +88,7 @@ func (c *dockerCluster) must(args ...string) string {
 	c.t.Helper()
 	out, err := docker(args...)
 	if err != nil {
-		c.t.Fatal(err)
+		fatalf(c.t, "%v", err)
 	}
 	return out
 }
@@ -93,7 +96,7 @@ func (c *dockerCluster) must(args ...string) string {
 func (c *dockerCluster) meteor(args ...string) {
 	c.t.Helper()
 	if out, err := exec.Command(filepath.Join(c.dir, "meteor"), args...).CombinedOutput(); err != nil {
-		c.t.Fatalf("meteor %s: %v\n%s", strings.Join(args, " "), err, out)
+		fatalf(c.t, "meteor %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }
 
@@ -124,7 +127,7 @@ func startDockerCluster(t *testing.T, n int) *dockerCluster {
 	build := exec.Command("go", "build", "-o", filepath.Join(c.dir, "meteor"), "github.com/meteor-edge/meteor/cmd/meteor")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build meteor: %v\n%s", err, out)
+		fatalf(t, "build meteor: %v\n%s", err, out)
 	}
 	subnet := fmt.Sprintf("172.29.%d", 16+int(b[0])%200)
 	pki := filepath.Join(c.dir, "pki")
@@ -134,11 +137,11 @@ func startDockerCluster(t *testing.T, n int) *dockerCluster {
 	c.gossipKey = base64.StdEncoding.EncodeToString(gk)
 	caPEM, err := os.ReadFile(filepath.Join(pki, "ca.pem"))
 	if err != nil {
-		t.Fatal(err)
+		fatalf(t, "%v", err)
 	}
 	pool, err := meteorpki.PoolFromPEM(caPEM)
 	if err != nil {
-		t.Fatal(err)
+		fatalf(t, "%v", err)
 	}
 	c.hc = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cluster.OperatorTLS(pool)}}
 	var gossip []string
@@ -150,7 +153,7 @@ func startDockerCluster(t *testing.T, n int) *dockerCluster {
 	}
 	dockerfile := "FROM scratch\nCOPY meteor /meteor\nCOPY pki /pki\nENTRYPOINT [\"/meteor\"]\n"
 	if err := os.WriteFile(filepath.Join(c.dir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
-		t.Fatal(err)
+		fatalf(t, "%v", err)
 	}
 	c.must("build", "-q", "-t", c.image, c.dir)
 	c.must("network", "create", "--driver", "bridge", "--subnet", subnet+".0/24", "--label", "meteor-chaos="+c.tag, c.network)
@@ -186,7 +189,17 @@ func (c *dockerCluster) startSim(devices int, seed uint64) {
 	c.must("run", "-d", "--name", c.sim, "--network", c.network, "--ip", ip, "--label", "meteor-chaos="+c.tag,
 		"--tmpfs", "/sim", c.image,
 		"sim", "--servers", strings.Join(agents, ","), "--pki", "/pki", "--profile", sim.LinkFiber,
-		"--devices", fmt.Sprint(devices), "--seed", fmt.Sprint(seed), "--base-dir", "/sim", "--ramp", "100")
+		"--devices", fmt.Sprint(devices), "--seed", fmt.Sprint(seed), "--base-dir", "/sim", "--ramp", "100",
+		"--log-level", *simLogFlag, "--log-file", simLogFile())
+}
+
+// simLogFile is where the simulated agents log: into the container's own
+// log when -chaos.logs keeps it, else beside their journals.
+func simLogFile() string {
+	if *logsFlag != "" {
+		return "-"
+	}
+	return "/sim/sim.log"
 }
 
 func (c *dockerCluster) containers() []string {
@@ -206,6 +219,12 @@ func (c *dockerCluster) saveLogs(dir string) {
 }
 
 func (c *dockerCluster) cleanup() {
+	if *logsFlag != "" {
+		if err := os.MkdirAll(*logsFlag, 0o755); err == nil {
+			c.saveLogs(*logsFlag)
+			c.t.Logf("container logs saved in %s", *logsFlag)
+		}
+	}
 	for _, name := range c.containers() {
 		if c.t.Failed() {
 			if logs, err := docker("logs", "--tail", "30", name); err == nil {
@@ -249,7 +268,7 @@ func (c *dockerCluster) waitHealthy(limit time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("%d of %d servers healthy after %s", ok, len(c.ips), limit)
+			fatalf(c.t, "%d of %d servers healthy after %s", ok, len(c.ips), limit)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -299,6 +318,7 @@ func (c *dockerCluster) putFleetIntent(ctx context.Context, v int) error {
 // and every device converged within fleetBound.
 func TestMultiHost(t *testing.T) {
 	skipUnlessDocker(t)
+	recapFailures(t)
 	began := time.Now()
 	const n = 5
 	seed := *seedFlag
@@ -306,19 +326,19 @@ func TestMultiHost(t *testing.T) {
 	c := startDockerCluster(t, n)
 	ctx := context.Background()
 	if err := c.putFleetIntent(ctx, 1); err != nil {
-		t.Fatal(err)
+		fatalf(t, "%v", err)
 	}
 	c.startSim(*devicesFlag, seed)
 	t.Logf("cluster and simulator up in %s", time.Since(began).Round(time.Millisecond))
 
 	driver, err := hosts.NewDocker(ctx, c.network, c.names)
 	if err != nil {
-		t.Fatal(err)
+		fatalf(t, "%v", err)
 	}
 	reportDir := *reportFlag
 	if reportDir == "" {
 		if reportDir, err = os.MkdirTemp("", "meteor-chaos-docker-"); err != nil {
-			t.Fatal(err)
+			fatalf(t, "%v", err)
 		}
 		t.Cleanup(func() {
 			if !t.Failed() {
@@ -352,10 +372,10 @@ func TestMultiHost(t *testing.T) {
 		DeviceBounds:    map[string]time.Duration{sim.LinkFiber: fleetBound},
 	})
 	if err != nil {
-		t.Fatal(err)
+		fatalf(t, "%v", err)
 	}
 	if err := <-changes; err != nil {
-		t.Error(err)
+		errorf(t, "%v", err)
 	}
 	t.Logf("%s", res.Plan)
 	t.Logf("faults: %s", res.FaultLog)
@@ -363,18 +383,18 @@ func TestMultiHost(t *testing.T) {
 		res.Ops, res.Unknown, res.Dropped, res.Linearizability, res.Index, res.Digest, res.Reconverge.Round(time.Millisecond),
 		res.Devices, res.FleetConverge.Round(time.Millisecond), fleetBound, res.WatchSamples)
 	for _, v := range res.Violations {
-		t.Errorf("violation: %s", v)
+		errorf(t, "violation: %s", v)
 	}
 	if res.Report != "" {
 		c.saveLogs(res.Report)
-		t.Errorf("report written to %s (seed %d)", res.Report, seed)
+		errorf(t, "report written to %s (seed %d)", res.Report, seed)
 	}
 	if res.Faults == 0 || res.Completed < 100 || res.Linearizability == porcupine.Unknown {
-		t.Errorf("%d faults injected, %d operations completed in %s (%d checked), linearizability %s: the run proves little",
+		errorf(t, "%d faults injected, %d operations completed in %s (%d checked), linearizability %s: the run proves little",
 			res.Faults, res.Completed, res.Ran.Round(time.Millisecond), res.Ops, res.Linearizability)
 	}
 	if res.Devices != *devicesFlag {
-		t.Errorf("%d devices checked, the simulator runs %d", res.Devices, *devicesFlag)
+		errorf(t, "%d devices checked, the simulator runs %d", res.Devices, *devicesFlag)
 	}
 
 	checkCut(t, c, driver)
@@ -386,6 +406,50 @@ func TestMultiHost(t *testing.T) {
 		res.Reconverge.Round(time.Millisecond), res.Reconverge.Round(time.Millisecond))
 	tw.Flush()
 	t.Logf("multi-host suite took %s", time.Since(began).Round(time.Millisecond))
+}
+
+// failures remembers why the run failed, so that the last lines of the
+// output (all CI keeps) say it again after the containers' logs.
+var failures struct {
+	sync.Mutex
+	lines []string
+}
+
+func remember(msg string) {
+	failures.Lock()
+	defer failures.Unlock()
+	failures.lines = append(failures.lines, msg)
+}
+
+func fatalf(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	remember(msg)
+	t.Fatal(msg)
+}
+
+func errorf(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	remember(msg)
+	t.Error(msg)
+}
+
+// recapFailures, registered before any other cleanup, runs last.
+func recapFailures(t *testing.T) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		failures.Lock()
+		defer failures.Unlock()
+		for _, l := range failures.lines {
+			if len(l) > 400 {
+				l = l[:400] + "..."
+			}
+			t.Logf("failed: %s", l)
+		}
+	})
 }
 
 // logWriter sends the run's log lines to t.Log.
@@ -410,25 +474,25 @@ func checkCut(t *testing.T, c *dockerCluster, d *hosts.Docker) {
 	reach := func(from, to int) bool {
 		pid, err := docker("inspect", "-f", "{{.State.Pid}}", c.names[from])
 		if err != nil {
-			t.Fatal(err)
+			fatalf(t, "%v", err)
 		}
 		probe := fmt.Sprintf("exec 3<>/dev/tcp/%s/%d", c.ips[to], httpPort)
 		return exec.Command("timeout", "2", "nsenter", "-t", pid, "-n", "bash", "-c", probe).Run() == nil
 	}
 	if !reach(0, 1) || !reach(1, 0) {
-		t.Fatal("s1 and s2 cannot reach each other before the cut")
+		fatalf(t, "s1 and s2 cannot reach each other before the cut")
 	}
 	if _, err := d.Do(ctx, hosts.Cut, 0, 1); err != nil {
-		t.Fatal(err)
+		fatalf(t, "%v", err)
 	}
 	cutAB, cutBA, other := !reach(0, 1), !reach(1, 0), reach(0, 2)
 	if _, err := d.Do(ctx, hosts.Mend, 0, 1); err != nil {
-		t.Fatal(err)
+		fatalf(t, "%v", err)
 	}
 	if !cutAB || !cutBA || !other {
-		t.Errorf("cut s1-s2: s1->s2 cut %v, s2->s1 cut %v, s1->s3 open %v; want true, true, true", cutAB, cutBA, other)
+		errorf(t, "cut s1-s2: s1->s2 cut %v, s2->s1 cut %v, s1->s3 open %v; want true, true, true", cutAB, cutBA, other)
 	}
 	if !reach(0, 1) {
-		t.Error("s1 cannot reach s2 after the mend")
+		errorf(t, "s1 cannot reach s2 after the mend")
 	}
 }

@@ -17,7 +17,7 @@ import (
 
 func newSimCmd() *cobra.Command {
 	opts := sim.DefaultOptions()
-	var servers, reportPath string
+	var servers, reportPath, logPath string
 	var duration time.Duration
 	var logs cliflags.Logs
 	cmd := &cobra.Command{
@@ -51,7 +51,7 @@ each device sent and received.
 					opts.Servers = append(opts.Servers, s)
 				}
 			}
-			return runSim(cmd.Context(), cmd.OutOrStdout(), opts, duration, reportPath, logs)
+			return runSim(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), opts, duration, reportPath, logPath, logs)
 		},
 	}
 	f := cmd.Flags()
@@ -64,6 +64,7 @@ each device sent and received.
 	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until Ctrl-C)")
 	f.StringVar(&reportPath, "report", "", "write the JSON report to this file (default: stdout)")
 	f.StringVar(&opts.BaseDir, "base-dir", "", "keep the devices' journals here (default: a temporary dir, removed)")
+	f.StringVar(&logPath, "log-file", "", "write the agents' logs to this file, - for standard error (default: sim.log in --base-dir)")
 	f.Float64Var(&opts.Loss, "loss", 0, "replace the random loss of cellular and popup links (0..1, each direction)")
 	f.Float64Var(&opts.TimeScale, "time-scale", 1, "multiply outage and offline periods (0.01: minutes become seconds)")
 	f.IntVar(&opts.RampBatch, "ramp", opts.RampBatch, "devices started per second")
@@ -73,7 +74,7 @@ each device sent and received.
 	return cmd
 }
 
-func runSim(ctx context.Context, out io.Writer, opts sim.Options, duration time.Duration, reportPath string, logs cliflags.Logs) error {
+func runSim(ctx context.Context, out, errOut io.Writer, opts sim.Options, duration time.Duration, reportPath, logPath string, logs cliflags.Logs) error {
 	if opts.BaseDir == "" {
 		dir, err := os.MkdirTemp("", "meteor-sim-")
 		if err != nil {
@@ -85,13 +86,20 @@ func runSim(ctx context.Context, out io.Writer, opts sim.Options, duration time.
 	if err := os.MkdirAll(opts.BaseDir, 0o700); err != nil {
 		return err
 	}
-	logPath := filepath.Join(opts.BaseDir, "sim.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return err
+	logTo, logName := errOut, "standard error"
+	if logPath != "-" {
+		if logPath == "" {
+			logPath = filepath.Join(opts.BaseDir, "sim.log")
+		}
+		logFile, err := os.Create(logPath)
+		if err != nil {
+			return err
+		}
+		defer logFile.Close()
+		logTo, logName = logFile, logPath
 	}
-	defer logFile.Close()
-	if opts.Logger, err = logs.Logger(logFile); err != nil {
+	var err error
+	if opts.Logger, err = logs.Logger(logTo); err != nil {
 		return err
 	}
 	opts.Summary = out
@@ -101,7 +109,7 @@ func runSim(ctx context.Context, out io.Writer, opts sim.Options, duration time.
 		return err
 	}
 	fmt.Fprintf(out, "Simulating %s (%s, seed %d) against %s; logs in %s. Ctrl-C stops.\n",
-		nDevices(fl.Len()), opts.Profile, opts.Seed, strings.Join(opts.Servers, ","), logPath)
+		nDevices(fl.Len()), opts.Profile, opts.Seed, strings.Join(opts.Servers, ","), logName)
 	if duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, duration)
