@@ -103,11 +103,12 @@ type Config struct {
 	DialTimeout time.Duration
 	// RTTProbeInterval is how often, while connected, the agent first
 	// measures the round-trip time to every server with a short (resumed)
-	// handshake. While the choice is stable (no server looks clearly
-	// nearer) the interval doubles after each round, up to
-	// RTTProbeMaxInterval; it drops back when a server looks nearer or the
-	// current session's RTT grows clearly. Default 60 s; negative disables
-	// re-probing.
+	// handshake. A round that measured every server and found none
+	// clearly nearer confirms the choice: the next comes after
+	// RTTProbeMaxInterval. While some server cannot be measured the
+	// interval doubles after each round, up to RTTProbeMaxInterval; it
+	// drops back when a server looks nearer or the current session's RTT
+	// grows clearly. Default 60 s; negative disables re-probing.
 	RTTProbeInterval time.Duration
 	// RTTProbeMaxInterval caps that backoff. A connection whose handshake
 	// race measured every server and found none nearer starts at the cap.

@@ -438,15 +438,22 @@ func (cm *connManager) probeLoop(ctx context.Context, conn *quic.Conn, current s
 		if skip == "" {
 			baseline = conn.ConnectionStats().SmoothedRTT
 		}
-		sched.after(contender || degraded, baseline)
+		// A round that measured every server and found none nearer
+		// confirms the choice as the connect's race of handshakes does.
+		complete := len(rtts) == len(cm.order)
+		sched.after(contender || degraded, complete, baseline)
+		cm.log.Info("rtt probe round", "server_addr", current, "measured", len(rtts), "servers", len(cm.order),
+			"contender", contender, "next_in", sched.interval)
 	}
 }
 
 // probeSchedule spaces the probe rounds of one session: base apart at
-// first, doubling after each round that found no server clearly nearer
-// (up to max), back to base after one that did (to confirm it quickly)
-// or when the session's RTT grew clearly past its baseline, the RTT at
-// the last round.
+// first; max after a round that measured every server and found none
+// clearly nearer (the choice is confirmed); doubling (up to max) after
+// one that found none nearer but could not measure some server (it may be
+// down, or the path lossy); back to base after one that did find a
+// nearer server (to confirm it quickly) or when the session's RTT grew
+// clearly past its baseline, the RTT at the last round.
 type probeSchedule struct {
 	base, max time.Duration
 	interval  time.Duration // until the next round
@@ -472,11 +479,15 @@ func (p *probeSchedule) degraded(srtt time.Duration) bool {
 }
 
 // after sets the next interval once a round is done: urgent if a server
-// looked clearly nearer in it, or the session's RTT had degraded.
-func (p *probeSchedule) after(urgent bool, srtt time.Duration) {
-	if urgent {
+// looked clearly nearer in it, or the session's RTT had degraded;
+// complete if it measured every server.
+func (p *probeSchedule) after(urgent, complete bool, srtt time.Duration) {
+	switch {
+	case urgent:
 		p.interval = p.base
-	} else {
+	case complete:
+		p.interval = p.max
+	default:
 		p.interval = min(2*p.interval, p.max)
 	}
 	p.baseline = srtt

@@ -83,8 +83,10 @@ func TestRankServers(t *testing.T) {
 }
 
 // TestProbeSchedule: rounds back off, doubling up to the cap, while no
-// server looks nearer; one that does, or a session RTT grown clearly past
-// its baseline, brings them back to the base interval.
+// server looks nearer but some could not be measured; a round that
+// measured every server and found none nearer goes straight to the cap;
+// one that found a nearer server, or a session RTT grown clearly past its
+// baseline, brings them back to the base interval.
 func TestProbeSchedule(t *testing.T) {
 	ms := time.Millisecond
 	p := probeSchedule{base: time.Minute, max: 30 * time.Minute}
@@ -92,18 +94,23 @@ func TestProbeSchedule(t *testing.T) {
 	var got []time.Duration
 	for range 7 {
 		got = append(got, p.interval)
-		p.after(false, 20*ms)
+		p.after(false, false, 20*ms)
 	}
 	want := []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 16 * time.Minute, 30 * time.Minute, 30 * time.Minute}
 	if d := cmp.Diff(want, got); d != "" {
-		t.Fatalf("intervals while stable (-want +got):\n%s", d)
+		t.Fatalf("intervals while a server cannot be measured (-want +got):\n%s", d)
 	}
-	p.after(true, 20*ms)
+	p.after(true, true, 20*ms)
 	if p.interval != time.Minute {
 		t.Fatalf("after a round with a nearer contender: %v, want the base", p.interval)
 	}
-	p.after(false, 20*ms)
-	p.after(false, 20*ms)
+	p.after(false, true, 20*ms)
+	if p.interval != 30*time.Minute {
+		t.Fatalf("after a round that measured every server and found none nearer: %v, want the cap", p.interval)
+	}
+	p.after(true, true, 20*ms)
+	p.after(false, false, 20*ms)
+	p.after(false, false, 20*ms)
 	if p.degraded(22*ms) || p.degraded(24*ms) {
 		t.Fatal("jitter of the session's RTT counted as degradation")
 	}
@@ -121,14 +128,14 @@ func TestProbeSchedule(t *testing.T) {
 	if !p.degraded(80 * ms) {
 		t.Fatal("a session RTT of 80 ms over a 20 ms baseline is not degradation")
 	}
-	p.after(true, 80*ms) // the round the degradation brought forward
+	p.after(true, true, 80*ms) // the round the degradation brought forward
 	if p.interval != time.Minute || p.baseline != 80*ms {
 		t.Fatalf("after degradation: interval %v, baseline %v; want the base and the new RTT", p.interval, p.baseline)
 	}
 	if p.degraded(80 * ms) {
 		t.Fatal("the new RTT is still taken for degradation once it is the baseline")
 	}
-	p.after(false, 80*ms)
+	p.after(false, false, 80*ms)
 	if p.interval != 2*time.Minute {
 		t.Fatalf("degradation counted twice: %v", p.interval)
 	}

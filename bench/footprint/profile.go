@@ -88,22 +88,60 @@ type profileResult struct {
 	// NATDropped counts datagrams from the servers dropped at a lapsed
 	// NAT binding during the window: a push would have been delayed.
 	NATDropped int64 `json:"nat_dropped"`
-	// ProbeRoundMaxBytes is the connect race's traffic to the other
-	// servers (IP bytes), the most a probe round costs;
-	// ProbeRoundsPerDay the rounds a stable day holds, and ProbesPerDay
-	// their bytes at most. DayBytes is IPBytesPerDay plus ProbesPerDay:
-	// the row's figure.
-	ProbeRoundMaxBytes uint64 `json:"probe_round_max_bytes"`
+	// RaceBytes is the connect's traffic to the other servers (IP bytes,
+	// until the device converged): the race of handshakes that chose the
+	// server, full handshakes.
+	RaceBytes uint64 `json:"race_bytes"`
+	// ProbeRoundsBefore and ProbeRoundsInWindow count the agent's RTT
+	// probe rounds (its "rtt probe round" log lines) between converging
+	// and the window, and in it; NextProbe is when its last round said
+	// the next would come. ProbeRoundBytes is what a round cost on the
+	// paths to the other servers, measured over those rounds (IP bytes,
+	// each path's traffic after the race divided by the rounds), or,
+	// with no round to measure (ProbeRoundMeasured false), the race's
+	// cost, which is more.
+	ProbeRoundsBefore   int    `json:"probe_rounds_before_window"`
+	ProbeRoundsInWindow int    `json:"probe_rounds_in_window"`
+	NextProbe           string `json:"next_probe_in,omitempty"`
+	ProbeRoundBytes     uint64 `json:"probe_round_bytes"`
+	ProbeRoundMeasured  bool   `json:"probe_round_measured"`
 	// AgentCountedBytes is what the agent counted of its whole run (its
 	// last report's counters for the day), ProxyCountedBytes what the
 	// proxies counted from their start until that report was visible;
 	// AgentCountedDay the UTC day the agent counted.
-	AgentCountedBytes uint64  `json:"agent_counted_bytes"`
-	ProxyCountedBytes uint64  `json:"proxy_counted_bytes"`
-	AgentCountedDay   string  `json:"agent_counted_day"`
+	AgentCountedBytes uint64 `json:"agent_counted_bytes"`
+	ProxyCountedBytes uint64 `json:"proxy_counted_bytes"`
+	AgentCountedDay   string `json:"agent_counted_day"`
+	// ProbeRoundsPerDay is the rounds a stable day holds and
+	// ProbesPerDay their bytes (ProbeRoundBytes each); OthersUnprobed is
+	// what the other paths carried in the window beyond probe rounds,
+	// a day (nothing should). DayBytes, the row's figure, is the session
+	// path's day plus those two: a window's probe rounds are not
+	// extrapolated (a day holds ProbeRoundsPerDay of them, not 144 times
+	// the window's) but counted at their measured cost.
 	ProbeRoundsPerDay float64 `json:"probe_rounds_per_day"`
 	ProbesPerDay      float64 `json:"probes_bytes_per_day"`
+	OthersUnprobed    float64 `json:"others_unprobed_bytes_per_day"`
 	DayBytes          float64 `json:"day_bytes"`
+}
+
+// probeRounds counts the agent's RTT probe rounds in its log and returns
+// what the last one said of the next.
+func probeRounds(path string) (n int, next string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, "rtt probe round") {
+			continue
+		}
+		n++
+		if _, rest, ok := strings.Cut(line, "next_in="); ok {
+			next, _, _ = strings.Cut(rest, " ")
+		}
+	}
+	return n, next
 }
 
 // agentProbeMax is the agent's default RTT probe interval once stable.
@@ -240,6 +278,12 @@ func runProfile(ctx context.Context, cfg *config, g *benchkit.Group, bin string,
 		return nil, "", fmt.Errorf("agent converging: %w", err)
 	}
 	res.ConvergeSec = time.Since(agent.Started).Seconds()
+	// What the race of handshakes cost on the paths to the other servers.
+	tsRace := make([]traffic, len(proxies))
+	for i, p := range proxies {
+		st := p.Stats()
+		tsRace[i] = traffic{UpPackets: st.Out.Packets, UpBytes: st.Out.Bytes, DownPackets: st.In.Sent, DownBytes: st.In.SentBytes}
+	}
 	fmt.Fprintf(log, "%s: converged in %.1f s; waiting until the agent learned its NAT binding\n", name, res.ConvergeSec)
 	// Steady state: the agent's keep-alive interval settled (a fresh
 	// agent tests its path's NAT binding first, which takes minutes; a
@@ -297,14 +341,7 @@ func runProfile(ctx context.Context, cfg *config, g *benchkit.Group, bin string,
 		return nil, "", err
 	}
 	nat0 := natStats(proxies)
-	// What the connect cost on the paths to the other servers (the race
-	// of handshakes that chose this one): the most an RTT probe round,
-	// made of resumed handshakes to the same servers, can cost.
-	for i, s := range mc.Servers {
-		if s.ID != res.Server {
-			res.ProbeRoundMaxBytes += ts0[i].ipBytes()
-		}
-	}
+	res.ProbeRoundsBefore, _ = probeRounds(agentLog)
 	t0 := time.Now()
 	if err := benchkit.Sleep(ctx, cfg.duration); err != nil {
 		return nil, "", err
@@ -322,6 +359,9 @@ func runProfile(ctx context.Context, cfg *config, g *benchkit.Group, bin string,
 		return nil, "", fmt.Errorf("the agent exited during the window (%v):\n%s", agent.Err(), agent.LogTail(20))
 	}
 	res.WindowSec = window.Seconds()
+	var rounds int
+	rounds, res.NextProbe = probeRounds(agentLog)
+	res.ProbeRoundsInWindow = rounds - res.ProbeRoundsBefore
 	res.NATDropped = natStats(proxies).Dropped - nat0.Dropped
 	res.RSSBytes, res.HWMBytes = mem.RSS, mem.HWM
 	res.CPUSec = (cpu1 - cpu0).Seconds()
@@ -353,11 +393,28 @@ func runProfile(ctx context.Context, cfg *config, g *benchkit.Group, bin string,
 	}
 	res.IPBytesPerDay = perDay(res.Total.ipBytes(), window)
 	// RTT probe rounds come every 12 h while the choice is stable (the
-	// agent's default RTTProbeMaxInterval), so a window of minutes holds
-	// none: count the day's at their most.
+	// agent's default RTTProbeMaxInterval): count the day's at what the
+	// rounds seen so far cost on the other paths, whether or not one fell
+	// into the window.
+	var others, race uint64
+	for i, s := range mc.Servers {
+		if s.ID != res.Server {
+			others += ts1[i].sub(tsRace[i]).ipBytes()
+			race += tsRace[i].ipBytes()
+		}
+	}
+	res.RaceBytes = race
+	if rounds > 0 {
+		res.ProbeRoundBytes, res.ProbeRoundMeasured = others/uint64(rounds), true
+	} else {
+		res.ProbeRoundBytes = race
+	}
+	if res.ProbeRoundsInWindow == 0 {
+		res.OthersUnprobed = res.OthersIPBytesPerDay
+	}
 	res.ProbeRoundsPerDay = float64(24 * time.Hour / agentProbeMax)
-	res.ProbesPerDay = res.ProbeRoundsPerDay * float64(res.ProbeRoundMaxBytes)
-	res.DayBytes = res.IPBytesPerDay + res.ProbesPerDay
+	res.ProbesPerDay = res.ProbeRoundsPerDay * float64(res.ProbeRoundBytes)
+	res.DayBytes = res.ConnectedIPBytesPerDay + res.OthersUnprobed + res.ProbesPerDay
 	if counters != nil {
 		res.NFTTotal = &nftTotal
 		res.NFTIPBytesPerDay = perDay(nftTotal.UpBytes+nftTotal.DownBytes, window)

@@ -60,8 +60,8 @@ func summaryRows(rep *report) []benchkit.Row {
 		rows = append(rows, benchkit.Row{
 			Bench: benchRow, Name: "footprint",
 			Figure: fmt.Sprintf("idle traffic a day, converged device, %s (IP bytes both ways, from %.0f s)", p.Profile, window),
-			Meteor: fmt.Sprintf("%s (%s on its server, %s on the others, %s of RTT probes at most)",
-				kb(p.DayBytes), kb(p.ConnectedIPBytesPerDay), kb(p.OthersIPBytesPerDay), kb(p.ProbesPerDay)),
+			Meteor: fmt.Sprintf("%s (%s on its server, %s of RTT probes, %s else on the others)",
+				kb(p.DayBytes), kb(p.ConnectedIPBytesPerDay), kb(p.ProbesPerDay), kb(p.OthersUnprobed)),
 			Goal:      "≤ 200 KB a day, pushes within 1 s",
 			Met:       benchkit.MetGoal(p.DayBytes <= goalBytesPerDay && pushOK && p.NATDropped == 0),
 			Elections: &elections,
@@ -122,7 +122,7 @@ func trafficNote(p *profileResult, window float64) string {
 	var parts []string
 	parts = append(parts, fmt.Sprintf("counted by the user-space proxies, extrapolated from a %.0f s idle window once the agent had learned its NAT binding (%.0f s after converging: %s)", window, p.WarmupSec, p.KeepAlive))
 	parts = append(parts, fmt.Sprintf("the proxies are NATs keeping a binding %.0f s after the device last sent; %d datagrams from a server met a lapsed binding in the window", float64(p.NATBindingSec), p.NATDropped))
-	parts = append(parts, fmt.Sprintf("RTT probes: %.0f rounds a day while the choice is stable (every %s), none in the window, each at most the %s the connect's handshakes to the other servers cost", p.ProbeRoundsPerDay, agentProbeMax, kb(float64(p.ProbeRoundMaxBytes))))
+	parts = append(parts, probeNote(p))
 	if p.NFTTotal != nil {
 		parts = append(parts, fmt.Sprintf("nftables on loopback counted %s a day", kb(p.NFTIPBytesPerDay)))
 	}
@@ -136,6 +136,28 @@ func trafficNote(p *profileResult, window float64) string {
 	return strings.Join(parts, "; ")
 }
 
+// probeNote says how the probe rounds were counted.
+func probeNote(p *profileResult) string {
+	cost := fmt.Sprintf("each %s, measured over the %d rounds after the connect", kb(float64(p.ProbeRoundBytes)), p.ProbeRoundsBefore+p.ProbeRoundsInWindow)
+	if !p.ProbeRoundMeasured {
+		cost = fmt.Sprintf("each counted at the %s of the connect's race of full handshakes (no round came to measure), more than a resumed round costs", kb(float64(p.ProbeRoundBytes)))
+	}
+	s := fmt.Sprintf("RTT probes: %.0f rounds a day while the choice is stable (every %s), %s; %d round(s) before the window, %d in it (%s a day on the other paths if extrapolated, not counted: a day holds %.0f), the agent's last round put the next %s away; the race cost %s",
+		p.ProbeRoundsPerDay, agentProbeMax, cost, p.ProbeRoundsBefore, p.ProbeRoundsInWindow, kb(p.OthersIPBytesPerDay), p.ProbeRoundsPerDay, orNone(p.NextProbe), kb(float64(p.RaceBytes)))
+	if p.ProbeRoundsInWindow == 0 {
+		s = fmt.Sprintf("RTT probes: %.0f rounds a day while the choice is stable (every %s), %s; %d round(s) before the window, none in it, the agent's last round put the next %s away; the race cost %s",
+			p.ProbeRoundsPerDay, agentProbeMax, cost, p.ProbeRoundsBefore, orNone(p.NextProbe), kb(float64(p.RaceBytes)))
+	}
+	return s
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(no round yet)"
+	}
+	return s
+}
+
 func binaryNote(b binaryInfo) string {
 	return "the binary the benchmark ran the agent with: " + b.Path
 }
@@ -143,8 +165,8 @@ func binaryNote(b binaryInfo) string {
 // notes are what limits the figures.
 func notes(rep *report) []string {
 	n := []string{
-		"The agent does not count its own traffic yet: the bytes are the counts of the user-space UDP proxy in front of each server (upload: datagrams the agent sent, dropped ones included; download: datagrams delivered to it), with 28 bytes of IPv4 and UDP headers added per datagram.",
-		fmt.Sprintf("Bytes a day are extrapolated from a %s idle window per profile, which starts once the device has converged and the Raft log has settled. RTT probe rounds to the other servers start a minute apart and back off to one every 30 minutes, so a window shorter than a few hours holds more probe rounds than a day does in the steady state: the others' share overstates the long-run cost.", fmtSec(rep.Params.DurationSec)),
+		"The bytes are the counts of the user-space UDP proxy in front of each server (upload: datagrams the agent sent, dropped ones included; download: datagrams delivered to it), with 28 bytes of IPv4 and UDP headers added per datagram; the agent's own counters are compared with them over the whole run.",
+		fmt.Sprintf("The session's bytes a day are extrapolated from a %s idle window per profile, which starts once the agent has learned its NAT binding and the Raft log has settled. RTT probe rounds to the other servers are counted apart: a stable day holds two (every 12 h), each at the cost measured over the rounds the agent made since it connected (counted in its log), since a round that falls into a window of minutes would be extrapolated into a hundred.", fmtSec(rep.Params.DurationSec)),
 		"Push latency runs from the write's answer (it is committed) to a blocking read (?index=N&wait=30s) showing the device's acknowledgement: it includes the owner committing the acknowledgement through Raft.",
 		"Everything runs on one machine on loopback: the servers, the proxies and the agent share its CPUs.",
 	}
