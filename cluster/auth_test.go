@@ -163,6 +163,8 @@ func TestACLRefusesAnonymous(t *testing.T) {
 			{"POST", "/v1/tokens", []byte(`{"policy":"admin"}`)},
 			{"DELETE", "/v1/tokens/0123456789abcdef", nil},
 			{"GET", "/v1/audit", nil},
+			{"GET", "/v1/snapshot", nil},
+			{"PUT", "/v1/snapshot", []byte("not a snapshot")},
 			{"GET", "/v1/internal/self", nil},
 			{"GET", "/v1/internal/state-hash", nil},
 		} {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -71,6 +72,8 @@ type replica interface {
 	eventSource
 	StateHash() (fsm.StateHash, error)
 	checkpointReplica
+	// Snapshot captures the whole state (snapshot saves).
+	Snapshot() *fsm.Snapshot
 }
 
 // leaderNode is what the HTTP API asks of the Raft node (Server).
@@ -98,6 +101,9 @@ type clusterAdmin interface {
 	inRaftConfig(id string) bool
 	removeServer(id string) error
 	Leave(timeout time.Duration) error
+	// RestoreSnapshot restores a backup over the whole cluster
+	// (restore.go).
+	RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOptions) (*api.RestoreResult, error)
 }
 
 // reportIngester takes in the reports of devices this server owns
@@ -141,6 +147,8 @@ func (h *httpAPI) handler() http.Handler {
 	mux.HandleFunc("POST /v1/cluster/keyring/install", h.authorize(acl.ActionManageMembers, h.handleKeyringChange(keyringInstall)))
 	mux.HandleFunc("POST /v1/cluster/keyring/use", h.authorize(acl.ActionManageMembers, h.handleKeyringChange(keyringUse)))
 	mux.HandleFunc("POST /v1/cluster/keyring/remove", h.authorize(acl.ActionManageMembers, h.handleKeyringChange(keyringRemove)))
+	mux.HandleFunc("GET /v1/snapshot", h.authorize(acl.ActionSnapshot, h.reader(h.handleSnapshotSave)))
+	mux.HandleFunc("PUT /v1/snapshot", h.authorize(acl.ActionSnapshot, h.handleSnapshotRestore))
 	mux.HandleFunc("GET /v1/health", h.authorize(acl.ActionRead, h.handleHealth))
 	mux.HandleFunc("GET /v1/healthz", h.handleHealthz)
 	mux.HandleFunc("POST /v1/tokens", h.authorize(acl.ActionManageTokens, h.handleCreateToken))
@@ -578,7 +586,10 @@ func toAPIError(err error) *api.Error {
 	var apiErr *api.Error
 	var conflict *fsm.ConflictError
 	var unknown *OutcomeUnknownError
+	var heldBack *HeldBackError
 	switch {
+	case errors.As(err, &heldBack):
+		return &api.Error{StatusCode: http.StatusConflict, Code: api.CodeHeldBack, Message: err.Error()}
 	case errors.As(err, &apiErr):
 		return apiErr
 	case errors.As(err, &conflict):
@@ -589,6 +600,8 @@ func toAPIError(err error) *api.Error {
 	case errors.As(err, &unknown):
 		return &api.Error{StatusCode: http.StatusServiceUnavailable, Code: api.CodeUnknownOutcome, Message: err.Error(), RetryAfterMS: 1000}
 	case errors.Is(err, ErrNoLeader), errors.Is(err, ErrNotLeader):
+		return &api.Error{StatusCode: http.StatusServiceUnavailable, Code: api.CodeNoLeader, Message: err.Error() + "; nothing was written", RetryAfterMS: 1000}
+	case errors.Is(err, ErrRestoring):
 		return &api.Error{StatusCode: http.StatusServiceUnavailable, Code: api.CodeNoLeader, Message: err.Error() + "; nothing was written", RetryAfterMS: 1000}
 	case errors.Is(err, ErrNotReady):
 		return &api.Error{StatusCode: http.StatusServiceUnavailable, Code: api.CodeNoLeader, Message: err.Error() + "; nothing was written", RetryAfterMS: 200}

@@ -70,6 +70,10 @@ type Server struct {
 	// readyForReads is set by the leadership component once a barrier has
 	// applied every entry of earlier terms; linearizable reads wait for it.
 	readyForReads atomic.Bool
+	// restoreMu admits one snapshot restore at a time; restoring stops
+	// proposals while one hands its state to Raft (restore.go).
+	restoreMu sync.Mutex
+	restoring atomic.Bool
 
 	eventCh     chan struct{} // gossip changes, for the membership reconciler
 	bootstrapCh chan struct{} // gossip changes, for the bootstrap loop
@@ -99,6 +103,7 @@ func New(cfg Config) (*Server, error) {
 	if err := checkNodeID(cfg.DataDir, cfg.NodeID); err != nil {
 		return nil, err
 	}
+	cfg.FSM.FeatureLevel = cfg.featureLevel()
 	state, err := fsm.New(cfg.FSM)
 	if err != nil {
 		return nil, err
@@ -150,7 +155,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.gossip, err = startGossip(&cfg, s.logger.Named("gossip"), s.clock, nodeMeta{
 		ID: cfg.NodeID, Region: cfg.Region, RaftAddr: s.raftAddr, HTTPAddr: s.httpAddr, AgentAddr: s.agentAddr,
-		BootstrapExpect: cfg.BootstrapExpect, Version: Version, WireMinor: wire.ProtocolMinor,
+		BootstrapExpect: cfg.BootstrapExpect, Version: Version, WireMinor: cfg.wireMinor(), Features: cfg.featureLevel(),
 	}, s.eventCh, s.bootstrapCh); err != nil {
 		return nil, err
 	}

@@ -28,6 +28,9 @@ type agentSession struct {
 	deviceID string
 	id       wire.SessionID
 	connID   string // this connection's ID in the device's session record
+	// minor is the session's protocol minor: the lower of the Hello's
+	// and this server's.
+	minor uint16
 	// labels are the labels the Hello reported: facts the session record
 	// commits (fsm.DeviceRecord.ReportedLabels), not what intents are
 	// selected by (selectionLabels).
@@ -131,7 +134,8 @@ func (a *agentServer) handshake(ctx context.Context, conn *quic.Conn, streamOut 
 		w: wire.NewWriter(stream), stream: stream,
 		logger: a.logger.With("device", deviceID),
 	}
-	if hello.Minor >= wire.MinorKeepAlive {
+	sess.minor = min(hello.Minor, a.cfg.wireMinor())
+	if sess.minor >= wire.MinorKeepAlive {
 		// Until its first Ping, an agent of 1.3 keeps alive at the
 		// starting interval.
 		sess.liveness = a.livenessBound(wire.KeepAliveStart)
@@ -199,7 +203,7 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 		ExpiresAt: now.Add(cfg.TokenLifetime), LastAckRevision: sess.acked,
 	})
 	if err := sess.write(&wire.Welcome{
-		Major: wire.ProtocolMajor, Minor: wire.ProtocolMinor,
+		Major: wire.ProtocolMajor, Minor: cfg.wireMinor(),
 		ServerID: cfg.NodeID, SessionID: sess.id, ResumeToken: token,
 		DesiredRevision: welcome.Revision(), AcceptedReportSeq: sess.reportSeq,
 		ServerTimeUnixNano: now.UnixNano(), PullInterval: cfg.PullInterval,
@@ -286,6 +290,10 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 		}
 		switch m := msg.(type) {
 		case *wire.Ping:
+			if sess.minor < wire.MinorKeepAlive {
+				err = closeWith(wire.CloseProtocolError, "Ping in a session at protocol 1.%d, which has none", sess.minor)
+				break
+			}
 			sess.handlePing(ctx, m)
 		case *wire.Pull:
 			err = sess.handlePull(ctx, m)

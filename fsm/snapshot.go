@@ -152,9 +152,11 @@ func (s *Snapshot) Revision() uint64 { return metaValue(s.txn, metaRevision) }
 // into (WriteOperatorRestore).
 type OperatorRestore struct {
 	// Index is the Raft index the restored state counts as applied up
-	// to: the leader's last index when it restores, which is at or above
-	// what any replica applied and below the index Raft gives the
-	// restore, so every entry after the restore applies.
+	// to: the leader's last index when it restores, or the backup's if
+	// higher. It is at or above what any replica applied and above every
+	// index the backup's records carry (the audit log is keyed by index),
+	// and Raft gives the restore the next index, so every entry after the
+	// restore applies.
 	Index uint64
 	// Revision is the restored state's revision, above both the backup's
 	// and the revision of the state it replaces: a restore is a change

@@ -132,6 +132,11 @@ func (f *FSM) Read() *Read {
 	return &Read{txn: db.Txn(false), abandonCh: ab}
 }
 
+// Replaced returns a channel closed once a snapshot restore replaces the
+// state this view reads (Raft installing a snapshot, or an operator's
+// restore).
+func (r *Read) Replaced() <-chan struct{} { return r.abandonCh }
+
 // watch adds ch and the abandon channel to ws, if ws is non-nil.
 func (r *Read) watch(ws memdb.WatchSet, ch <-chan struct{}) {
 	if ws != nil {

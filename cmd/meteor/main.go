@@ -221,6 +221,7 @@ func newRootCmd() *cobra.Command {
 		newDeleteCmd(g),
 		newMembersCmd(g),
 		newKeyringCmd(g),
+		newSnapshotCmd(g),
 		newHealthCmd(g),
 		newStatusCmd(g),
 		newEventsCmd(g),
