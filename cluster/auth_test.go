@@ -426,7 +426,7 @@ func TestACLAuditActors(t *testing.T) {
 	})
 	c.kill(c.index(s4))
 	f = c.follower()
-	if err := tokenClient(f, c.admin).RemoveMember(ctx, s4.ID()); err != nil {
+	if err := tokenClient(f, c.admin).RemoveMember(ctx, s4.ID(), false); err != nil {
 		t.Fatalf("remove %s through follower %s: %v", s4.ID(), f.ID(), err)
 	}
 

@@ -100,6 +100,11 @@ type clusterAdmin interface {
 	Members() api.Members
 	inRaftConfig(id string) bool
 	removeServer(id string) error
+	// checkRemoval, raftConfiguration and transferLeadership serve the
+	// operator's Raft endpoints (operator.go).
+	checkRemoval(ctx context.Context, id string) error
+	raftConfiguration() api.RaftConfiguration
+	transferLeadership(ctx context.Context, to string) (string, error)
 	Leave(timeout time.Duration) error
 	// RestoreSnapshot restores a backup over the whole cluster
 	// (restore.go).
@@ -143,6 +148,8 @@ func (h *httpAPI) handler() http.Handler {
 	mux.HandleFunc("GET /v1/cluster/ownership", h.authorize(acl.ActionRead, h.handleOwnership))
 	mux.HandleFunc("DELETE /v1/cluster/members/{id}", h.authorize(acl.ActionManageMembers, h.onLeader(h.handleRemoveMember)))
 	mux.HandleFunc("POST /v1/cluster/leave", h.authorize(acl.ActionManageMembers, h.handleLeave))
+	mux.HandleFunc("GET /v1/operator/raft", h.authorize(acl.ActionRead, h.reader(h.handleRaftConfiguration)))
+	mux.HandleFunc("POST /v1/operator/raft/transfer-leader", h.authorize(acl.ActionManageMembers, h.onLeader(h.handleTransferLeader)))
 	mux.HandleFunc("GET /v1/cluster/keyring", h.authorize(acl.ActionManageMembers, h.handleKeyringList))
 	mux.HandleFunc("POST /v1/cluster/keyring/install", h.authorize(acl.ActionManageMembers, h.handleKeyringChange(keyringInstall)))
 	mux.HandleFunc("POST /v1/cluster/keyring/use", h.authorize(acl.ActionManageMembers, h.handleKeyringChange(keyringUse)))
@@ -528,21 +535,6 @@ func (h *httpAPI) handleHealth(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, code, st)
-}
-
-func (h *httpAPI) handleRemoveMember(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if !h.admin.inRaftConfig(id) {
-		writeError(w, toAPIError(fmt.Errorf("server %q is not in the Raft configuration: %w", id, fsm.ErrNotFound)))
-		return
-	}
-	err := h.admin.removeServer(id)
-	h.auditMember(r, "remove", id, err)
-	if err != nil {
-		writeError(w, toAPIError(err))
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"removed": id})
 }
 
 // handleLeave makes the contacted server leave the cluster for good: it

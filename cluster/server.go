@@ -339,7 +339,7 @@ func (s *Server) askLeaderToRemove(ctx context.Context) error {
 			return fmt.Errorf("leader %s does not see this server as left yet", id)
 		}
 	}
-	err = cl.RemoveMember(ctx, s.config.NodeID)
+	err = cl.RemoveMember(ctx, s.config.NodeID, false)
 	var apiErr *api.Error
 	if errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusNotFound {
 		return nil // already removed

@@ -110,6 +110,12 @@ type Member struct {
 	AppliedIndex uint64 `json:"applied_index"`
 	LastIndex    uint64 `json:"last_index"`
 	Version      string `json:"version,omitempty"`
+	// FeatureLevel and WireMinor are the state machine's feature level
+	// and the agent protocol minor the server advertises in gossip (0:
+	// it does not say; a server from before the fields runs level 1 and
+	// minor 1).
+	FeatureLevel uint16 `json:"feature_level,omitempty"`
+	WireMinor    uint16 `json:"wire_minor,omitempty"`
 	// Error says why the server's own figures could not be read.
 	Error string `json:"error,omitempty"`
 	// Diverged is set when the server's state hash differs from the

@@ -222,6 +222,7 @@ func newRootCmd() *cobra.Command {
 		newMembersCmd(g),
 		newKeyringCmd(g),
 		newSnapshotCmd(g),
+		newOperatorCmd(g),
 		newHealthCmd(g),
 		newStatusCmd(g),
 		newEventsCmd(g),
