@@ -165,6 +165,8 @@ func TestACLRefusesAnonymous(t *testing.T) {
 			{"GET", "/v1/audit", nil},
 			{"GET", "/v1/snapshot", nil},
 			{"PUT", "/v1/snapshot", []byte("not a snapshot")},
+			{"GET", "/v1/operator/raft", nil},
+			{"POST", "/v1/operator/raft/transfer-leader", nil},
 			{"GET", "/v1/internal/self", nil},
 			{"GET", "/v1/internal/state-hash", nil},
 		} {

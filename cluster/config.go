@@ -178,6 +178,10 @@ type Config struct {
 
 	// ApplyTimeout bounds how long a write waits to be committed.
 	ApplyTimeout time.Duration
+	// DrainTimeout bounds Drain, which Run does before it shuts the
+	// server down (leadership hand-over, agents told to go); 0 means
+	// DefaultDrainTimeout.
+	DrainTimeout time.Duration
 	// RolloutInterval is how often the leader judges every rollout in
 	// progress and commits what it decides; 0 means a second.
 	RolloutInterval time.Duration
@@ -360,6 +364,13 @@ func checkAddr(addr string) error {
 		return fmt.Errorf("%q: bad port: %w", addr, err)
 	}
 	return nil
+}
+
+func (c *Config) drainTimeout() time.Duration {
+	if c.DrainTimeout <= 0 {
+		return DefaultDrainTimeout
+	}
+	return c.DrainTimeout
 }
 
 // ParseGossipKey decodes a base64 gossip encryption key.

@@ -38,6 +38,9 @@ type nodeMeta struct {
 	// tell a server that left from one that failed: memberlist's leave
 	// notification does not say which.
 	Leaving bool `json:"leaving,omitempty"`
+	// Draining is set when the server is about to stop for a while
+	// (Server.Drain): others send it no agents and take over its devices.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // member is a gossip member that is a Meteor server.

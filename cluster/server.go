@@ -74,6 +74,8 @@ type Server struct {
 	// proposals while one hands its state to Raft (restore.go).
 	restoreMu sync.Mutex
 	restoring atomic.Bool
+	// draining is set by Drain.
+	draining atomic.Bool
 
 	eventCh     chan struct{} // gossip changes, for the membership reconciler
 	bootstrapCh chan struct{} // gossip changes, for the bootstrap loop
@@ -233,10 +235,12 @@ func (s *Server) serveHTTP(ctx context.Context) {
 	<-done
 }
 
-// Run blocks until ctx ends, then shuts the server down.
+// Run blocks until ctx ends, then drains the server (Drain, at most
+// Config.DrainTimeout) and shuts it down.
 func (s *Server) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
+		s.Drain(s.config.drainTimeout())
 	case <-s.ctx.Done():
 	}
 	return s.Shutdown()
@@ -248,6 +252,7 @@ func (s *Server) Run(ctx context.Context) error {
 // for every other goroutine. It is safe to call more than once.
 func (s *Server) Shutdown() error {
 	s.shutdownOnce.Do(func() {
+		start := s.clock.Mono()
 		s.cancel()
 		var errs []error
 		if !s.started {
@@ -259,6 +264,7 @@ func (s *Server) Shutdown() error {
 			}
 		}
 		s.front.Wait()
+		front := s.clock.Mono()
 		if s.gossip != nil {
 			if err := s.gossip.shutdown(); err != nil {
 				errs = append(errs, fmt.Errorf("stop gossip: %w", err))
@@ -269,10 +275,12 @@ func (s *Server) Shutdown() error {
 				errs = append(errs, err)
 			}
 		}
+		raftDone := s.clock.Mono()
 		s.wg.Wait()
 		s.peers.close()
 		s.shutdownErr = errors.Join(errs...)
-		s.logger.Info("server stopped")
+		end := s.clock.Mono()
+		s.logger.Info("server stopped", "took", end.Sub(start), "front", front.Sub(start), "gossip_raft", raftDone.Sub(front), "rest", end.Sub(raftDone))
 	})
 	return s.shutdownErr
 }

@@ -36,9 +36,11 @@ type agentSession struct {
 	// selected by (selectionLabels).
 	labels map[string]string
 
-	wmu    sync.Mutex // serialises frames on the control stream
-	w      *wire.Writer
-	stream *quic.Stream // the control stream
+	wmu sync.Mutex // serialises frames on the control stream
+	// goAwayOnce sends the GoAway of a draining server once (drain.go).
+	goAwayOnce sync.Once
+	w          *wire.Writer
+	stream     *quic.Stream // the control stream
 	// liveness is how long the session may go without a message from the
 	// agent before the server ends it as dead (wire.LivenessBound of the
 	// keep-alive interval the agent's last Ping announced); zero leaves
@@ -142,6 +144,9 @@ func (a *agentServer) handshake(ctx context.Context, conn *quic.Conn, streamOut 
 	}
 	if err := sess.refuseRevoked(a.state.Read()); err != nil {
 		return err
+	}
+	if a.draining.Load() {
+		return sess.refuseDraining()
 	}
 	return sess.run(ctx, hello, r)
 }
@@ -614,6 +619,11 @@ func (sess *agentSession) register(welcome *fsm.Read) {
 	// notifyLoop takes its list of sessions after reading the state: a
 	// change committed after the read below finds the session in that list.
 	sess.a.add(sess)
+	if sess.a.draining.Load() {
+		// Registered after the drain listed the sessions it told.
+		sess.goAway()
+		return
+	}
 	sess.maybeNotify(sess.a.state.Read(), map[string]*scheduler.DesiredState{})
 }
 

@@ -432,7 +432,7 @@ func connectStormFleet(ctx context.Context, cfg *config, victimAddr string, p *p
 		if fl.conns[i] == nil {
 			continue
 		}
-		sd.conn = fl.conns[i]
+		sd.conn, sd.sess = fl.conns[i], fl.sess[i]
 		if sd.cache != nil && waitTicket(sd.cache, 0, max(time.Until(ticketDeadline), time.Millisecond)) {
 			m.WithTicket++
 		}
