@@ -164,8 +164,10 @@ func (a *agentServer) drain(ctx context.Context, grace time.Duration) drainStats
 		select {
 		case <-ch:
 		case <-timer.C():
+			st.left = a.count()
 			return st
 		case <-ctx.Done():
+			st.left = a.count()
 			return st
 		}
 	}
