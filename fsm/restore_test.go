@@ -175,7 +175,7 @@ func TestFeatureLevels(t *testing.T) {
 			t.Errorf("%s has a level but no handler", typ)
 		}
 	}
-	if AuditOperationType.Level() != 2 || (AuditOperationType | IgnoreUnknownTypeFlag).Level() != 2 || MessageType(99).Level() != 0 {
+	if AuditOperationType.Level() != 2 || (AuditOperationType|IgnoreUnknownTypeFlag).Level() != 2 || MessageType(99).Level() != 0 {
 		t.Fatal("levels of audit-operation or of an unknown type")
 	}
 	if _, err := New(Config{FeatureLevel: FeatureLevel + 1}); err == nil {

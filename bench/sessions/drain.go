@@ -86,15 +86,7 @@ func runDrain(ctx context.Context, cfg *config, bin string, p *pki, dir string, 
 		target = (li + 1) % stormServers
 	}
 	res.Server, res.WasLeader = c.Servers[target].ID, target == li
-	f, err := newFleetIntent(cfg.resources, cfg.bodySize)
-	if err != nil {
-		return nil, err
-	}
-	rev, err := putIntent(ctx, c.Servers[li].API, f)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.WaitRevision(ctx, rev, target); err != nil {
+	if err := putFleetIntent(ctx, cfg, c, li, target); err != nil {
 		return nil, err
 	}
 	m := &stormMode{Key: "drain", Mode: "graceful shutdown", Agents: len(ids), Victim: res.Server, PerServer: map[string]int{}}

@@ -1,26 +1,15 @@
 package main
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/meteor-edge/meteor/cluster"
 )
 
 // TestOperatorRaftCommands: list-peers shows the configuration and what it
 // can stand; remove-peer and 'members remove' are one command; recover
 // works on a stopped server's data dir and says what it did.
 func TestOperatorRaftCommands(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	l, err := cluster.StartLocal(ctx, cluster.LocalOptions{Servers: 1, Dir: t.TempDir(), ACL: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	base := []string{"--addr", l.HTTPAddr(0), "--ca-cert", writeCACert(t, l.CA()), "--token", l.AdminToken()}
+	l, base := startACLCluster(t)
 	cli := func(args ...string) (string, error) { return run(t, append(append([]string{}, base...), args...)...) }
 
 	out, err := cli("operator", "raft", "list-peers")

@@ -18,14 +18,7 @@ import (
 // refused by the CLI itself, naming what is wrong, and a save that fails
 // leaves no file.
 func TestSnapshotCommands(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	l, err := cluster.StartLocal(ctx, cluster.LocalOptions{Servers: 1, Dir: t.TempDir(), ACL: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	base := []string{"--addr", l.HTTPAddr(0), "--ca-cert", writeCACert(t, l.CA()), "--token", l.AdminToken()}
+	l, base := startACLCluster(t)
 	cli := func(args ...string) (string, error) { return run(t, append(append([]string{}, base...), args...)...) }
 	dir := t.TempDir()
 	doc := filepath.Join(dir, "web.yaml")
@@ -84,4 +77,19 @@ func TestSnapshotCommands(t *testing.T) {
 	if _, err := snapshot.Verify(strings.NewReader(string(data))); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startACLCluster starts a one-server cluster with the ACL on, stopped at
+// the test's end, and returns it with the global flags that reach it as
+// its admin.
+func startACLCluster(t *testing.T) (*cluster.Local, []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := cluster.StartLocal(ctx, cluster.LocalOptions{Servers: 1, Dir: t.TempDir(), ACL: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l, []string{"--addr", l.HTTPAddr(0), "--ca-cert", writeCACert(t, l.CA()), "--token", l.AdminToken()}
 }
