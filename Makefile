@@ -80,7 +80,7 @@ bench-intents: build ## Intent writes/s and latency: Meteor vs a 3-member etcd (
 	$(GO) run ./bench/intents -meteor-bin $(BIN)
 
 .PHONY: bench-sessions
-bench-sessions: build ## Row 3 and more: reconnect storm of 10,000 agents (0-RTT vs full handshakes), resync bytes, reconnect time, server memory per idle agent
+bench-sessions: build ## Row 3 and more: reconnect storm of 10,000 agents (0-RTT vs full handshakes), resync bytes, reconnect time, server memory per idle agent, graceful shutdown of a server with 1,000 sessions
 	$(GO) run ./bench/sessions -meteor-bin $(BIN)
 
 .PHONY: bench-status

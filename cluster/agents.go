@@ -46,6 +46,12 @@ type agentServer struct {
 
 	mu       sync.Mutex
 	sessions map[*agentSession]struct{} // guarded by mu
+	// emptied, if set, is closed (and cleared) when the last session
+	// ends; drain waits on it. Guarded by mu.
+	emptied chan struct{}
+	// draining is set once the server drains (drain.go): sessions are
+	// told to go, new ones refused.
+	draining atomic.Bool
 
 	stats agentCounters
 
@@ -188,22 +194,20 @@ func (a *agentServer) rotate(now time.Time) error {
 }
 
 // Run serves agents until ctx ends. Then it stops accepting, closes every
-// session with "shutting down" (so agents move to another server at once),
-// waits for all its goroutines and closes the socket.
+// session left (a drain told them to go already; drain.go) with "shutting
+// down", all at once, waits for all its goroutines and closes the socket.
 func (a *agentServer) Run(ctx context.Context) error {
 	a.wg.Go(func() { a.acceptLoop(ctx) })
 	a.wg.Go(func() { a.rotateLoop(ctx) })
 	a.wg.Go(func() { a.notifyLoop(ctx) })
 	a.wg.Go(func() { a.sync.Run(ctx) })
 	<-ctx.Done()
+	start := a.clock.Mono()
 	a.ln.Close()
-	a.mu.Lock()
-	for sess := range a.sessions {
-		sess.conn.CloseWithError(wire.CloseShuttingDown, "server shutting down")
-	}
-	a.mu.Unlock()
+	n := a.closeAll(wire.CloseShuttingDown, "server shutting down")
 	a.wg.Wait()
 	a.closeSockets()
+	a.logger.Info("agent sessions closed", "sessions", n, "took", a.clock.Mono().Sub(start))
 	return nil
 }
 
@@ -286,6 +290,10 @@ func (a *agentServer) add(sess *agentSession) {
 func (a *agentServer) remove(sess *agentSession) {
 	a.mu.Lock()
 	delete(a.sessions, sess)
+	if len(a.sessions) == 0 && a.emptied != nil {
+		close(a.emptied)
+		a.emptied = nil
+	}
 	a.mu.Unlock()
 }
 
@@ -366,7 +374,7 @@ func (a *agentServer) redirects() []string {
 	leader := a.peers.leaderID()
 	var out []string
 	for _, m := range a.peers.members() {
-		if m.AgentAddr == "" || m.ID == a.cfg.NodeID || m.State != memberlist.StateAlive || m.Leaving {
+		if m.AgentAddr == "" || m.ID == a.cfg.NodeID || m.State != memberlist.StateAlive || m.Leaving || m.Draining {
 			continue
 		}
 		if m.ID == leader {

@@ -25,7 +25,7 @@ type testPKI struct {
 	secret []byte
 }
 
-func newTestPKI(t *testing.T) *testPKI {
+func newTestPKI(t testing.TB) *testPKI {
 	t.Helper()
 	ca, err := pki.NewCA("test CA", time.Hour)
 	if err != nil {
@@ -35,7 +35,7 @@ func newTestPKI(t *testing.T) *testPKI {
 }
 
 // withAgents makes every server of a test cluster serve agents.
-func (p *testPKI) withAgents(t *testing.T) func(*Config) {
+func (p *testPKI) withAgents(t testing.TB) func(*Config) {
 	return func(cfg *Config) {
 		cert, err := p.ca.IssueServer(cfg.NodeID, []string{"127.0.0.1"})
 		if err != nil {
@@ -48,7 +48,7 @@ func (p *testPKI) withAgents(t *testing.T) func(*Config) {
 	}
 }
 
-func (p *testPKI) deviceTLS(t *testing.T, id string) *tls.Config {
+func (p *testPKI) deviceTLS(t testing.TB, id string) *tls.Config {
 	t.Helper()
 	cert, err := p.ca.IssueDevice(id)
 	if err != nil {
@@ -60,7 +60,7 @@ func (p *testPKI) deviceTLS(t *testing.T, id string) *tls.Config {
 // wireAgent is a test peer speaking the wire protocol over real QUIC:
 // enough of an agent to drive a server through a session step by step.
 type wireAgent struct {
-	t      *testing.T
+	t      testing.TB
 	tr     *quic.Transport
 	conn   *quic.Conn
 	stream *quic.Stream
@@ -68,7 +68,7 @@ type wireAgent struct {
 	w      *wire.Writer
 }
 
-func dialAgent(t *testing.T, addr string, tlsConf *tls.Config) *wireAgent {
+func dialAgent(t testing.TB, addr string, tlsConf *tls.Config) *wireAgent {
 	t.Helper()
 	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {

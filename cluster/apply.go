@@ -49,6 +49,12 @@ func (s *Server) proposeRaw(ctx context.Context, t fsm.MessageType, data []byte)
 	if s.raft.State() != raft.Leader {
 		return fsm.ApplyResult{}, 0, ErrNotLeader
 	}
+	if s.restoring.Load() {
+		return fsm.ApplyResult{}, 0, ErrRestoring
+	}
+	if err := s.requireFeature(t.Level(), fmt.Sprintf("command %s (type %d)", t, uint8(t))); err != nil {
+		return fsm.ApplyResult{}, 0, err
+	}
 	timeout := s.config.ApplyTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
@@ -130,7 +136,10 @@ func (s *Server) self() *selfStatus {
 		Node: s.config.NodeID, Region: s.config.Region,
 		RaftState: s.raft.State().String(), Leader: string(leader), Term: s.raft.CurrentTerm(),
 		AppliedIndex: s.raft.AppliedIndex(), LastIndex: s.raft.LastIndex(), CommitIndex: s.raft.CommitIndex(),
-		Revision: r.Revision(), Version: Version,
+		Revision: r.Revision(), Version: Version, FeatureLevel: s.config.featureLevel(),
+	}
+	if m := r.RestoreMark(); m.Seq > 0 {
+		st.RestoreSeq, st.RestoreID = m.Seq, m.ID
 	}
 	switch {
 	case leader == "":

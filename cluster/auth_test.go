@@ -163,6 +163,10 @@ func TestACLRefusesAnonymous(t *testing.T) {
 			{"POST", "/v1/tokens", []byte(`{"policy":"admin"}`)},
 			{"DELETE", "/v1/tokens/0123456789abcdef", nil},
 			{"GET", "/v1/audit", nil},
+			{"GET", "/v1/snapshot", nil},
+			{"PUT", "/v1/snapshot", []byte("not a snapshot")},
+			{"GET", "/v1/operator/raft", nil},
+			{"POST", "/v1/operator/raft/transfer-leader", nil},
 			{"GET", "/v1/internal/self", nil},
 			{"GET", "/v1/internal/state-hash", nil},
 		} {
@@ -424,7 +428,7 @@ func TestACLAuditActors(t *testing.T) {
 	})
 	c.kill(c.index(s4))
 	f = c.follower()
-	if err := tokenClient(f, c.admin).RemoveMember(ctx, s4.ID()); err != nil {
+	if err := tokenClient(f, c.admin).RemoveMember(ctx, s4.ID(), false); err != nil {
 		t.Fatalf("remove %s through follower %s: %v", s4.ID(), f.ID(), err)
 	}
 

@@ -253,14 +253,14 @@ func TestRemoveFailedServer(t *testing.T) {
 	id := c.ID(fi)
 	c.kill(fi)
 	cl := client(c.alive()[0])
-	if err := cl.RemoveMember(context.Background(), id); err != nil {
+	if err := cl.RemoveMember(context.Background(), id, false); err != nil {
 		t.Fatal(err)
 	}
 	if v := c.voters(); len(v) != 2 {
 		t.Fatalf("voters after remove: %v", v)
 	}
 	var apiErr *api.Error
-	if err := cl.RemoveMember(context.Background(), id); !errors.As(err, &apiErr) || apiErr.StatusCode != 404 {
+	if err := cl.RemoveMember(context.Background(), id, false); !errors.As(err, &apiErr) || apiErr.StatusCode != 404 {
 		t.Fatalf("second remove: %v", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/meteor-edge/meteor/cluster/pki"
 	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/scheduler"
+	"github.com/meteor-edge/meteor/wire"
 )
 
 // Config configures a server node. Build it from DefaultConfig and set the
@@ -148,8 +149,18 @@ type Config struct {
 	AgentPacketConn func(net.PacketConn) net.PacketConn
 
 	// FSM configures the state machine. Every server must use the same
-	// history limit.
+	// history limit. Its FeatureLevel is set from FeatureLevel.
 	FSM fsm.Config
+
+	// FeatureLevel and WireMinor are the feature level of the state
+	// machine (fsm.FeatureLevel) and the agent protocol minor
+	// (wire.ProtocolMinor) this server runs and advertises in gossip;
+	// zero means this release's. A lower value makes the server stand
+	// for one of an earlier release: its replica applies and restores
+	// only what that level did, and it speaks that minor to agents. Tests
+	// of mixed-version clusters and rolling upgrades set them.
+	FeatureLevel uint16
+	WireMinor    uint16
 
 	// SnapshotThreshold and SnapshotInterval control Raft snapshots;
 	// TrailingLogs how many entries stay after one.
@@ -167,6 +178,10 @@ type Config struct {
 
 	// ApplyTimeout bounds how long a write waits to be committed.
 	ApplyTimeout time.Duration
+	// DrainTimeout bounds Drain, which Run does before it shuts the
+	// server down (leadership hand-over, agents told to go); 0 means
+	// DefaultDrainTimeout.
+	DrainTimeout time.Duration
 	// RolloutInterval is how often the leader judges every rollout in
 	// progress and commits what it decides; 0 means a second.
 	RolloutInterval time.Duration
@@ -321,6 +336,9 @@ func (c *Config) Validate() error {
 	if err := c.FSM.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.FeatureLevel > fsm.FeatureLevel || c.WireMinor > wire.ProtocolMinor {
+		errs = append(errs, fmt.Errorf("feature level %d, wire minor %d: this release runs up to level %d and minor %d", c.FeatureLevel, c.WireMinor, fsm.FeatureLevel, wire.ProtocolMinor))
+	}
 	if c.RaftMultiplier < 0 || c.RaftMultiplier > 10 {
 		errs = append(errs, fmt.Errorf("raft multiplier %d: must be between 1 and 10", c.RaftMultiplier))
 	}
@@ -346,6 +364,13 @@ func checkAddr(addr string) error {
 		return fmt.Errorf("%q: bad port: %w", addr, err)
 	}
 	return nil
+}
+
+func (c *Config) drainTimeout() time.Duration {
+	if c.DrainTimeout <= 0 {
+		return DefaultDrainTimeout
+	}
+	return c.DrainTimeout
 }
 
 // ParseGossipKey decodes a base64 gossip encryption key.

@@ -121,7 +121,7 @@ func (h *httpAPI) handleInternalApply(w http.ResponseWriter, r *http.Request) {
 	t := fsm.MessageType(data[0])
 	switch t {
 	case fsm.PutIntentType, fsm.DeleteIntentType:
-	case fsm.CreateTokenType, fsm.RevokeTokenType, fsm.UseEnrollTokenType, fsm.AuditMemberChangeType, fsm.DeviceSessionType, fsm.DeviceSessionBatchType, fsm.UpsertDeviceType, fsm.StatusBatchType, fsm.RolloutControlType:
+	case fsm.CreateTokenType, fsm.RevokeTokenType, fsm.UseEnrollTokenType, fsm.AuditMemberChangeType, fsm.DeviceSessionType, fsm.DeviceSessionBatchType, fsm.UpsertDeviceType, fsm.StatusBatchType, fsm.RolloutControlType, fsm.AuditOperationType:
 		if len(h.cfg.ClusterSecret) == 0 {
 			writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "device commands need a cluster secret shared by all servers (--cluster-secret-file)"})
 			return

@@ -29,10 +29,18 @@ type nodeMeta struct {
 	// later one. Servers from before the field say nothing (0), and speak
 	// 1.1.
 	WireMinor uint16 `json:"wire_minor,omitempty"`
+	// Features is the feature level of the server's state machine
+	// (fsm.FeatureLevel): the leader proposes no command of a higher
+	// level (features.go). Servers from before the field say nothing
+	// (0), and run level 1.
+	Features uint16 `json:"features,omitempty"`
 	// Leaving is set just before a graceful leave, so that others can
 	// tell a server that left from one that failed: memberlist's leave
 	// notification does not say which.
 	Leaving bool `json:"leaving,omitempty"`
+	// Draining is set when the server is about to stop for a while
+	// (Server.Drain): others send it no agents and take over its devices.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // member is a gossip member that is a Meteor server.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -71,6 +72,8 @@ type replica interface {
 	eventSource
 	StateHash() (fsm.StateHash, error)
 	checkpointReplica
+	// Snapshot captures the whole state (snapshot saves).
+	Snapshot() *fsm.Snapshot
 }
 
 // leaderNode is what the HTTP API asks of the Raft node (Server).
@@ -97,7 +100,15 @@ type clusterAdmin interface {
 	Members() api.Members
 	inRaftConfig(id string) bool
 	removeServer(id string) error
+	// checkRemoval, raftConfiguration and transferLeadership serve the
+	// operator's Raft endpoints (operator.go).
+	checkRemoval(ctx context.Context, id string) error
+	raftConfiguration() api.RaftConfiguration
+	transferLeadership(ctx context.Context, to string) (string, error)
 	Leave(timeout time.Duration) error
+	// RestoreSnapshot restores a backup over the whole cluster
+	// (restore.go).
+	RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOptions) (*api.RestoreResult, error)
 }
 
 // reportIngester takes in the reports of devices this server owns
@@ -137,10 +148,14 @@ func (h *httpAPI) handler() http.Handler {
 	mux.HandleFunc("GET /v1/cluster/ownership", h.authorize(acl.ActionRead, h.handleOwnership))
 	mux.HandleFunc("DELETE /v1/cluster/members/{id}", h.authorize(acl.ActionManageMembers, h.onLeader(h.handleRemoveMember)))
 	mux.HandleFunc("POST /v1/cluster/leave", h.authorize(acl.ActionManageMembers, h.handleLeave))
+	mux.HandleFunc("GET /v1/operator/raft", h.authorize(acl.ActionRead, h.reader(h.handleRaftConfiguration)))
+	mux.HandleFunc("POST /v1/operator/raft/transfer-leader", h.authorize(acl.ActionManageMembers, h.onLeader(h.handleTransferLeader)))
 	mux.HandleFunc("GET /v1/cluster/keyring", h.authorize(acl.ActionManageMembers, h.handleKeyringList))
 	mux.HandleFunc("POST /v1/cluster/keyring/install", h.authorize(acl.ActionManageMembers, h.handleKeyringChange(keyringInstall)))
 	mux.HandleFunc("POST /v1/cluster/keyring/use", h.authorize(acl.ActionManageMembers, h.handleKeyringChange(keyringUse)))
 	mux.HandleFunc("POST /v1/cluster/keyring/remove", h.authorize(acl.ActionManageMembers, h.handleKeyringChange(keyringRemove)))
+	mux.HandleFunc("GET /v1/snapshot", h.authorize(acl.ActionSnapshot, h.reader(h.handleSnapshotSave)))
+	mux.HandleFunc("PUT /v1/snapshot", h.authorize(acl.ActionSnapshot, h.handleSnapshotRestore))
 	mux.HandleFunc("GET /v1/health", h.authorize(acl.ActionRead, h.handleHealth))
 	mux.HandleFunc("GET /v1/healthz", h.handleHealthz)
 	mux.HandleFunc("POST /v1/tokens", h.authorize(acl.ActionManageTokens, h.handleCreateToken))
@@ -522,21 +537,6 @@ func (h *httpAPI) handleHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, st)
 }
 
-func (h *httpAPI) handleRemoveMember(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if !h.admin.inRaftConfig(id) {
-		writeError(w, toAPIError(fmt.Errorf("server %q is not in the Raft configuration: %w", id, fsm.ErrNotFound)))
-		return
-	}
-	err := h.admin.removeServer(id)
-	h.auditMember(r, "remove", id, err)
-	if err != nil {
-		writeError(w, toAPIError(err))
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"removed": id})
-}
-
 // handleLeave makes the contacted server leave the cluster for good: it
 // answers at once, then hands over leadership if it leads, is removed from
 // the Raft configuration and shuts down (Server.Leave).
@@ -578,7 +578,10 @@ func toAPIError(err error) *api.Error {
 	var apiErr *api.Error
 	var conflict *fsm.ConflictError
 	var unknown *OutcomeUnknownError
+	var heldBack *HeldBackError
 	switch {
+	case errors.As(err, &heldBack):
+		return &api.Error{StatusCode: http.StatusConflict, Code: api.CodeHeldBack, Message: err.Error()}
 	case errors.As(err, &apiErr):
 		return apiErr
 	case errors.As(err, &conflict):
@@ -589,6 +592,8 @@ func toAPIError(err error) *api.Error {
 	case errors.As(err, &unknown):
 		return &api.Error{StatusCode: http.StatusServiceUnavailable, Code: api.CodeUnknownOutcome, Message: err.Error(), RetryAfterMS: 1000}
 	case errors.Is(err, ErrNoLeader), errors.Is(err, ErrNotLeader):
+		return &api.Error{StatusCode: http.StatusServiceUnavailable, Code: api.CodeNoLeader, Message: err.Error() + "; nothing was written", RetryAfterMS: 1000}
+	case errors.Is(err, ErrRestoring):
 		return &api.Error{StatusCode: http.StatusServiceUnavailable, Code: api.CodeNoLeader, Message: err.Error() + "; nothing was written", RetryAfterMS: 1000}
 	case errors.Is(err, ErrNotReady):
 		return &api.Error{StatusCode: http.StatusServiceUnavailable, Code: api.CodeNoLeader, Message: err.Error() + "; nothing was written", RetryAfterMS: 200}

@@ -276,11 +276,19 @@ func (l *Local) Detach(i int) *Server {
 
 // Restart starts server i again from its data dir, with its addresses,
 // joining the running servers.
-func (l *Local) Restart(i int) (*Server, error) {
+func (l *Local) Restart(i int) (*Server, error) { return l.RestartWith(i, nil) }
+
+// RestartWith is Restart with change applied to server i's configuration
+// first, for this start and the later ones (an upgrade: another
+// Config.FeatureLevel or Config.WireMinor).
+func (l *Local) RestartWith(i int, change func(*Config)) (*Server, error) {
 	l.starting.Lock()
 	defer l.starting.Unlock()
 	l.mu.Lock()
 	running := l.servers[i] != nil
+	if change != nil && !running {
+		change(&l.configs[i])
+	}
 	c := l.configs[i]
 	l.mu.Unlock()
 	if running {

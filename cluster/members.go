@@ -36,6 +36,7 @@ func (s *Server) Members() api.Members {
 		am := api.Member{
 			ID: m.ID, Region: m.Region, HTTPAddr: m.HTTPAddr, RaftAddr: m.RaftAddr,
 			GossipAddr: m.GossipAddr, GossipState: gossipState(m), Version: m.Version,
+			FeatureLevel: m.featureLevel(), WireMinor: max(m.WireMinor, 1),
 			Suffrage: "none", RaftRole: "none",
 		}
 		if sf, ok := suffrage[m.ID]; ok {

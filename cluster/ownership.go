@@ -67,7 +67,7 @@ func rendezvousScore(serverID, deviceID string) uint64 {
 func (g *membership) ownerCandidates() []ownerCandidate {
 	var out []ownerCandidate
 	for _, m := range g.members() {
-		if m.State == memberlist.StateAlive && !m.Leaving {
+		if m.State == memberlist.StateAlive && !m.Leaving && !m.Draining {
 			out = append(out, ownerCandidate{ID: m.ID, Region: m.Region})
 		}
 	}

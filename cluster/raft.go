@@ -58,6 +58,7 @@ func (r *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
 
 func (r *raftFSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	before := r.state.Read().RestoreMark()
 	if err := r.state.Restore(rc); err != nil {
 		if errors.Is(err, fsm.ErrOlderSnapshot) {
 			// Not an error for Raft: the state kept is that snapshot and
@@ -68,7 +69,12 @@ func (r *raftFSM) Restore(rc io.ReadCloser) error {
 		}
 		return err
 	}
-	r.logger.Info("restored state from snapshot", "index", r.state.Read().Index(), "revision", r.state.Read().Revision())
+	read := r.state.Read()
+	if m := read.RestoreMark(); m != before {
+		r.logger.Info("restored state from an operator's snapshot restore", "index", read.Index(), "revision", read.Revision(), "restore", m.String())
+		return nil
+	}
+	r.logger.Info("restored state from snapshot", "index", read.Index(), "revision", read.Revision())
 	return nil
 }
 

@@ -70,6 +70,12 @@ type Server struct {
 	// readyForReads is set by the leadership component once a barrier has
 	// applied every entry of earlier terms; linearizable reads wait for it.
 	readyForReads atomic.Bool
+	// restoreMu admits one snapshot restore at a time; restoring stops
+	// proposals while one hands its state to Raft (restore.go).
+	restoreMu sync.Mutex
+	restoring atomic.Bool
+	// draining is set by Drain.
+	draining atomic.Bool
 
 	eventCh     chan struct{} // gossip changes, for the membership reconciler
 	bootstrapCh chan struct{} // gossip changes, for the bootstrap loop
@@ -99,6 +105,7 @@ func New(cfg Config) (*Server, error) {
 	if err := checkNodeID(cfg.DataDir, cfg.NodeID); err != nil {
 		return nil, err
 	}
+	cfg.FSM.FeatureLevel = cfg.featureLevel()
 	state, err := fsm.New(cfg.FSM)
 	if err != nil {
 		return nil, err
@@ -150,7 +157,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.gossip, err = startGossip(&cfg, s.logger.Named("gossip"), s.clock, nodeMeta{
 		ID: cfg.NodeID, Region: cfg.Region, RaftAddr: s.raftAddr, HTTPAddr: s.httpAddr, AgentAddr: s.agentAddr,
-		BootstrapExpect: cfg.BootstrapExpect, Version: Version, WireMinor: wire.ProtocolMinor,
+		BootstrapExpect: cfg.BootstrapExpect, Version: Version, WireMinor: cfg.wireMinor(), Features: cfg.featureLevel(),
 	}, s.eventCh, s.bootstrapCh); err != nil {
 		return nil, err
 	}
@@ -228,10 +235,12 @@ func (s *Server) serveHTTP(ctx context.Context) {
 	<-done
 }
 
-// Run blocks until ctx ends, then shuts the server down.
+// Run blocks until ctx ends, then drains the server (Drain, at most
+// Config.DrainTimeout) and shuts it down.
 func (s *Server) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
+		s.Drain(s.config.drainTimeout())
 	case <-s.ctx.Done():
 	}
 	return s.Shutdown()
@@ -243,6 +252,7 @@ func (s *Server) Run(ctx context.Context) error {
 // for every other goroutine. It is safe to call more than once.
 func (s *Server) Shutdown() error {
 	s.shutdownOnce.Do(func() {
+		start := s.clock.Mono()
 		s.cancel()
 		var errs []error
 		if !s.started {
@@ -254,6 +264,7 @@ func (s *Server) Shutdown() error {
 			}
 		}
 		s.front.Wait()
+		front := s.clock.Mono()
 		if s.gossip != nil {
 			if err := s.gossip.shutdown(); err != nil {
 				errs = append(errs, fmt.Errorf("stop gossip: %w", err))
@@ -264,10 +275,12 @@ func (s *Server) Shutdown() error {
 				errs = append(errs, err)
 			}
 		}
+		raftDone := s.clock.Mono()
 		s.wg.Wait()
 		s.peers.close()
 		s.shutdownErr = errors.Join(errs...)
-		s.logger.Info("server stopped")
+		end := s.clock.Mono()
+		s.logger.Info("server stopped", "took", end.Sub(start), "front", front.Sub(start), "gossip_raft", raftDone.Sub(front), "rest", end.Sub(raftDone))
 	})
 	return s.shutdownErr
 }
@@ -334,7 +347,7 @@ func (s *Server) askLeaderToRemove(ctx context.Context) error {
 			return fmt.Errorf("leader %s does not see this server as left yet", id)
 		}
 	}
-	err = cl.RemoveMember(ctx, s.config.NodeID)
+	err = cl.RemoveMember(ctx, s.config.NodeID, false)
 	var apiErr *api.Error
 	if errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusNotFound {
 		return nil // already removed

@@ -28,14 +28,19 @@ type agentSession struct {
 	deviceID string
 	id       wire.SessionID
 	connID   string // this connection's ID in the device's session record
+	// minor is the session's protocol minor: the lower of the Hello's
+	// and this server's.
+	minor uint16
 	// labels are the labels the Hello reported: facts the session record
 	// commits (fsm.DeviceRecord.ReportedLabels), not what intents are
 	// selected by (selectionLabels).
 	labels map[string]string
 
-	wmu    sync.Mutex // serialises frames on the control stream
-	w      *wire.Writer
-	stream *quic.Stream // the control stream
+	wmu sync.Mutex // serialises frames on the control stream
+	// goAwayOnce sends the GoAway of a draining server once (drain.go).
+	goAwayOnce sync.Once
+	w          *wire.Writer
+	stream     *quic.Stream // the control stream
 	// liveness is how long the session may go without a message from the
 	// agent before the server ends it as dead (wire.LivenessBound of the
 	// keep-alive interval the agent's last Ping announced); zero leaves
@@ -131,13 +136,17 @@ func (a *agentServer) handshake(ctx context.Context, conn *quic.Conn, streamOut 
 		w: wire.NewWriter(stream), stream: stream,
 		logger: a.logger.With("device", deviceID),
 	}
-	if hello.Minor >= wire.MinorKeepAlive {
+	sess.minor = min(hello.Minor, a.cfg.wireMinor())
+	if sess.minor >= wire.MinorKeepAlive {
 		// Until its first Ping, an agent of 1.3 keeps alive at the
 		// starting interval.
 		sess.liveness = a.livenessBound(wire.KeepAliveStart)
 	}
 	if err := sess.refuseRevoked(a.state.Read()); err != nil {
 		return err
+	}
+	if a.draining.Load() {
+		return sess.refuseDraining()
 	}
 	return sess.run(ctx, hello, r)
 }
@@ -199,7 +208,7 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 		ExpiresAt: now.Add(cfg.TokenLifetime), LastAckRevision: sess.acked,
 	})
 	if err := sess.write(&wire.Welcome{
-		Major: wire.ProtocolMajor, Minor: wire.ProtocolMinor,
+		Major: wire.ProtocolMajor, Minor: cfg.wireMinor(),
 		ServerID: cfg.NodeID, SessionID: sess.id, ResumeToken: token,
 		DesiredRevision: welcome.Revision(), AcceptedReportSeq: sess.reportSeq,
 		ServerTimeUnixNano: now.UnixNano(), PullInterval: cfg.PullInterval,
@@ -286,6 +295,10 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 		}
 		switch m := msg.(type) {
 		case *wire.Ping:
+			if sess.minor < wire.MinorKeepAlive {
+				err = closeWith(wire.CloseProtocolError, "Ping in a session at protocol 1.%d, which has none", sess.minor)
+				break
+			}
 			sess.handlePing(ctx, m)
 		case *wire.Pull:
 			err = sess.handlePull(ctx, m)
@@ -606,6 +619,11 @@ func (sess *agentSession) register(welcome *fsm.Read) {
 	// notifyLoop takes its list of sessions after reading the state: a
 	// change committed after the read below finds the session in that list.
 	sess.a.add(sess)
+	if sess.a.draining.Load() {
+		// Registered after the drain listed the sessions it told.
+		sess.goAway()
+		return
+	}
 	sess.maybeNotify(sess.a.state.Read(), map[string]*scheduler.DesiredState{})
 }
 

@@ -148,6 +148,10 @@ func (y *sessionSync) Run(ctx context.Context) error {
 			case <-y.kick:
 			case <-full.C():
 				y.markAll()
+			case <-y.state.Read().Replaced():
+				// A snapshot restore replaced the records: compare them
+				// all now rather than at the next full pass.
+				y.markAll()
 			}
 		}
 		if err := y.pass(ctx); err != nil {

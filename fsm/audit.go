@@ -42,10 +42,11 @@ type AuditRecord struct {
 	Actor Actor `json:"actor,omitzero"`
 	// Action names the change (put-intent, delete-intent, create-token,
 	// revoke-token, enroll-device, set-device-labels, revoke-device,
-	// unrevoke-device, member-<change>).
+	// unrevoke-device, member-<change>, and the operations of
+	// OperationRequest: snapshot-save, snapshot-restore).
 	Action string `json:"action"`
 	// Target is what was changed, as kind/name: intent/NAME,
-	// token/ACCESSOR, device/ID or member/ID.
+	// token/ACCESSOR, device/ID, member/ID or snapshot/SHA256.
 	Target string `json:"target"`
 	// Summary says what the change did, for people.
 	Summary string `json:"summary,omitempty"`
@@ -154,4 +155,33 @@ func (f *FSM) applyMemberChange(txn *memdb.Txn, index uint64, body []byte) (Appl
 		summary += ": " + req.Outcome
 	}
 	return f.audited(txn, index, req.Time, req.Actor, "member-"+req.Change, "member/"+req.Member, summary)
+}
+
+// OperationRequest records in the audit log an operator's operation on the
+// whole cluster that changes no other replicated state: a snapshot saved
+// (a read of everything) or restored (which replaces the state outside
+// the log, through Raft's restore: the record is committed afterwards, in
+// the restored state). The server that did it proposes it once done.
+type OperationRequest struct {
+	// Action names the operation: snapshot-save, snapshot-restore.
+	Action string `json:"action"`
+	// Target is what it concerned, as kind/name (snapshot/SHA256).
+	Target  string `json:"target"`
+	Summary string `json:"summary,omitempty"`
+	Actor   Actor  `json:"actor,omitzero"`
+	Time    int64  `json:"time"`
+}
+
+// maxOperationName bounds an operation's action and target.
+const maxOperationName = 256
+
+func (f *FSM) applyOperation(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
+	var req OperationRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return ApplyResult{}, fmt.Errorf("decode: %w", err)
+	}
+	if req.Action == "" || req.Target == "" || len(req.Action) > maxOperationName || len(req.Target) > maxOperationName {
+		return rejected(txn, fmt.Errorf("audit operation: the action and the target are required, at most %d bytes each", maxOperationName))
+	}
+	return f.audited(txn, index, req.Time, req.Actor, req.Action, req.Target, req.Summary)
 }

@@ -50,6 +50,11 @@ const (
 	// RolloutControlType records an operator's action on a rollout:
 	// approve, pause, resume or abort.
 	RolloutControlType MessageType = 16
+	// Types 17-19 are reserved (reconcile classes and lock breaks).
+	// AuditOperationType records in the audit log an operator's operation
+	// on the whole cluster that changes no other replicated state (a
+	// snapshot saved or restored). Feature level 2.
+	AuditOperationType MessageType = 20
 
 	// IgnoreUnknownTypeFlag marks a command that older servers may skip
 	// rather than panic on. Set it only on commands whose loss cannot make
@@ -90,6 +95,8 @@ func (t MessageType) String() string {
 		return "rollout-step"
 	case RolloutControlType:
 		return "rollout-control"
+	case AuditOperationType:
+		return "audit-operation"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }

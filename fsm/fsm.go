@@ -31,6 +31,7 @@ var handlers = map[MessageType]handler{
 	AuditMemberChangeType: (*FSM).applyMemberChange,
 	RolloutStepType:       (*FSM).applyRolloutStep,
 	RolloutControlType:    (*FSM).applyRolloutControl,
+	AuditOperationType:    (*FSM).applyOperation,
 }
 
 // Apply applies one committed command at Raft index index. It panics on a
@@ -77,6 +78,10 @@ func (f *FSM) applyLocked(txn *memdb.Txn, index uint64, data []byte) ApplyResult
 	ignorable := t&IgnoreUnknownTypeFlag != 0
 	t &^= IgnoreUnknownTypeFlag
 	h, ok := handlers[t]
+	if t.Level() > f.level {
+		// A replica of an earlier release does not know the type.
+		ok = false
+	}
 	if !ok {
 		if ignorable {
 			return f.touchIndex(txn, index)

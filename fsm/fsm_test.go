@@ -299,7 +299,7 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 	f := newTestFSM(t, 0)
 	f.Apply(1, mustEncode(t, PutIntentType, &PutIntentRequest{Intent: testIntent("keep", "x")}))
 	for _, tc := range []struct{ name, data, want string }{
-		{"newer version", `{"format":"meteor-fsm","version":99}`, "version 99 is not supported by this server (it reads 1 to 1)"},
+		{"newer version", `{"format":"meteor-fsm","version":99}`, "version 99 is not supported by this server (it reads 1 to 2)"},
 		{"foreign format", `{"format":"etcd","version":1}`, `format "etcd" is not a Meteor state snapshot`},
 		{"truncated", `{"format":"meteor-fsm","version":1,"index":3,"revision":2}` + "\n" + `{"intent":{"name":"x"`, "entry 0"},
 		{"empty entry", `{"format":"meteor-fsm","version":1,"index":3}` + "\n{}", "empty or of an unknown kind"},

@@ -163,6 +163,10 @@ const (
 	// metaAuditCount is the number of audit records, derived from the
 	// audit table (Restore counts them): not part of the snapshot.
 	metaAuditCount = "audit_count"
+	// metaRestoreSeq and metaRestoreID are the RestoreMark of the state
+	// (the snapshot header carries them).
+	metaRestoreSeq = "restore_seq"
+	metaRestoreID  = "restore_id"
 )
 
 func schema() *memdb.DBSchema {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/hashicorp/go-memdb"
 )
@@ -15,9 +16,12 @@ import (
 // the same state always gives the same bytes.
 const (
 	snapshotFormat = "meteor-fsm"
-	// SnapshotVersion is the version this code writes. Restore reads every
-	// version up to it and refuses newer ones.
-	SnapshotVersion = 1
+	// SnapshotVersion is the newest version this code writes. Restore
+	// reads every version up to it and refuses newer ones. Version 2 adds
+	// the operator restore the state descends from (RestoreMark) to the
+	// header; a state that descends from none is written as version 1,
+	// which every release reads.
+	SnapshotVersion = 2
 )
 
 // snapshotTables are the tables a snapshot holds, in order. A table added
@@ -31,6 +35,68 @@ type snapshotHeader struct {
 	Index        uint64 `json:"index"`
 	Revision     uint64 `json:"revision"`
 	HistoryLimit int    `json:"history_limit"`
+	// Restore is the operator restore the state descends from (version
+	// 2); nil: none.
+	Restore *RestoreMark `json:"restore,omitempty"`
+}
+
+// RestoreMark names the operator restore a state descends from. An
+// operator restores a backup through Raft's own restore, which installs
+// the backup's state on the leader and sends it to every follower as a
+// snapshot: older than what they applied, which Restore would otherwise
+// refuse (see Restore). States are therefore ordered first by the restore
+// they descend from, then by index.
+type RestoreMark struct {
+	// Seq counts the operator restores the state descends from: each
+	// restore gives the state the next one.
+	Seq uint64 `json:"seq"`
+	// ID is chosen at random by the server that restored (16 hex
+	// digits). Two restores of the same Seq exist only when a leader
+	// restored and failed before any follower took the snapshot, and the
+	// next leader restored too: a replica holding the first takes the
+	// second from the new leader, since it differs by its ID.
+	ID string `json:"id"`
+}
+
+func (m RestoreMark) String() string {
+	if m.Seq == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%d (%s)", m.Seq, m.ID)
+}
+
+// parseRestoreID reads a RestoreMark.ID.
+func parseRestoreID(id string) (uint64, error) {
+	if len(id) != 16 {
+		return 0, fmt.Errorf("restore ID %q: want 16 hex digits", id)
+	}
+	v, err := strconv.ParseUint(id, 16, 64)
+	if err != nil {
+		return 0, fmt.Errorf("restore ID %q: want 16 hex digits", id)
+	}
+	return v, nil
+}
+
+func formatRestoreID(v uint64) string { return fmt.Sprintf("%016x", v) }
+
+// NewRestoreMark returns the mark of a new operator restore over a state
+// whose mark is cur, with a random ID.
+func NewRestoreMark(cur RestoreMark, random uint64) RestoreMark {
+	return RestoreMark{Seq: cur.Seq + 1, ID: formatRestoreID(random)}
+}
+
+// RestoreMark returns the operator restore the state descends from; its
+// Seq is 0 if none.
+func (r *Read) RestoreMark() RestoreMark {
+	return restoreMarkOf(r.txn)
+}
+
+func restoreMarkOf(txn *memdb.Txn) RestoreMark {
+	seq := metaValue(txn, metaRestoreSeq)
+	if seq == 0 {
+		return RestoreMark{}
+	}
+	return RestoreMark{Seq: seq, ID: formatRestoreID(metaValue(txn, metaRestoreID))}
 }
 
 // snapshotEntry is one record; exactly one field is set.
@@ -66,13 +132,61 @@ func (f *FSM) Snapshot() *Snapshot {
 
 // WriteTo writes the snapshot to w.
 func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
-	cw := &countingWriter{w: bufio.NewWriterSize(w, 64<<10)}
-	enc := json.NewEncoder(cw)
 	hdr := snapshotHeader{
-		Format: snapshotFormat, Version: SnapshotVersion,
+		Format: snapshotFormat, Version: 1,
 		Index: metaValue(s.txn, metaIndex), Revision: metaValue(s.txn, metaRevision),
 		HistoryLimit: s.historyLimit,
 	}
+	if m := restoreMarkOf(s.txn); m.Seq > 0 {
+		hdr.Version, hdr.Restore = 2, &m
+	}
+	return s.write(w, hdr)
+}
+
+// Index and Revision return the Raft index and the revision of the state
+// the snapshot holds.
+func (s *Snapshot) Index() uint64    { return metaValue(s.txn, metaIndex) }
+func (s *Snapshot) Revision() uint64 { return metaValue(s.txn, metaRevision) }
+
+// OperatorRestore places a backup's state in the cluster it is restored
+// into (WriteOperatorRestore).
+type OperatorRestore struct {
+	// Index is the Raft index the restored state counts as applied up
+	// to: the leader's last index when it restores, or the backup's if
+	// higher. It is at or above what any replica applied and above every
+	// index the backup's records carry (the audit log is keyed by index),
+	// and Raft gives the restore the next index, so every entry after the
+	// restore applies.
+	Index uint64
+	// Revision is the restored state's revision, above both the backup's
+	// and the revision of the state it replaces: a restore is a change
+	// of desired state, and agents must never see the revision go back.
+	Revision uint64
+	// Mark is the new restore (NewRestoreMark of the replaced state's).
+	Mark RestoreMark
+}
+
+// WriteOperatorRestore writes the snapshot as the state of an operator
+// restore: the records as they are, the header as o says. Restore takes
+// it on every replica whose state descends from an earlier restore,
+// whatever the index it applied.
+func (s *Snapshot) WriteOperatorRestore(w io.Writer, o OperatorRestore) (int64, error) {
+	if o.Mark.Seq == 0 {
+		return 0, errors.New("write operator restore: no restore mark")
+	}
+	if _, err := parseRestoreID(o.Mark.ID); err != nil {
+		return 0, fmt.Errorf("write operator restore: %w", err)
+	}
+	mark := o.Mark
+	return s.write(w, snapshotHeader{
+		Format: snapshotFormat, Version: 2, Index: o.Index, Revision: o.Revision,
+		HistoryLimit: s.historyLimit, Restore: &mark,
+	})
+}
+
+func (s *Snapshot) write(w io.Writer, hdr snapshotHeader) (int64, error) {
+	cw := &countingWriter{w: bufio.NewWriterSize(w, 64<<10)}
+	enc := json.NewEncoder(cw)
 	if err := enc.Encode(hdr); err != nil {
 		return cw.n, fmt.Errorf("write snapshot header: %w", err)
 	}
@@ -149,6 +263,11 @@ func (f *FSM) StateHash() (StateHash, error) {
 
 // Restore replaces the whole state with the snapshot read from r. On error
 // the current state is left as it was.
+//
+// The state never goes back: a snapshot older than the state is refused
+// with ErrOlderSnapshot (see replaces), which the Raft glue reports to
+// Raft as success, since the state kept is that snapshot plus committed
+// entries. An operator's restore of a backup is newer by its RestoreMark.
 func (f *FSM) Restore(r io.Reader) error {
 	dec := json.NewDecoder(bufio.NewReaderSize(r, 64<<10))
 	var hdr snapshotHeader
@@ -158,18 +277,22 @@ func (f *FSM) Restore(r io.Reader) error {
 	if hdr.Format != snapshotFormat {
 		return fmt.Errorf("restore snapshot: format %q is not a Meteor state snapshot", hdr.Format)
 	}
-	if hdr.Version < 1 || hdr.Version > SnapshotVersion {
-		return fmt.Errorf("restore snapshot: version %d is not supported by this server (it reads 1 to %d); upgrade the server", hdr.Version, SnapshotVersion)
+	if v := snapshotVersionFor(f.level); hdr.Version < 1 || hdr.Version > v {
+		return fmt.Errorf("restore snapshot: version %d is not supported by this server (it reads 1 to %d); upgrade the server", hdr.Version, v)
 	}
-	if cur := f.Read().Index(); hdr.Index < cur {
-		// A leader may send a follower a snapshot older than what the
-		// follower has applied (its view of the follower's log was stale).
-		// Everything applied is committed, so the state here is that
-		// snapshot plus later entries: keep it, rather than go back and
-		// serve older state until the log is replayed. The entries Raft
-		// replays after the snapshot are already in (applyLocked skips
-		// them).
-		return fmt.Errorf("%w: snapshot at index %d, state at %d", ErrOlderSnapshot, hdr.Index, cur)
+	var restoreID uint64
+	if m := hdr.Restore; m != nil {
+		var err error
+		switch restoreID, err = parseRestoreID(m.ID); {
+		case hdr.Version < 2:
+			return errors.New("restore snapshot: a version 1 header carries no restore mark")
+		case m.Seq == 0 || err != nil:
+			return fmt.Errorf("restore snapshot: bad restore mark %d %q", m.Seq, m.ID)
+		}
+	}
+	cur := f.Read()
+	if err := hdr.replaces(cur.RestoreMark(), cur.Index()); err != nil {
+		return err
 	}
 	db, err := memdb.NewMemDB(schema())
 	if err != nil {
@@ -182,6 +305,14 @@ func (f *FSM) Restore(r io.Reader) error {
 	}
 	if err := setMeta(txn, metaRevision, hdr.Revision); err != nil {
 		return err
+	}
+	if m := hdr.Restore; m != nil {
+		if err := setMeta(txn, metaRestoreSeq, m.Seq); err != nil {
+			return err
+		}
+		if err := setMeta(txn, metaRestoreID, restoreID); err != nil {
+			return err
+		}
 	}
 	var audits uint64
 	for n := 0; ; n++ {
@@ -238,6 +369,39 @@ func (f *FSM) Restore(r io.Reader) error {
 	close(old)
 	f.cps.reset()
 	f.events.restored(hdr.Index)
+	return nil
+}
+
+// replaces returns nil if a snapshot with header h may replace a state
+// at index whose restore mark is cur, or an error wrapping
+// ErrOlderSnapshot. States are ordered by the operator restore they
+// descend from (RestoreMark.Seq), then by index:
+//
+//   - A leader may send a follower a snapshot older than what the
+//     follower has applied (its view of the follower's log was stale).
+//     Everything applied is committed, so the state here is that snapshot
+//     plus later entries: keep it, rather than go back and serve older
+//     state until the log is replayed. The entries Raft replays after the
+//     snapshot are already in (applyLocked skips them).
+//   - An operator restore (a greater Seq) replaces any state that does
+//     not descend from it, whatever its index: that is what it is for.
+//   - Of two restores with the same Seq and different IDs, the one a
+//     leader sends wins (see RestoreMark.ID).
+func (h *snapshotHeader) replaces(cur RestoreMark, index uint64) error {
+	var snap RestoreMark
+	if h.Restore != nil {
+		snap = *h.Restore
+	}
+	switch {
+	case snap.Seq > cur.Seq:
+		return nil
+	case snap.Seq < cur.Seq:
+		return fmt.Errorf("%w: snapshot from before operator restore %d, which the state descends from", ErrOlderSnapshot, cur.Seq)
+	case snap.ID != cur.ID:
+		return nil
+	case h.Index < index:
+		return fmt.Errorf("%w: snapshot at index %d, state at %d", ErrOlderSnapshot, h.Index, index)
+	}
 	return nil
 }
 

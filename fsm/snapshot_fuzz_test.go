@@ -24,6 +24,13 @@ func FuzzRestore(f *testing.F) {
 	f.Add([]byte(`{"format":"meteor-fsm","version":1,"index":500,"revision":3,"history_limit":4}` + "\n" + `{"intent":{"name":"a","intent":null}}`))
 	f.Add([]byte(`{"format":"meteor-fsm","version":1,"index":500,"revision":3,"history_limit":4}` + "\n" + `{"device":{"id":"d","labels":{"a":"b"}},"token":{}}`))
 	f.Add([]byte(`{"format":"meteor-fsm","version":99}`))
+	// An operator restore (version 2, with its restore mark).
+	var restore bytes.Buffer
+	if _, err := src.Snapshot().WriteOperatorRestore(&restore, OperatorRestore{Index: 900, Revision: 999, Mark: NewRestoreMark(RestoreMark{}, 42)}); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(restore.Bytes())
+	f.Add([]byte(`{"format":"meteor-fsm","version":2,"index":500,"restore":{"seq":3,"id":"00000000000000ff"}}` + "\n"))
 
 	// The replica restored over: behind the snapshot, so Restore does
 	// not refuse it as older than the state.

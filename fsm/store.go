@@ -23,6 +23,13 @@ type Config struct {
 	// streams (events.go); servers may differ. Zero means
 	// DefaultEventLimit.
 	EventLimit int
+	// FeatureLevel is the feature level this replica implements (see
+	// FeatureLevel); zero means FeatureLevel. A lower level makes it
+	// behave as a replica of an earlier release would: a command type of
+	// a later level is unknown to it (Apply stops unless the command is
+	// flagged ignorable), and it refuses snapshots of a later version.
+	// Tests of mixed-version clusters set it.
+	FeatureLevel uint16
 }
 
 // DefaultHistoryLimit is the default number of revisions kept per intent.
@@ -53,7 +60,7 @@ func (c Config) Validate() error {
 	if c.EventLimit < 0 || c.EventLimit > 10000000 {
 		return fmt.Errorf("event limit %d: must be between 1 and 10000000 (0 means the default, %d)", c.EventLimit, DefaultEventLimit)
 	}
-	return nil
+	return checkFeatureLevel(c.FeatureLevel)
 }
 
 // FSM is one replica of Meteor's replicated state. Apply, Snapshot and
@@ -63,6 +70,7 @@ type FSM struct {
 	historyLimit  int
 	timelineLimit int
 	auditLimit    int
+	level         uint16 // Config.FeatureLevel
 
 	mu sync.RWMutex // guards db and abandonCh, swapped by Restore
 	db *memdb.MemDB
@@ -94,11 +102,14 @@ func New(cfg Config) (*FSM, error) {
 	if cfg.EventLimit == 0 {
 		cfg.EventLimit = DefaultEventLimit
 	}
+	if cfg.FeatureLevel == 0 {
+		cfg.FeatureLevel = FeatureLevel
+	}
 	db, err := memdb.NewMemDB(schema())
 	if err != nil {
 		return nil, fmt.Errorf("create state store: %w", err)
 	}
-	return &FSM{historyLimit: cfg.HistoryLimit, timelineLimit: cfg.TimelineLimit, auditLimit: cfg.AuditLimit, db: db, abandonCh: make(chan struct{}), events: newEventLog(cfg.EventLimit)}, nil
+	return &FSM{historyLimit: cfg.HistoryLimit, timelineLimit: cfg.TimelineLimit, auditLimit: cfg.AuditLimit, level: cfg.FeatureLevel, db: db, abandonCh: make(chan struct{}), events: newEventLog(cfg.EventLimit)}, nil
 }
 
 func (f *FSM) current() (*memdb.MemDB, chan struct{}) {
@@ -120,6 +131,11 @@ func (f *FSM) Read() *Read {
 	db, ab := f.current()
 	return &Read{txn: db.Txn(false), abandonCh: ab}
 }
+
+// Replaced returns a channel closed once a snapshot restore replaces the
+// state this view reads (Raft installing a snapshot, or an operator's
+// restore).
+func (r *Read) Replaced() <-chan struct{} { return r.abandonCh }
 
 // watch adds ch and the abandon channel to ws, if ws is non-nil.
 func (r *Read) watch(ws memdb.WatchSet, ch <-chan struct{}) {

@@ -19,6 +19,7 @@ const (
 	partReconnect = "reconnect"
 	partMemory    = "memory"
 	partStorm     = "storm"
+	partDrain     = "drain"
 )
 
 // config is the command line.
@@ -42,6 +43,10 @@ type config struct {
 	stormModes   []string
 	stormDetect  string
 	stormTimeout time.Duration
+	// The graceful shutdown (part 5).
+	drainAgents  int
+	drainServer  string
+	drainTimeout time.Duration
 	benchkit.Flags
 }
 
@@ -53,7 +58,7 @@ func parseFlags(args []string, errOut io.Writer) (*config, error) {
 against a single dev server on loopback, and a reconnect storm on a
 three-server cluster, and writes
 bench/results/sessions.{json,md}.`, errOut)
-	parts := fs.String("parts", "resync,reconnect,memory,storm", "comma-separated parts to run")
+	parts := fs.String("parts", "resync,reconnect,memory,storm,drain", "comma-separated parts to run")
 	fs.IntVar(&c.resources, "resources", 50, "file resources of the intent every device holds")
 	fs.IntVar(&c.bodySize, "body-size", 300, "bytes of each resource body as sent to agents")
 	fs.IntVar(&c.revisions, "revisions", 100, "intent revisions made while the resync device is offline")
@@ -71,12 +76,15 @@ bench/results/sessions.{json,md}.`, errOut)
 	modes := fs.String("storm-modes", "0rtt,full", `comma-separated ways the storm's devices reconnect: "0rtt" (session tickets kept) and "full" (no ticket cache)`)
 	fs.StringVar(&c.stormDetect, "storm-detect", detectKill, `when the storm's devices give up their connection: "kill" (all at the SIGKILL) or "idle" (at their QUIC idle timeout, as the agent notices)`)
 	fs.DurationVar(&c.stormTimeout, "storm-timeout", 5*time.Minute, "bound on the storm after the kill, in each mode")
+	fs.IntVar(&c.drainAgents, "drain-agents", 1000, "devices on the server stopped with SIGTERM in the graceful shutdown")
+	fs.StringVar(&c.drainServer, "drain-server", "leader", `which server gets SIGTERM: "leader" or "follower"`)
+	fs.DurationVar(&c.drainTimeout, "drain-timeout", 2*time.Minute, "bound on the graceful shutdown: a server still running then gets SIGQUIT (its goroutines go to its log)")
 	c.Register(fs, "PKI, data, server logs")
 	if err := c.Parse(fs, args); err != nil {
 		return nil, err
 	}
 	var err error
-	if c.parts, err = benchkit.ParseChoices(*parts, "parts", partResync, partReconnect, partMemory, partStorm); err != nil {
+	if c.parts, err = benchkit.ParseChoices(*parts, "parts", partResync, partReconnect, partMemory, partStorm, partDrain); err != nil {
 		return nil, err
 	}
 	if c.stormModes, err = benchkit.ParseChoices(*modes, "storm-modes", storm0RTT, stormFull); err != nil {
@@ -106,6 +114,10 @@ bench/results/sessions.{json,md}.`, errOut)
 		return nil, fmt.Errorf("-storm-detect %q: kill or idle", c.stormDetect)
 	case c.stormTimeout <= 0:
 		return nil, errors.New("-storm-timeout must be positive")
+	case c.drainAgents < 1 || c.drainAgents > 100000 || c.drainTimeout <= 0:
+		return nil, errors.New("-drain-agents: between 1 and 100000; -drain-timeout positive")
+	case c.drainServer != "leader" && c.drainServer != "follower":
+		return nil, fmt.Errorf("-drain-server %q: leader or follower", c.drainServer)
 	}
 	return c, nil
 }
@@ -190,6 +202,12 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		}
 	}
 
+	if cfg.has(partDrain) {
+		if rep.Drain, err = runDrain(ctx, cfg, bin, p, filepath.Join(tmp, "drain"), out, log); err != nil {
+			return fmt.Errorf("drain: %w", err)
+		}
+	}
+
 	rep.Machine.LoadAvgEnd = benchkit.LoadAvg()
 	if rep.Resync != nil {
 		rep.Verdicts = append(rep.Verdicts, resyncVerdict(rep.Resync))
@@ -204,7 +222,10 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		rep.Verdicts = append(rep.Verdicts, stormVerdict(rep.Storm))
 		rep.Summary = stormSummary(rep.Storm)
 	}
-	rep.Notes = append(notes(rep), stormNotes(rep.Storm)...)
+	if rep.Drain != nil {
+		rep.Verdicts = append(rep.Verdicts, drainVerdict(rep.Drain))
+	}
+	rep.Notes = append(append(notes(rep), stormNotes(rep.Storm)...), drainNotes(rep.Drain)...)
 	benchkit.PrintSummary(out, rep.Notes, rep.Verdicts)
 	if err := writeResults(cfg.OutDir, rep); err != nil {
 		return err

@@ -293,7 +293,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(c.parts, []string{"resync", "reconnect", "memory", "storm"}) || !slices.Equal(c.agents, []int{1000, 10000}) ||
+	if !slices.Equal(c.parts, []string{"resync", "reconnect", "memory", "storm", "drain"}) || !slices.Equal(c.agents, []int{1000, 10000}) ||
 		c.resources != 50 || c.bodySize != 300 || c.revisions != 100 || c.changed != 3 || c.reconnects != 200 || c.delay != 25*time.Millisecond {
 		t.Errorf("defaults %+v", c)
 	}

@@ -67,8 +67,10 @@ type fleet struct {
 	name  string
 	devs  []*device
 	conns []*quic.Conn
-	trs   []*quic.Transport
-	pcs   []net.PacketConn
+	// sess are the devices' sessions (control streams) on conns.
+	sess []*session
+	trs  []*quic.Transport
+	pcs  []net.PacketConn
 	// tlsFor returns device i's TLS configuration; nil means a fresh one
 	// without a session cache for every dial.
 	tlsFor func(i int) *tls.Config
@@ -77,7 +79,7 @@ type fleet struct {
 // newFleet opens sockets client UDP sockets (quic.Transports) for n
 // devices to share.
 func newFleet(name string, sockets, n int) (*fleet, error) {
-	fl := &fleet{name: name, conns: make([]*quic.Conn, n)}
+	fl := &fleet{name: name, conns: make([]*quic.Conn, n), sess: make([]*session, n)}
 	for range sockets {
 		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 		if err != nil {
@@ -332,6 +334,6 @@ func (fl *fleet) open(ctx context.Context, cfg *config, addr net.Addr, pool *x50
 		conn.CloseWithError(wire.CloseNormal, "")
 		return 0, fmt.Errorf("first Delta has %d upserts, want %d", n, cfg.resources)
 	}
-	fl.conns[i] = o.s.conn
+	fl.conns[i], fl.sess[i] = o.s.conn, o.s
 	return o.deltaAt, nil
 }

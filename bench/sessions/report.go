@@ -18,6 +18,7 @@ type report struct {
 	Reconnect []*reconnectRow  `json:"reconnect,omitempty"`
 	Memory    *memoryResult    `json:"memory,omitempty"`
 	Storm     *stormResult     `json:"storm,omitempty"`
+	Drain     *drainResult     `json:"drain,omitempty"`
 	// Summary holds this benchmark's rows of the summary table: the
 	// reconnect storm's (row 3 of the issue); the other parts have none.
 	Summary  []benchkit.Row `json:"summary"`

@@ -226,17 +226,7 @@ func runStormMode(ctx context.Context, cfg *config, bin string, p *pki, dir, key
 	for _, i := range survivors {
 		m.Survivors = append(m.Survivors, c.Servers[i].ID)
 	}
-	f, err := newFleetIntent(cfg.resources, cfg.bodySize)
-	if err != nil {
-		return nil, err
-	}
-	rev, err := putIntent(ctx, c.Servers[li].API, f)
-	if err != nil {
-		return nil, err
-	}
-	// A follower answers Pulls from its own state: wait until it has the
-	// intent, or the first devices would converge on nothing.
-	if err := c.WaitRevision(ctx, rev, victim); err != nil {
+	if err := putFleetIntent(ctx, cfg, c, li, victim); err != nil {
 		return nil, err
 	}
 
@@ -254,6 +244,21 @@ func runStormMode(ctx context.Context, cfg *config, bin string, p *pki, dir, key
 		return nil, err
 	}
 	return m, nil
+}
+
+// putFleetIntent writes the devices' intent through the leader li and
+// waits until server on has it: a follower answers Pulls from its own
+// state, and the first devices would otherwise converge on nothing.
+func putFleetIntent(ctx context.Context, cfg *config, c *benchkit.MeteorCluster, li, on int) error {
+	f, err := newFleetIntent(cfg.resources, cfg.bodySize)
+	if err != nil {
+		return err
+	}
+	rev, err := putIntent(ctx, c.Servers[li].API, f)
+	if err != nil {
+		return err
+	}
+	return c.WaitRevision(ctx, rev, on)
 }
 
 // storm kills the victim and lets the live devices reconnect to the
@@ -432,7 +437,7 @@ func connectStormFleet(ctx context.Context, cfg *config, victimAddr string, p *p
 		if fl.conns[i] == nil {
 			continue
 		}
-		sd.conn = fl.conns[i]
+		sd.conn, sd.sess = fl.conns[i], fl.sess[i]
 		if sd.cache != nil && waitTicket(sd.cache, 0, max(time.Until(ticketDeadline), time.Millisecond)) {
 			m.WithTicket++
 		}

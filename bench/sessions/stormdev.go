@@ -58,6 +58,7 @@ type stormDev struct {
 	cache   *ticketCache
 	pool    *x509.CertPool
 	conn    *quic.Conn // the session's current connection
+	sess    *session   // its control stream
 	rng     *rand.Rand
 }
 
@@ -109,8 +110,16 @@ func (sd *stormDev) storm(ctx context.Context, t0 time.Time, detect string, targ
 	// Closing waits for the connection's run loop; a dead server's
 	// connection needs no goodbye, so do not wait for it.
 	go old.CloseWithError(wire.CloseNormal, "server lost")
-	oldSession := sd.d.session
+	sd.reconnect(ctx, t0, targets, &out)
+	return out
+}
 
+// reconnect resumes the device's session on one of targets, tried in
+// order as the agent does: each failure puts that server in penalty, and
+// the last target (the server the session was on) starts in penalty. It
+// records the attempts in out.
+func (sd *stormDev) reconnect(ctx context.Context, t0 time.Time, targets []stormTarget, out *stormOutcome) {
+	oldSession := sd.d.session
 	st := make([]serverState, len(targets))
 	dead := len(targets) - 1
 	st[dead] = serverState{failures: 1, until: time.Now().Add(jittered(sd.rng, backoff(stormBackoffMin, stormBackoffMax, 1)))}
@@ -140,9 +149,9 @@ func (sd *stormDev) storm(ctx context.Context, t0 time.Time, detect string, targ
 				break
 			}
 			out.attempts++
-			err := sd.attempt(ctx, t0, targets[i], oldSession, &out)
+			err := sd.attempt(ctx, t0, targets[i], oldSession, out)
 			if err == nil {
-				return out
+				return
 			}
 			out.err = fmt.Errorf("%s: %w", targets[i].id, err)
 			if out.firstErr == nil {
@@ -160,7 +169,6 @@ func (sd *stormDev) storm(ctx context.Context, t0 time.Time, detect string, targ
 	if out.err == nil {
 		out.err = ctx.Err()
 	}
-	return out
 }
 
 // attempt dials target and resumes the session: Hello with the resume
@@ -190,7 +198,7 @@ func (sd *stormDev) attempt(ctx context.Context, t0 time.Time, target stormTarge
 		conn.CloseWithError(wire.CloseNormal, "")
 		return err
 	}
-	sd.conn = o.s.conn
+	sd.conn, sd.sess = o.s.conn, o.s
 	out.ok, out.server = true, target.id
 	out.welcome, out.delta = o.welcomeAt, o.deltaAt
 	out.resumed = !oldSession.IsZero() && o.welcome.SessionID == oldSession

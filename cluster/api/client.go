@@ -147,11 +147,6 @@ func (c *Client) Members(ctx context.Context) (*Members, error) {
 	return &out, err
 }
 
-// RemoveMember removes a server from the Raft configuration.
-func (c *Client) RemoveMember(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodDelete, "/v1/cluster/members/"+url.PathEscape(id), nil, nil, nil, nil)
-}
-
 // Leave asks the contacted server to leave the cluster for good and shut
 // down. It returns once the server has started leaving.
 func (c *Client) Leave(ctx context.Context) error {

@@ -22,6 +22,8 @@ const (
 	CodeForbidden       = "forbidden"          // 403: the token's policy or scope does not allow it
 	CodeRateLimited     = "rate_limited"       // 429: too many failed authentications
 	CodeTooLarge        = "request_too_large"  // 413: the body is over the limit the message names
+	CodeHeldBack        = "held_back"          // 409: a server of the cluster runs a feature level too low for it (upgrade it first)
+	CodeNotLeader       = "not_leader"         // 421: only the leader serves this request; LeaderAddr names it
 )
 
 // Error is the body of every error response.
@@ -32,6 +34,9 @@ type Error struct {
 	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 	// CurrentRevision is set on conflicts.
 	CurrentRevision *uint64 `json:"current_revision,omitempty"`
+	// LeaderAddr is the leader's HTTP address (host:port) in a not_leader
+	// answer.
+	LeaderAddr string `json:"leader_addr,omitempty"`
 
 	// StatusCode is the HTTP status (not part of the body).
 	StatusCode int `json:"-"`
@@ -105,6 +110,12 @@ type Member struct {
 	AppliedIndex uint64 `json:"applied_index"`
 	LastIndex    uint64 `json:"last_index"`
 	Version      string `json:"version,omitempty"`
+	// FeatureLevel and WireMinor are the state machine's feature level
+	// and the agent protocol minor the server advertises in gossip (0:
+	// it does not say; a server from before the fields runs level 1 and
+	// minor 1).
+	FeatureLevel uint16 `json:"feature_level,omitempty"`
+	WireMinor    uint16 `json:"wire_minor,omitempty"`
 	// Error says why the server's own figures could not be read.
 	Error string `json:"error,omitempty"`
 	// Diverged is set when the server's state hash differs from the
@@ -163,6 +174,13 @@ type Health struct {
 	Healthy      bool   `json:"healthy"`
 	Message      string `json:"message,omitempty"`
 	Version      string `json:"version"`
+	// FeatureLevel is the feature level of the server's state machine
+	// (rolling upgrades: docs/operations.md, "Upgrading").
+	FeatureLevel uint16 `json:"feature_level,omitempty"`
+	// RestoreSeq and RestoreID name the operator restore of a snapshot
+	// the server's state descends from (0 and "": none).
+	RestoreSeq uint64 `json:"restore_seq,omitempty"`
+	RestoreID  string `json:"restore_id,omitempty"`
 	// Diverged lists the servers whose state hash differs from the
 	// leader's at the same index (GET /v1/health only); the server is not
 	// healthy while it is not empty.

@@ -221,6 +221,8 @@ func newRootCmd() *cobra.Command {
 		newDeleteCmd(g),
 		newMembersCmd(g),
 		newKeyringCmd(g),
+		newSnapshotCmd(g),
+		newOperatorCmd(g),
 		newHealthCmd(g),
 		newStatusCmd(g),
 		newEventsCmd(g),

@@ -730,15 +730,7 @@ Use it to shrink a cluster; a server that only restarts should not leave.`,
 			return g.acted(cmd.OutOrStdout(), "leave", g.addr, fmt.Sprintf("server at %s is leaving; check with 'meteor members'", g.addr))
 		},
 	})
-	cmd.AddCommand(&cobra.Command{
-		Use: "remove ID", Short: "Remove a failed server from the Raft configuration", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := g.client().RemoveMember(cmd.Context(), args[0]); err != nil {
-				return err
-			}
-			return g.acted(cmd.OutOrStdout(), "remove-member", args[0], fmt.Sprintf("server %s removed", args[0]))
-		},
-	})
+	cmd.AddCommand(newRemovePeerCmd(g, "remove"))
 	return cmd
 }
 

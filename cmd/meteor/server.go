@@ -169,6 +169,7 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 	f.IntVar(&historyLimit, "history-limit", cfg.FSM.HistoryLimit, "revisions kept per intent; the same on every server")
 	f.IntVar(&cfg.RaftMultiplier, "raft-multiplier", cfg.RaftMultiplier, "scale Raft's 1 s heartbeat, election and leader-lease timeouts (1-10); 1 replaces a failed leader faster, more holds on slower hosts and longer round trips")
 	f.DurationVar(&cfg.ApplyTimeout, "apply-timeout", cfg.ApplyTimeout, "how long a write waits to be committed")
+	f.DurationVar(&cfg.DrainTimeout, "drain-timeout", cluster.DefaultDrainTimeout, "on SIGTERM or Ctrl-C, how long to hand leadership over and move agents to the other servers before stopping")
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries between Raft snapshots")
 	f.StringVar(&cfg.AgentAddr, "agent-addr", "", "UDP address to serve device agents on (QUIC); needs the TLS flags below")
 	f.StringVar(&tlsDir, "tls-dir", "", "directory from 'meteor tls init': takes ca.pem, server-<node-id>.pem and its key, cluster.secret, gossip.key and admin-token.sha256 from it (flags naming a file override)")

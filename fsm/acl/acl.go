@@ -19,7 +19,8 @@ const (
 	// devices, and reads the audit log.
 	PolicyOperator Policy = "operator"
 	// PolicyAdmin may do everything an operator may, and manage tokens,
-	// cluster members and revocations (unrevoking a device).
+	// cluster members and revocations (unrevoking a device), and save and
+	// restore snapshots.
 	PolicyAdmin Policy = "admin"
 	// PolicyEnroll may only enroll a device (once per use), which gets the
 	// token's enrollment labels.
@@ -58,6 +59,9 @@ const (
 	ActionManageMembers Action = "manage-members"
 	// ActionManageTokens creates, lists and revokes tokens.
 	ActionManageTokens Action = "manage-tokens"
+	// ActionSnapshot saves a snapshot of the whole state (token hashes
+	// and the audit log included) or restores one over it.
+	ActionSnapshot Action = "snapshot"
 	// ActionEnroll enrolls a device.
 	ActionEnroll Action = "enroll"
 )
@@ -67,7 +71,7 @@ func Actions() []Action {
 	return []Action{
 		ActionRead, ActionReadAudit, ActionWriteIntent, ActionDeleteIntent,
 		ActionLabelDevice, ActionRevokeDevice, ActionUnrevokeDevice,
-		ActionManageMembers, ActionManageTokens, ActionEnroll,
+		ActionManageMembers, ActionManageTokens, ActionSnapshot, ActionEnroll,
 	}
 }
 
@@ -82,6 +86,7 @@ var allowed = map[Action][]Policy{
 	ActionUnrevokeDevice: {PolicyAdmin},
 	ActionManageMembers:  {PolicyAdmin},
 	ActionManageTokens:   {PolicyAdmin},
+	ActionSnapshot:       {PolicyAdmin},
 	ActionEnroll:         {PolicyEnroll},
 }
 

@@ -22,6 +22,7 @@ func TestPermissionTable(t *testing.T) {
 		ActionUnrevokeDevice: {PolicyAdmin},
 		ActionManageMembers:  {PolicyAdmin},
 		ActionManageTokens:   {PolicyAdmin},
+		ActionSnapshot:       {PolicyAdmin},
 		ActionEnroll:         {PolicyEnroll},
 	}
 	got := map[Action][]Policy{}

@@ -75,6 +75,12 @@ func (p *Proc) PID() int { return p.cmd.Process.Pid }
 // Kill sends SIGKILL to the process's group.
 func (p *Proc) Kill() error { return syscall.Kill(-p.PID(), syscall.SIGKILL) }
 
+// Signal sends sig to the process alone (not its group).
+func (p *Proc) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// Done returns a channel closed once the process has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
 // Exited reports whether the process has exited.
 func (p *Proc) Exited() bool {
 	select {
