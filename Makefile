@@ -17,6 +17,8 @@ CHAOS_DURATION ?= 20s
 DEMO_FLAGS ?=
 # Extra flags for bench/footprint in make bench-footprint.
 FOOTPRINT_FLAGS ?=
+# The container image make image builds (deploy/build-image.sh).
+IMAGE ?= meteor:dev
 
 .DEFAULT_GOAL := help
 
@@ -35,6 +37,10 @@ build-agent: ## Build bin/meteor-agent, the agent alone for devices: static (CGO
 	  file $(AGENT_BIN) | grep -q 'statically linked' || { file $(AGENT_BIN); echo "$(AGENT_BIN) is not statically linked"; exit 1; }; \
 	fi
 	@ls -l $(AGENT_BIN) | awk '{printf "%s: %.1f MB, statically linked\n", $$NF, $$5/1e6}'
+
+.PHONY: image
+image: ## Build the static bin/image/meteor with the local Go toolchain (CGO_ENABLED=0) and the image IMAGE (meteor:dev) FROM scratch around it (Dockerfile)
+	GO=$(GO) deploy/build-image.sh $(IMAGE) bin/image
 
 .PHONY: demo
 demo: build ## A local 3-server cluster and a simulated 1,200-device retail fleet taking three changes in waves, status and waves redrawn live, the web console's address printed; more flags: DEMO_FLAGS="--base-port 9470 --keep-running"
