@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 
 	"github.com/meteor-edge/meteor/cmd/internal/agentcmd"
 	"github.com/meteor-edge/meteor/cmd/internal/cliflags"
@@ -104,6 +107,59 @@ func TestConfigReference(t *testing.T) {
 	if *updateDocs {
 		if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestConfigExamples: every config file the repository shows — the YAML
+// blocks of docs/config.md, the files of
+// deploy/systemd — is one the command it is for accepts. A block or file
+// says which in its first line (server.yaml or agent.yaml).
+func TestConfigExamples(t *testing.T) {
+	type example struct{ where, text string }
+	var examples []example
+	for _, doc := range []string{"../../docs/config.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts := strings.Split(string(b), "```yaml\n")
+		for i, p := range parts[1:] {
+			text, _, ok := strings.Cut(p, "```")
+			if !ok {
+				t.Fatalf("%s: YAML block %d is not closed", doc, i+1)
+			}
+			examples = append(examples, example{fmt.Sprintf("%s, YAML block %d", doc, i+1), text})
+		}
+	}
+	files, err := filepath.Glob("../../deploy/systemd/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		examples = append(examples, example{f, string(b)})
+	}
+	if len(examples) < 4 {
+		t.Fatalf("only %d examples found", len(examples))
+	}
+	for _, ex := range examples {
+		first, _, _ := strings.Cut(ex.text, "\n")
+		var cmd *cobra.Command
+		switch {
+		case strings.Contains(first, "server.yaml"):
+			cmd = newServerCmd()
+		case strings.Contains(first, "agent.yaml"):
+			cmd = agentcmd.New("meteor agent")
+		default:
+			t.Errorf("%s: its first line %q names neither server.yaml nor agent.yaml", ex.where, first)
+			continue
+		}
+		if err := cliflags.ApplyConfig(cmd.Flags(), []byte(ex.text)); err != nil {
+			t.Errorf("%s: %v", ex.where, err)
 		}
 	}
 }
