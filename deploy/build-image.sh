@@ -15,5 +15,14 @@ command -v docker >/dev/null || { echo "build-image.sh: docker is not installed"
 mkdir -p "$dir/data"
 version=$(cd "$root" && git describe --always --dirty 2>/dev/null || echo dev)
 (cd "$root" && CGO_ENABLED=0 GOOS=linux "$go" build -trimpath -ldflags "-s -w" -o "$dir/meteor" ./cmd/meteor)
+if command -v file >/dev/null && ! file "$dir/meteor" | grep -q 'statically linked'; then
+	echo "build-image.sh: $dir/meteor is not statically linked: $(file "$dir/meteor")" >&2
+	exit 1
+fi
+old=$(docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)
 docker build -q --build-arg VERSION="$version" -t "$tag" -f "$root/Dockerfile" "$dir" >/dev/null
+# The image the tag named before, now untagged, goes (unless in use).
+if [ -n "$old" ] && [ "$old" != "$(docker image inspect -f '{{.Id}}' "$tag")" ]; then
+	docker rmi "$old" >/dev/null 2>&1 || true
+fi
 echo "built image $tag ($(du -k "$dir/meteor" | cut -f1) KB binary $dir/meteor, static)"

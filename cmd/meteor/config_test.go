@@ -112,8 +112,8 @@ func TestConfigReference(t *testing.T) {
 }
 
 // TestConfigExamples: every config file the repository shows — the YAML
-// blocks of docs/config.md, the files of
-// deploy/systemd — is one the command it is for accepts. A block or file
+// blocks of docs/config.md, the files of deploy/systemd and
+// deploy/compose — is one the command it is for accepts. A block or file
 // says which in its first line (server.yaml or agent.yaml).
 func TestConfigExamples(t *testing.T) {
 	type example struct{ where, text string }
@@ -132,9 +132,13 @@ func TestConfigExamples(t *testing.T) {
 			examples = append(examples, example{fmt.Sprintf("%s, YAML block %d", doc, i+1), text})
 		}
 	}
-	files, err := filepath.Glob("../../deploy/systemd/*.yaml")
-	if err != nil {
-		t.Fatal(err)
+	var files []string
+	for _, pattern := range []string{"../../deploy/systemd/*.yaml", "../../deploy/compose/*.yaml"} {
+		f, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f...)
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
