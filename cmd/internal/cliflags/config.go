@@ -124,7 +124,7 @@ func parseConfig(f *pflag.FlagSet, data []byte) ([]configValue, error) {
 		}
 		root = root.Content[0]
 	}
-	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
 		return nil, nil // only comments
 	}
 	if root.Kind != yaml.MappingNode {
@@ -165,7 +165,7 @@ func parseConfig(f *pflag.FlagSet, data []byte) ([]configValue, error) {
 func flagValue(fl *pflag.Flag, v *yaml.Node) (string, error) {
 	switch v.Kind {
 	case yaml.ScalarNode:
-		if v.Tag == "!!null" {
+		if v.ShortTag() == "!!null" {
 			return "", errors.New("no value (write \"\" for an empty string)")
 		}
 		return v.Value, nil
@@ -175,7 +175,7 @@ func flagValue(fl *pflag.Flag, v *yaml.Node) (string, error) {
 		}
 		items := make([]string, 0, len(v.Content))
 		for _, it := range v.Content {
-			if it.Kind != yaml.ScalarNode || it.Tag == "!!null" {
+			if it.Kind != yaml.ScalarNode || it.ShortTag() == "!!null" {
 				return "", fmt.Errorf("line %d: a list item must be a plain value", it.Line)
 			}
 			if strings.Contains(it.Value, ",") {
@@ -192,7 +192,7 @@ func flagValue(fl *pflag.Flag, v *yaml.Node) (string, error) {
 		var pairs []string
 		for i := 0; i+1 < len(v.Content); i += 2 {
 			k, val := v.Content[i], v.Content[i+1]
-			if k.Kind != yaml.ScalarNode || val.Kind != yaml.ScalarNode || val.Tag == "!!null" {
+			if k.Kind != yaml.ScalarNode || val.Kind != yaml.ScalarNode || val.ShortTag() == "!!null" {
 				return "", fmt.Errorf("line %d: want key: value with plain values", k.Line)
 			}
 			if first, dup := seen[k.Value]; dup {
