@@ -112,13 +112,14 @@ func TestConfigReference(t *testing.T) {
 }
 
 // TestConfigExamples: every config file the repository shows — the YAML
-// blocks of docs/config.md, the files of deploy/systemd and
-// deploy/compose — is one the command it is for accepts. A block or file
-// says which in its first line (server.yaml or agent.yaml).
+// blocks of docs/config.md and docs/deploy.md, the files of
+// deploy/systemd and deploy/compose — is one the command it is for
+// accepts. A block or file says which in its first line (server.yaml or
+// agent.yaml).
 func TestConfigExamples(t *testing.T) {
 	type example struct{ where, text string }
 	var examples []example
-	for _, doc := range []string{"../../docs/config.md"} {
+	for _, doc := range []string{"../../docs/config.md", "../../docs/deploy.md"} {
 		b, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
