@@ -20,7 +20,15 @@ if command -v file >/dev/null && ! file "$dir/meteor" | grep -q 'statically link
 	exit 1
 fi
 old=$(docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)
-docker build -q --build-arg VERSION="$version" -t "$tag" -f "$root/Dockerfile" "$dir" >/dev/null
+# Its output goes only with a failure: Docker's notice that the classic
+# builder is deprecated is not this build's business.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if ! docker build -q --build-arg VERSION="$version" -t "$tag" -f "$root/Dockerfile" "$dir" >"$log" 2>&1; then
+	cat "$log" >&2
+	echo "build-image.sh: docker build failed" >&2
+	exit 1
+fi
 # The image the tag named before, now untagged, goes (unless in use).
 if [ -n "$old" ] && [ "$old" != "$(docker image inspect -f '{{.Id}}' "$tag")" ]; then
 	docker rmi "$old" >/dev/null 2>&1 || true

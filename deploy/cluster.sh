@@ -98,27 +98,30 @@ pki() {
 	done
 }
 
-# wait_healthy waits until every server answers GET /v1/health healthy
-# and the leader's members list shows three voters.
+# wait_healthy waits until every server answers its liveness probe (no
+# token: a member that knows a leader), then until the members list shows
+# three voters, asked with the admin token the leader creates once elected.
 wait_healthy() {
-	local limit=${METEOR_UP_TIMEOUT:-180} start=$SECONDS ok i exited
+	local limit=${METEOR_UP_TIMEOUT:-180} start=$SECONDS live i stopped
 	while :; do
-		ok=0
+		live=0
 		for i in 0 1 2; do
-			if cli "$i" health >/dev/null 2>&1; then ok=$((ok + 1)); fi
+			if "$meteor" --addr "https://$(wan_ip "$i"):8470" --ca-cert "$state/pki/ca.pem" health --live >/dev/null 2>&1; then
+				live=$((live + 1))
+			fi
 		done
-		if ((ok == 3)) && [[ $(cli members -o json 2>/dev/null | grep -c '"suffrage": *"voter"') == 3 ]]; then
+		if ((live == 3)) && [[ $(cli members -o json 2>/dev/null | grep -c '"suffrage": *"voter"') == 3 ]]; then
 			return 0
 		fi
-		exited=$(compose ps --services --filter status=stopped 2>/dev/null | grep -E '^(eu|us|ap)-1$' || true)
-		if [[ -n $exited ]]; then
-			compose logs --tail 30 $exited >&2 || true
-			die "server container(s) stopped: $exited (logs above)"
+		stopped=$(compose ps --services --filter status=stopped 2>/dev/null | grep -E '^(eu|us|ap)-1$' || true)
+		if [[ -n $stopped ]]; then
+			compose logs --tail 30 $stopped >&2 || true
+			die "server container(s) stopped: $stopped (logs above)"
 		fi
 		if ((SECONDS - start > limit)); then
 			compose ps >&2 || true
 			compose logs --tail 30 eu-1 us-1 ap-1 >&2 || true
-			die "$ok of 3 servers healthy after ${limit}s (logs above)"
+			die "$live of 3 servers live after ${limit}s (logs above)"
 		fi
 		sleep 1
 	done
