@@ -58,7 +58,15 @@ export METEOR_STATE=$state METEOR_IMAGE=$image METEOR_SIM_DEVICES=$devices
 export METEOR_NET_WAN=$wan METEOR_NET_EU=${region_net[0]} METEOR_NET_US=${region_net[1]} METEOR_NET_AP=${region_net[2]}
 export METEOR_UID=${METEOR_UID:-$(id -u)} METEOR_GID=${METEOR_GID:-$(id -g)}
 
-compose() { docker-compose -p "$project" -f "$compose_file" "$@"; }
+# compose runs docker-compose (1.x), or the compose plugin where only it
+# is installed.
+compose() {
+	if command -v docker-compose >/dev/null; then
+		docker-compose -p "$project" -f "$compose_file" "$@"
+	else
+		docker compose -p "$project" -f "$compose_file" "$@"
+	fi
+}
 
 # cli runs the CLI against server i (default 0) with the admin token.
 cli() {
@@ -70,7 +78,8 @@ cli() {
 check_tools() {
 	command -v docker >/dev/null || die "docker is not installed"
 	docker info >/dev/null 2>&1 || die "the Docker daemon is not reachable (docker info fails)"
-	command -v docker-compose >/dev/null || die "docker-compose is not installed (Compose 1.x; this file is format 2.4)"
+	command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 ||
+		die "neither docker-compose nor the docker compose plugin is installed"
 }
 
 # pki creates the material of `meteor tls init` once, then gives each
