@@ -17,6 +17,8 @@ CHAOS_DURATION ?= 20s
 DEMO_FLAGS ?=
 # Extra flags for bench/footprint in make bench-footprint.
 FOOTPRINT_FLAGS ?=
+# The container image make image builds (deploy/build-image.sh).
+IMAGE ?= meteor:dev
 
 .DEFAULT_GOAL := help
 
@@ -36,6 +38,18 @@ build-agent: ## Build bin/meteor-agent, the agent alone for devices: static (CGO
 	fi
 	@ls -l $(AGENT_BIN) | awk '{printf "%s: %.1f MB, statically linked\n", $$NF, $$5/1e6}'
 
+.PHONY: image
+image: ## Build the static bin/image/meteor with the local Go toolchain (CGO_ENABLED=0) and the image IMAGE (meteor:dev) FROM scratch around it (Dockerfile)
+	GO=$(GO) deploy/build-image.sh $(IMAGE) bin/image
+
+.PHONY: cluster-up
+cluster-up: ## A secure three-region cluster on Docker (deploy/compose.yaml): image, PKI in deploy/state if missing, a server and a 30-device simulated fleet per region; prints the export line and the console's address
+	GO=$(GO) deploy/cluster.sh up
+
+.PHONY: cluster-down
+cluster-down: ## Remove the cluster-up containers and networks, keeping deploy/state (PKI, data) for the next cluster-up; PURGE=1 removes it too
+	deploy/cluster.sh $(if $(filter 1,$(PURGE)),purge,down)
+
 .PHONY: demo
 demo: build ## A local 3-server cluster and a simulated 1,200-device retail fleet taking three changes in waves, status and waves redrawn live, the web console's address printed; more flags: DEMO_FLAGS="--base-port 9470 --keep-running"
 	./$(BIN) dev --servers 3 --fleet retail --changes docs/examples/retail $(DEMO_FLAGS)
@@ -47,6 +61,10 @@ test: ## Run all tests with the race detector
 	@# test skips under -race (quic-go#4303, see agent/race.go); run their
 	@# tests again without -race so the 0-RTT paths are tested too.
 	$(GO) test -count=1 ./agent ./wire
+
+.PHONY: test-docker
+test-docker: ## The three-region Docker cluster of make cluster-up taken through a region's loss and a rolling restart under writes (deploy/compose_test.go; skips without Docker)
+	$(GO) test -count=1 -v -run TestThreeRegions -timeout 20m ./deploy -deploy.docker
 
 .PHONY: test-short
 test-short: ## Run all tests without the race detector (quicker while editing)

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"github.com/meteor-edge/meteor/chaos"
 	"github.com/meteor-edge/meteor/cluster/pki"
 	"github.com/meteor-edge/meteor/fsm/intent"
+	"github.com/meteor-edge/meteor/wire"
 )
 
 // File names in a PKI directory, as `meteor ca init` and `meteor dev`
@@ -33,14 +35,29 @@ const (
 // Options configures a Fleet. Start from DefaultOptions.
 type Options struct {
 	// Servers are the agent UDP addresses (host:port) of the cluster.
-	// Server i is taken to be in region Regions()[i%3]. Required.
+	// Server i is taken to be in region ServerRegions[i], or
+	// Regions()[i%3] without them. Required.
 	Servers []string
+	// ServerRegions, when set, gives the region of each of Servers (as
+	// many), which decides the delay of each device's path to it.
+	ServerRegions []string
+	// Region, when set, puts every device in this region (its region
+	// label) instead of spreading the fleet over Regions().
+	Region string
 	// PKIDir holds the cluster CA (ca.pem, ca-key.pem) from which every
-	// device certificate is issued. Required unless CA is set.
+	// device certificate is issued; with EnrollToken only ca.pem, which
+	// the devices trust. Required unless CA is set.
 	PKIDir string
 	// CA, when set, issues the device certificates instead of the CA in
 	// PKIDir.
 	CA *pki.CA
+	// EnrollToken, when set, is an enrollment token (meteor token create
+	// --enroll) with which each device gets its certificate from the
+	// servers, as a real device does (agent.LoadOrEnroll), instead of
+	// from the CA: the devices then have the token's control-plane
+	// labels, and the simulator needs no CA key. A device whose data dir
+	// (under BaseDir) holds the certificate of an earlier run uses it.
+	EnrollToken string
 	// BaseDir holds one directory per device: its journal and the Root of
 	// its drivers. Required.
 	BaseDir string
@@ -112,6 +129,12 @@ func (o Options) Validate() error {
 	if o.PKIDir == "" && o.CA == nil {
 		errs = append(errs, errors.New("no PKI dir"))
 	}
+	if o.EnrollToken != "" && o.CA != nil {
+		errs = append(errs, errors.New("a CA and an enrollment token: the devices get their certificates from one of them"))
+	}
+	if o.ServerRegions != nil && len(o.ServerRegions) != len(o.Servers) {
+		errs = append(errs, fmt.Errorf("%d server regions for %d servers", len(o.ServerRegions), len(o.Servers)))
+	}
 	if o.BaseDir == "" {
 		errs = append(errs, errors.New("no base dir"))
 	}
@@ -175,7 +198,8 @@ type server struct {
 type Fleet struct {
 	opts     Options
 	log      hclog.Logger
-	ca       *pki.CA
+	ca       *pki.CA        // nil when the devices enroll
+	roots    *x509.CertPool // the cluster CA the devices trust
 	servers  []server
 	loopback bool
 	devices  []*device
@@ -189,11 +213,12 @@ type Fleet struct {
 	errs    []error   // guarded by mu; devices that could not run
 }
 
-// device is one simulated device. The plan and identity are fixed at New;
-// the rest is guarded by mu.
+// device is one simulated device. The plan and identity are fixed at New
+// (an enrolling device's certificate is set by its goroutine, the only one
+// to read it, before its first agent starts); the rest is guarded by mu.
 type device struct {
 	plan    devicePlan
-	cert    tls.Certificate
+	cert    tls.Certificate // empty until an enrolling device enrolled
 	dataDir string
 	root    string
 	simDev  *driver.SimDevice
@@ -221,17 +246,28 @@ func New(opts Options) (*Fleet, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	plans, err := planFleet(opts.IDPrefix, opts.Profile, opts.Devices, opts.Seed, opts.TimeScale, opts.Loss)
+	plans, err := planFleet(opts.IDPrefix, opts.Profile, opts.Devices, opts.Seed, opts.TimeScale, opts.Loss, opts.Region)
 	if err != nil {
 		return nil, err
 	}
 	f := &Fleet{opts: opts, log: opts.Logger.Named("sim"), ca: opts.CA, loopback: true}
-	if f.ca == nil {
+	switch {
+	case opts.EnrollToken != "":
+		if f.roots, err = loadRoots(opts.PKIDir); err != nil {
+			return nil, err
+		}
+	case f.ca == nil:
 		if f.ca, err = loadCA(opts.PKIDir); err != nil {
 			return nil, err
 		}
 	}
-	regions := Regions()
+	if f.ca != nil {
+		f.roots = f.ca.Pool()
+	}
+	regions := opts.ServerRegions
+	if regions == nil {
+		regions = Regions()
+	}
 	for i, s := range opts.Servers {
 		udp, err := net.ResolveUDPAddr("udp", s)
 		if err != nil {
@@ -243,9 +279,11 @@ func New(opts Options) (*Fleet, error) {
 		f.servers = append(f.servers, server{addr: s, udp: udp, region: regions[i%len(regions)]})
 	}
 	for _, p := range plans {
-		cert, err := f.ca.IssueDevice(p.id)
-		if err != nil {
-			return nil, fmt.Errorf("sim: device %s: %w", p.id, err)
+		var cert tls.Certificate
+		if f.ca != nil {
+			if cert, err = f.ca.IssueDevice(p.id); err != nil {
+				return nil, fmt.Errorf("sim: device %s: %w", p.id, err)
+			}
 		}
 		dir := filepath.Join(opts.BaseDir, p.id)
 		f.devices = append(f.devices, &device{
@@ -278,6 +316,19 @@ func loadCA(dir string) (*pki.CA, error) {
 		return nil, fmt.Errorf("sim: load CA from %s: %w", dir, err)
 	}
 	return ca, nil
+}
+
+// loadRoots reads the cluster CA's certificate (ca.pem) from dir.
+func loadRoots(dir string) (*x509.CertPool, error) {
+	certPEM, err := os.ReadFile(filepath.Join(dir, CACertFile))
+	if err != nil {
+		return nil, fmt.Errorf("sim: load CA: %w", err)
+	}
+	roots, err := pki.PoolFromPEM(certPEM)
+	if err != nil {
+		return nil, fmt.Errorf("sim: load CA from %s: %w", dir, err)
+	}
+	return roots, nil
 }
 
 // Len returns the number of devices.
@@ -412,6 +463,12 @@ func (f *Fleet) runDevice(ctx context.Context, d *device) {
 	jitter := func(mean time.Duration) time.Duration {
 		return time.Duration(float64(mean) * (0.5 + rng.Float64()))
 	}
+	if d.cert.Certificate == nil {
+		if err := f.enroll(ctx, d); err != nil {
+			f.fail(d, err)
+			return
+		}
+	}
 	for ctx.Err() == nil {
 		a, err := f.newAgent(d)
 		if err != nil {
@@ -452,6 +509,40 @@ func (f *Fleet) runDevice(ctx context.Context, d *device) {
 		case <-ctx.Done():
 		case <-time.After(powerLoss):
 		}
+	}
+}
+
+// enroll gets the device its certificate with the fleet's enrollment
+// token, or loads the one an earlier run got. A refusal (the token used
+// up, expired or revoked, the device ID taken) is final; anything else
+// (no server answers yet, one without the CA key) is tried again, after
+// 1 s doubling to 30 s, until ctx ends.
+func (f *Fleet) enroll(ctx context.Context, d *device) error {
+	wait := time.Second
+	for {
+		cert, err := agent.LoadOrEnroll(ctx, agent.EnrollConfig{
+			DataDir: d.dataDir, DeviceID: d.plan.id, Token: f.opts.EnrollToken,
+			Servers: f.opts.Servers, RootCAs: f.roots, Logger: f.opts.Logger,
+			ListenPacket: func() (net.PacketConn, error) { return f.listen(d) },
+		})
+		if err == nil {
+			d.cert = cert
+			return nil
+		}
+		var refused *wire.EnrollError
+		if errors.As(err, &refused) && refused.Status != wire.EnrollUnavailable {
+			return fmt.Errorf("enroll: %w", err)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		f.log.Warn("enrollment failed, trying again", "device", d.plan.id, "error", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
 	}
 }
 
@@ -510,8 +601,12 @@ func (f *Fleet) newAgent(d *device) (*agent.Agent, error) {
 	cfg.DataDir = d.dataDir
 	cfg.Root = d.root
 	cfg.Labels = d.plan.labels
-	cfg.RootCAs = f.ca.Pool()
+	cfg.RootCAs = f.roots
 	cfg.Certificate = d.cert
+	if f.opts.EnrollToken != "" {
+		// An enrolled device renews its certificate in its data dir.
+		cfg.CertificateDir = d.dataDir
+	}
 	cfg.AgentVersion = "meteor-sim"
 	cfg.Drivers = reg
 	cfg.Logger = f.opts.Logger

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,6 +60,7 @@ func testServer(t *testing.T) (*cluster.Server, string) {
 	cfg.DataDir = filepath.Join(t.TempDir(), "solo")
 	cfg.HTTPAddr, cfg.RaftAddr, cfg.GossipAddr, cfg.AgentAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.AgentTLS = &cluster.AgentTLS{ClientCAs: ca.Pool(), Certificate: cert}
+	cfg.DeviceCA = ca // signs enrollments (TestEnrolledFleet)
 	cfg.ClusterSecret = []byte("0123456789abcdef0123456789abcdef")
 	classes := scheduler.DefaultClasses()
 	for name, cl := range classes {
@@ -233,6 +235,89 @@ func TestCellularFleetConverges(t *testing.T) {
 	}
 	t.Logf("time to converged (s): 50%% %.2f  90%% %.2f  100%% %.2f; bytes per device sent %.0f received %.0f; dropped packets %d",
 		*p.P50, *p.P90, *p.P100, lr.SentBytes.Mean, lr.ReceivedBytes.Mean, dropped)
+}
+
+// TestEnrolledFleet runs a fleet of one region whose devices enroll with
+// a token, as real devices do, from a PKI dir holding only the CA's
+// certificate: every device gets its certificate from the server and the
+// token's control-plane labels, takes an intent selecting a label only the
+// token gives, and a second run of the fleet from the same base dir, the
+// token used up, loads the certificates it enrolled for.
+func TestEnrolledFleet(t *testing.T) {
+	const n = 6
+	srv, pkiDir := testServer(t)
+	caOnly := t.TempDir()
+	caPEM, err := os.ReadFile(filepath.Join(pkiDir, CACertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(caOnly, CACertFile), caPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c := api.NewClient(srv.HTTPAddr(), nil)
+	tok, err := c.CreateToken(ctx, api.CreateTokenRequest{
+		Policy: "enroll", EnrollLabels: map[string]string{"region": "us-east", "fleet": "enrolled"}, Uses: n, TTL: "10m",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := DefaultOptions()
+	opts.Servers, opts.ServerRegions = []string{srv.AgentAddr()}, []string{"us-east"}
+	opts.Region, opts.IDPrefix = "us-east", "us"
+	opts.PKIDir, opts.EnrollToken = caOnly, tok.Secret
+	opts.BaseDir = t.TempDir()
+	opts.Devices, opts.Profile = n, LinkFiber
+	opts.RampBatch, opts.RampEvery = n, 100*time.Millisecond
+	opts.SampleEvery = 50 * time.Millisecond
+	opts.Logger = testLogger(t, "sim")
+	opts.Agent = fastAgents
+	if _, err := New(Options{Servers: opts.Servers, ServerRegions: []string{"a", "b"}, PKIDir: caOnly, BaseDir: opts.BaseDir}); err == nil {
+		t.Error("two server regions for one server accepted")
+	}
+
+	wr, err := c.PutIntent(ctx, "enrolled-only", []byte(`name: enrolled-only
+selector:
+  fleet: enrolled
+resources:
+  - id: setting
+    type: sim
+    spec:
+      value: on
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for run := 1; run <= 2; run++ {
+		f, err := New(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Mark(wr.Revision)
+		rctx, cancel := context.WithCancel(ctx)
+		runErr := make(chan error, 1)
+		go func() { runErr <- f.Run(rctx) }()
+		waitFor(t, 30*time.Second, fmt.Sprintf("run %d: every device converged", run), func() (bool, string) {
+			s := f.Summary()
+			return s.Converged == n, s.String()
+		})
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		for _, d := range f.Report().DeviceReports {
+			if !strings.HasPrefix(d.ID, "us-fiber-") || d.Labels["region"] != "us-east" {
+				t.Errorf("device %s reports labels %v", d.ID, d.Labels)
+			}
+		}
+	}
+	devs, err := c.QueryDevices(ctx, api.DeviceQuery{Selector: "fleet=enrolled"}, api.ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs.Devices) != n {
+		t.Fatalf("%d devices with the token's labels, want %d: %s", len(devs.Devices), n, mustJSON(devs))
+	}
 }
 
 func mustJSON(v any) string {

@@ -118,9 +118,10 @@ type devicePlan struct {
 
 func (p devicePlan) region() string { return p.labels["region"] }
 
-// planFleet returns the plans of n devices of mix. n 0 means
-// RetailDevices for the retail mix and is an error otherwise.
-func planFleet(prefix, mix string, n int, seed uint64, scale, loss float64) ([]devicePlan, error) {
+// planFleet returns the plans of n devices of mix, spread over Regions()
+// or all in onlyRegion if it is given. n 0 means RetailDevices for the retail
+// mix and is an error otherwise.
+func planFleet(prefix, mix string, n int, seed uint64, scale, loss float64, onlyRegion string) ([]devicePlan, error) {
 	if n == 0 && mix == MixRetail {
 		n = RetailDevices
 	}
@@ -141,6 +142,9 @@ func planFleet(prefix, mix string, n int, seed uint64, scale, loss float64) ([]d
 		}
 	}
 	regions := Regions()
+	if onlyRegion != "" {
+		regions = []string{onlyRegion}
+	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d))
 	plans := make([]devicePlan, 0, n)
 	var stores, kiosks, popups int

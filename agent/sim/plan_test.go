@@ -8,7 +8,7 @@ import (
 )
 
 func TestRetailMix(t *testing.T) {
-	plans, err := planFleet("sim", MixRetail, 0, 7, 1, 0)
+	plans, err := planFleet("sim", MixRetail, 0, 7, 1, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestRetailMix(t *testing.T) {
 	if diff := cmp.Diff(wantRoles, roles); diff != "" {
 		t.Fatalf("roles (-want +got):\n%s", diff)
 	}
-	again, err := planFleet("sim", MixRetail, 0, 7, 1, 0)
+	again, err := planFleet("sim", MixRetail, 0, 7, 1, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,10 +63,10 @@ func TestLinks(t *testing.T) {
 	if fiber.base.Loss != 0 {
 		t.Fatalf("fiber got loss %v", fiber.base.Loss)
 	}
-	if _, err := planFleet("sim", "dial-up", 3, 1, 1, 0); err == nil {
+	if _, err := planFleet("sim", "dial-up", 3, 1, 1, 0, ""); err == nil {
 		t.Fatal("unknown profile accepted")
 	}
-	if _, err := planFleet("sim", LinkFiber, 0, 1, 1, 0); err == nil {
+	if _, err := planFleet("sim", LinkFiber, 0, 1, 1, 0, ""); err == nil {
 		t.Fatal("zero devices accepted")
 	}
 	// Own region near, others far.

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -65,7 +64,7 @@ type dockerCluster struct {
 	names   []string // server containers
 	ips     []string
 	sim     string // fleet simulator container, "" until started
-	dir     string // build context: binary, Dockerfile, pki
+	dir     string // build context (the static binary), pki, data dirs
 	// hc reaches the servers' HTTP APIs, which speak TLS: it trusts
 	// the cluster CA (cluster.OperatorTLS).
 	hc *http.Client
@@ -113,9 +112,12 @@ func skipUnlessDocker(t *testing.T) {
 	}
 }
 
-// startDockerCluster builds the static binary, a CA with a certificate per
-// server, and an image FROM scratch holding both, then starts n servers on
-// a private network, each serving agents over QUIC.
+// startDockerCluster builds the static binary and the image FROM scratch
+// around it as make image does (deploy/build-image.sh, the repository's
+// Dockerfile), a CA with a certificate per server, then starts n servers
+// on a private network, each serving agents over QUIC, with the PKI
+// mounted read-only and a data dir of the host each, as the user running
+// the test (the image's own user could not read the 0600 key files).
 func startDockerCluster(t *testing.T, n int) *dockerCluster {
 	t.Helper()
 	b := make([]byte, 4)
@@ -124,10 +126,8 @@ func startDockerCluster(t *testing.T, n int) *dockerCluster {
 	c.image, c.network = "meteor-chaos:"+c.tag, "meteor-chaos-"+c.tag
 	t.Cleanup(c.cleanup)
 
-	build := exec.Command("go", "build", "-o", filepath.Join(c.dir, "meteor"), "github.com/meteor-edge/meteor/cmd/meteor")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if out, err := build.CombinedOutput(); err != nil {
-		fatalf(t, "build meteor: %v\n%s", err, out)
+	if out, err := exec.Command("../../deploy/build-image.sh", c.image, c.dir).CombinedOutput(); err != nil {
+		fatalf(t, "build the image: %v\n%s", err, out)
 	}
 	subnet := fmt.Sprintf("172.29.%d", 16+int(b[0])%200)
 	pki := filepath.Join(c.dir, "pki")
@@ -151,17 +151,17 @@ func startDockerCluster(t *testing.T, n int) *dockerCluster {
 		gossip = append(gossip, fmt.Sprintf("%s:%d", c.ips[i], gossipPort))
 		c.meteor("ca", "issue-server", "--dir", pki, "--id", fmt.Sprintf("s%d", i+1), "--hosts", c.ips[i])
 	}
-	dockerfile := "FROM scratch\nCOPY meteor /meteor\nCOPY pki /pki\nENTRYPOINT [\"/meteor\"]\n"
-	if err := os.WriteFile(filepath.Join(c.dir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
-		fatalf(t, "%v", err)
-	}
-	c.must("build", "-q", "-t", c.image, c.dir)
 	c.must("network", "create", "--driver", "bridge", "--subnet", subnet+".0/24", "--label", "meteor-chaos="+c.tag, c.network)
 	regions := sim.Regions() // the simulator takes server i to be in regions[i%3]
 	for i, name := range c.names {
 		ip, id := c.ips[i], fmt.Sprintf("s%d", i+1)
-		c.must("run", "-d", "--name", name, "--network", c.network, "--ip", ip, "--label", "meteor-chaos="+c.tag, c.image,
-			"server", "--node-id", id, "--region", regions[i%len(regions)], "--data-dir", "/data",
+		data := filepath.Join(c.dir, "data-"+id)
+		if err := os.Mkdir(data, 0o700); err != nil {
+			fatalf(t, "%v", err)
+		}
+		c.must("run", "-d", "--name", name, "--network", c.network, "--ip", ip, "--label", "meteor-chaos="+c.tag,
+			"--user", c.user(), "-v", pki+":/pki:ro", "-v", data+":/var/lib/meteor", c.image,
+			"server", "--node-id", id, "--region", regions[i%len(regions)], "--data-dir", "/var/lib/meteor",
 			"--http-addr", fmt.Sprintf("%s:%d", ip, httpPort), "--raft-addr", fmt.Sprintf("%s:%d", ip, raftPort),
 			"--gossip-addr", fmt.Sprintf("%s:%d", ip, gossipPort), "--agent-addr", fmt.Sprintf("%s:%d", ip, agentPort),
 			"--ca-file", "/pki/ca.pem", "--cert-file", "/pki/server-"+id+".pem", "--key-file", "/pki/server-"+id+"-key.pem",
@@ -187,11 +187,15 @@ func (c *dockerCluster) startSim(devices int, seed uint64) {
 	c.sim = fmt.Sprintf("meteor-%s-sim", c.tag)
 	ip := c.ips[0][:strings.LastIndex(c.ips[0], ".")] + ".50"
 	c.must("run", "-d", "--name", c.sim, "--network", c.network, "--ip", ip, "--label", "meteor-chaos="+c.tag,
-		"--tmpfs", "/sim", c.image,
+		"--user", c.user(), "-v", filepath.Join(c.dir, "pki")+":/pki:ro", "--tmpfs", "/sim", c.image,
 		"sim", "--servers", strings.Join(agents, ","), "--pki", "/pki", "--profile", sim.LinkFiber,
 		"--devices", fmt.Sprint(devices), "--seed", fmt.Sprint(seed), "--base-dir", "/sim", "--ramp", "100",
 		"--log-level", *simLogFlag, "--log-file", simLogFile())
 }
+
+// user is the --user the containers run as: the test's own, which owns
+// the PKI's key files and the data dirs.
+func (c *dockerCluster) user() string { return fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()) }
 
 // simLogFile is where the simulated agents log: into the container's own
 // log when -chaos.logs keeps it, else beside their journals.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -768,9 +769,20 @@ func printMembers(w io.Writer, res *api.Members) {
 }
 
 func newHealthCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var live bool
+	cmd := &cobra.Command{
 		Use: "health", Short: "Show the contacted server's health", Args: cobra.NoArgs,
+		Long: `Show the contacted server's health (GET /v1/health, which needs a token where
+the ACL is on): its Raft state, leader, applied index and revision, and any
+server whose state diverged. The exit status is 0 only when it is healthy.
+
+--live asks only the liveness probe (GET /v1/healthz, open without a token):
+"ok" and exit status 0 when the server is a member and knows a leader: the
+health check of the containers of deploy/compose.yaml (docs/deploy.md).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if live {
+				return liveness(cmd.Context(), cmd.OutOrStdout(), g)
+			}
 			c := g.client()
 			c.RetryNoLeader = 0
 			res, err := c.Health(cmd.Context())
@@ -790,6 +802,33 @@ func newHealthCmd(g *globals) *cobra.Command {
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&live, "live", false, "ask only the liveness probe (GET /v1/healthz, no token needed): ok when the server is a member and knows a leader")
+	return cmd
+}
+
+// liveness asks the server at --addr its liveness probe, GET /v1/healthz,
+// and prints "ok", or returns why not.
+func liveness(ctx context.Context, out io.Writer, g *globals) error {
+	hc := g.hc
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	u := api.BaseURL(g.addr) + "/v1/healthz"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s %s (not a member of a cluster with a leader)", u, resp.Status, strings.TrimSpace(string(body)))
+	}
+	fmt.Fprintln(out, "ok")
+	return nil
 }
 
 // versionInfo is what 'meteor version -o json' prints.

@@ -25,18 +25,25 @@ func newServerCmd() *cobra.Command {
 	var aclOn, insecure bool
 	var deviceCA deviceCAFlags
 	var historyLimit int
+	var conf cliflags.Config
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run a Meteor server node",
 		Long: `Run a Meteor server node. Start 3 or 5 servers with the same --bootstrap-expect
 and --join pointing at each other's gossip addresses; the cluster forms once
 that many servers see each other. A restarted server rejoins with its data dir.
-With --dev, run a single throw-away server with its data in a temporary dir.`,
+With --dev, run a single throw-away server with its data in a temporary dir.
+
+--config FILE reads flag values from a YAML file keyed by flag name
+(node-id: eu-1, join: [10.0.1.1:8472, 10.0.2.1:8472]); flags given on the
+command line override it. docs/config.md lists every key.`,
 		Example: `  meteor server --node-id s1 --region eu --data-dir /var/lib/meteor \
     --http-addr 10.0.0.1:8470 --raft-addr 10.0.0.1:8471 --gossip-addr 10.0.0.1:8472 \
     --join 10.0.0.2:8472,10.0.0.3:8472 --bootstrap-expect 3
+  meteor server --config /etc/meteor/server.yaml
   meteor server --dev`,
-		Args: cobra.NoArgs,
+		Args:    cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, args []string) error { return conf.Apply(cmd.Flags()) },
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if join != "" {
 				cfg.Join = strings.Split(join, ",")
@@ -184,6 +191,8 @@ With --dev, run a single throw-away server with its data in a temporary dir.`,
 	f.BoolVar(&cfg.EnableDebug, "enable-debug", false, "serve Go profiling endpoints under /debug/pprof/ on the HTTP API")
 	logs.Register(f, "info")
 	deviceCA.register(f)
+	conf.Register(f)
+	cliflags.MarkList(f, "join")
 	return cmd
 }
 

@@ -17,7 +17,7 @@ import (
 
 func newSimCmd() *cobra.Command {
 	opts := sim.DefaultOptions()
-	var servers, reportPath, logPath string
+	var servers, serverRegions, reportPath, logPath, enrollFile string
 	var duration time.Duration
 	var logs cliflags.Logs
 	cmd := &cobra.Command{
@@ -35,20 +35,45 @@ session, device certificate issued from the CA in --pki, its own journal under
             10 % pop-up sites, in regions eu-west, us-east, ap-south
 
 Server i of --servers is taken to be in region eu-west, us-east, ap-south (i
-mod 3), as 'meteor dev' assigns them; each device's own region's server is
-near. Every second a line shows the devices connected and converged per link,
-as the agents see it; at the end (Ctrl-C or --duration) a JSON report gives per
+mod 3), as 'meteor dev' assigns them, or in the region --server-regions gives
+it; each device's own region's server is near. --region puts every device in
+one region.
+
+Devices get their certificates from the CA key in --pki, or, with
+--enroll-file, enroll with a token as real devices do (meteor token create
+--enroll; --pki then needs only ca.pem, and the devices get the token's
+labels); with --base-dir kept, a later run uses the certificates enrolled.
+
+Every second a line shows the devices connected and converged per link, as
+the agents see it; at the end (Ctrl-C or --duration) a JSON report gives per
 link the time to 50/90/99/100 % converged, counted from the start, and the bytes
 each device sent and received.
 
   meteor dev --data-dir /tmp/meteor --examples docs/examples
   meteor sim --servers 127.0.0.1:8473,127.0.0.1:8483,127.0.0.1:8493 \
-      --pki /tmp/meteor/pki --profile retail --report sim-report.json`,
+      --pki /tmp/meteor/pki --profile retail --report sim-report.json
+  meteor sim --servers 10.0.1.1:8473 --server-regions us-east --region us-east \
+      --id-prefix us --devices 50 --profile fiber --pki ca-only \
+      --enroll-file us.token --base-dir /var/lib/meteor-sim`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, s := range strings.Split(servers, ",") {
 				if s = strings.TrimSpace(s); s != "" {
 					opts.Servers = append(opts.Servers, s)
+				}
+			}
+			if serverRegions != "" {
+				for _, r := range strings.Split(serverRegions, ",") {
+					opts.ServerRegions = append(opts.ServerRegions, strings.TrimSpace(r))
+				}
+			}
+			if enrollFile != "" {
+				b, err := os.ReadFile(enrollFile)
+				if err != nil {
+					return fmt.Errorf("--enroll-file: %w", err)
+				}
+				if opts.EnrollToken = strings.TrimSpace(string(b)); opts.EnrollToken == "" {
+					return fmt.Errorf("--enroll-file %s is empty", enrollFile)
 				}
 			}
 			return runSim(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), opts, duration, reportPath, logPath, logs)
@@ -57,7 +82,11 @@ each device sent and received.
 	f := cmd.Flags()
 	logs.Register(f, "warn")
 	f.StringVar(&servers, "servers", "", "comma-separated agent UDP addresses of the servers (host:port)")
-	f.StringVar(&opts.PKIDir, "pki", "", "directory of the cluster CA (ca.pem, ca-key.pem), e.g. <dev data dir>/pki")
+	f.StringVar(&opts.PKIDir, "pki", "", "directory of the cluster CA (ca.pem, ca-key.pem; only ca.pem with --enroll-file), e.g. <dev data dir>/pki")
+	f.StringVar(&enrollFile, "enroll-file", "", "file holding an enrollment token: devices enroll with it instead of being issued certificates from the CA key")
+	f.StringVar(&opts.Region, "region", "", "put every device in this region (default: spread over eu-west, us-east, ap-south)")
+	f.StringVar(&serverRegions, "server-regions", "", "comma-separated region of each server of --servers (default: eu-west, us-east, ap-south in turn)")
+	f.StringVar(&opts.IDPrefix, "id-prefix", opts.IDPrefix, "start of every device ID (fleets sharing a cluster need different ones)")
 	f.IntVar(&opts.Devices, "devices", 0, "number of devices (0: 1200 for the retail profile)")
 	f.StringVar(&opts.Profile, "profile", opts.Profile, "fleet profile: "+strings.Join(sim.Mixes(), ", "))
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of labels, link faults, failures and schedules")

@@ -79,6 +79,13 @@ func TestTokenCommands(t *testing.T) {
 	if _, err := run(t, "--addr", addr, "--ca-cert", caPath, "token", "list"); err == nil || !strings.Contains(err.Error(), "no token") {
 		t.Fatalf("token list without a token: %v, want unauthenticated", err)
 	}
+	// The liveness probe needs no token (the containers' health check).
+	if out, err := run(t, "--addr", addr, "--ca-cert", caPath, "health", "--live"); err != nil || out != "ok\n" {
+		t.Fatalf("health --live without a token: %v, %q", err, out)
+	}
+	if _, err := run(t, "--addr", "127.0.0.1:1", "--ca-cert", caPath, "health", "--live"); err == nil {
+		t.Fatal("health --live of no server succeeded")
+	}
 	var list api.TokenList
 	deadline := time.Now().Add(10 * time.Second)
 	for {

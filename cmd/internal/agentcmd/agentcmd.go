@@ -28,6 +28,7 @@ func New(path string) *cobra.Command {
 	var servers, labelList, deviceID, caFile, certFile, keyFile, execAllow, execEnvAllow string
 	var enrollToken, enrollFile string
 	var logs cliflags.Logs
+	var conf cliflags.Config
 	cmd := &cobra.Command{
 		Use:   path[strings.LastIndex(path, " ")+1:],
 		Short: "Run the device agent",
@@ -45,14 +46,21 @@ install a certificate from 'meteor ca issue-device' with --cert-file and
 --key-file; --device-id must repeat the ID in it, as a check that the right
 certificate is installed. --root confines the paths of file and certificate resources
 beneath a directory; --exec-allow and --exec-env-allow narrow what exec
-resources may run. See docs/agent.md and docs/security.md.`,
+resources may run. See docs/agent.md and docs/security.md.
+
+--config FILE reads flag values from a YAML file keyed by flag name
+(device-id: store-42-router, servers: [10.0.0.1:8473, 10.0.1.1:8473],
+labels: {region: eu}); flags given on the command line override it.
+docs/config.md lists every key.`,
 		Example: `  ` + path + ` --servers 10.0.0.1:8473,10.0.1.1:8473 --device-id store-42-router \
     --data-dir /var/lib/meteor-agent --ca-file pki/ca.pem --enroll-file /run/enroll.token
   ` + path + ` --servers 10.0.0.1:8473,10.0.1.1:8473 --device-id store-42-router \
     --data-dir /var/lib/meteor-agent --labels region=eu,site=store-42 \
     --ca-file pki/ca.pem --cert-file pki/device-store-42-router.pem \
-    --key-file pki/device-store-42-router-key.pem`,
-		Args: cobra.NoArgs,
+    --key-file pki/device-store-42-router-key.pem
+  ` + path + ` --config /etc/meteor/agent.yaml`,
+		Args:    cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, args []string) error { return conf.Apply(cmd.Flags()) },
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, req := range [][2]string{
 				{"--servers", servers}, {"--device-id", deviceID}, {"--data-dir", cfg.DataDir}, {"--ca-file", caFile},
@@ -138,6 +146,9 @@ resources may run. See docs/agent.md and docs/security.md.`,
 	f.DurationVar(&cfg.KeepAliveMax, "keepalive-max", cfg.KeepAliveMax, "longest keep-alive interval the NAT binding tests may reach (at or below --keepalive-min: no tests)")
 	f.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "how often applied resources are re-checked for drift and probed")
 	logs.Register(f, "info")
+	conf.Register(f)
+	cliflags.MarkList(f, "servers", "exec-allow", "exec-env-allow")
+	cliflags.MarkKeyValues(f, "labels")
 	return cmd
 }
 

@@ -1,6 +1,7 @@
 // Package cliflags holds the command-line flags and parsers that both
 // binaries, meteor and meteor-agent, share: the log flags of the
-// long-running commands and key=value lists. It owns no command; it must
+// long-running commands, key=value lists, and the --config file that sets
+// a command's flags from YAML (config.go). It owns no command; it must
 // not import the server (cluster) or anything else the agent binary
 // leaves out (cmd/meteor-agent/deps_test.go).
 package cliflags
