@@ -12,7 +12,6 @@ import (
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 	"github.com/meteor-edge/meteor/fsm/intent"
-	"github.com/meteor-edge/meteor/wire"
 )
 
 func TestDesiredBodiesHaveOneSizeAndCarryTheVersion(t *testing.T) {
@@ -48,65 +47,6 @@ func TestDesiredBodiesHaveOneSizeAndCarryTheVersion(t *testing.T) {
 	}
 	if _, ok := versionOf([]byte("no marker")); ok {
 		t.Error("versionOf without a marker: ok")
-	}
-}
-
-func TestConfirmLogKeepsTheFirstConfirmOfEachTarget(t *testing.T) {
-	var l confirmLog
-	t0 := time.Unix(100, 0)
-	l.record(3, t0)
-	l.record(3, t0.Add(time.Second)) // a repeat adds nothing
-	l.record(2, t0.Add(2*time.Second))
-	l.record(7, t0.Add(3*time.Second))
-	for _, tc := range []struct {
-		target uint64
-		want   time.Time
-		ok     bool
-	}{{1, t0, true}, {3, t0, true}, {4, t0.Add(3 * time.Second), true}, {7, t0.Add(3 * time.Second), true}, {8, time.Time{}, false}} {
-		if got, ok := l.first(tc.target); ok != tc.ok || !got.Equal(tc.want) {
-			t.Errorf("first(%d) = %v, %v; want %v, %v", tc.target, got, ok, tc.want, tc.ok)
-		}
-	}
-}
-
-func TestPercentileOfCountsDevicesThatNeverArrived(t *testing.T) {
-	sorted := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9}
-	if got, ok := percentileOf(sorted, 10, 50); !ok || got != 5 {
-		t.Errorf("p50 of 9 arrivals out of 10 = %v, %v", got, ok)
-	}
-	if _, ok := percentileOf(sorted, 10, 99); ok {
-		t.Error("p99 with one device missing out of 10: reached")
-	}
-	if got, ok := percentileOf(sorted, 9, 100); !ok || got != 9 {
-		t.Errorf("p100 of all = %v, %v", got, ok)
-	}
-}
-
-func TestDeviceConfirmsOnlyAcknowledgedReports(t *testing.T) {
-	d := &device{applied: map[string]wire.AppliedResource{}}
-	body := []byte("body")
-	frame := &wire.Delta{TargetRevision: 5, Complete: true, Upserts: []wire.Upsert{{Key: "fanout/config", Digest: wire.DigestOf(body), Revision: 5, Body: body}}}
-	if !d.take([]*wire.Delta{frame}) || d.acked != 5 {
-		t.Fatalf("take: acked %d", d.acked)
-	}
-	r := d.report()
-	if r.Seq != 1 || r.DesiredRevision != 5 || len(r.Resources) != 1 || r.Resources[0].Effective != wire.EffectiveOK {
-		t.Fatalf("report %+v", r)
-	}
-	if d.take([]*wire.Delta{frame}) {
-		t.Error("the same Delta moved the revision again")
-	}
-	at := time.Unix(200, 0)
-	d.acknowledged(0, at)
-	if _, ok := d.log.first(5); ok {
-		t.Error("confirmed before the ReportAck")
-	}
-	d.acknowledged(1, at)
-	if got, ok := d.log.first(5); !ok || !got.Equal(at) {
-		t.Errorf("after ReportAck: %v, %v", got, ok)
-	}
-	if len(d.unacked) != 0 {
-		t.Errorf("unacked %v", d.unacked)
 	}
 }
 

@@ -4,50 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 )
-
-// confirm is one report that reached the control plane: the desired
-// version (Meteor: revision) it reported, and when it was confirmed.
-type confirm struct {
-	target uint64
-	at     time.Time
-}
-
-// confirmLog is one device's confirmed reports, in increasing target
-// order. The zero value is ready to use.
-type confirmLog struct {
-	mu      sync.Mutex
-	entries []confirm // guarded by mu
-}
-
-// record notes that a report of target was confirmed at at; a target at
-// or below one already confirmed adds nothing.
-func (l *confirmLog) record(target uint64, at time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if n := len(l.entries); n > 0 && l.entries[n-1].target >= target {
-		return
-	}
-	l.entries = append(l.entries, confirm{target, at})
-}
-
-// first returns when a report of target or later was first confirmed.
-func (l *confirmLog) first(target uint64) (time.Time, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, e := range l.entries {
-		if e.target >= target {
-			return e.at, true
-		}
-	}
-	return time.Time{}, false
-}
 
 // side is one system with its fleet connected and converged, ready for
 // changes.
@@ -58,8 +19,8 @@ type side interface {
 	apply(ctx context.Context, version int) (target uint64, err error)
 	// logs returns every device's confirmed reports, appliedLogs the
 	// versions each device applied.
-	logs() []*confirmLog
-	appliedLogs() []*confirmLog
+	logs() []*benchkit.TargetLog
+	appliedLogs() []*benchkit.TargetLog
 	// serverCPU returns the CPU time the system's servers have used.
 	serverCPU() (time.Duration, error)
 	// reconnects counts the devices' reconnects so far.
@@ -127,20 +88,6 @@ type serverCounts struct {
 	Converged    int    `json:"converged"`
 }
 
-// percentileOf returns the nearest-rank p-th percentile of the times of
-// all n devices, of which sorted are the ones that arrived; false if the
-// rank is beyond them.
-func percentileOf(sorted []time.Duration, n int, p float64) (time.Duration, bool) {
-	if n == 0 {
-		return 0, false
-	}
-	rank := min(max(int(math.Ceil(p/100*float64(n))), 1), n)
-	if rank > len(sorted) {
-		return 0, false
-	}
-	return sorted[rank-1], true
-}
-
 func seconds(d time.Duration, ok bool) *float64 {
 	if !ok {
 		return nil
@@ -195,7 +142,7 @@ func measure(ctx context.Context, s side, system string, version, loss int, loss
 	for {
 		times = times[:0]
 		for _, l := range logs {
-			if at, ok := l.first(target); ok {
+			if at, ok := l.First(target); ok {
 				times = append(times, at.Sub(start))
 			}
 		}
@@ -237,29 +184,29 @@ func measure(ctx context.Context, s side, system string, version, loss int, loss
 	res.Load1 = benchkit.Load1()
 	slices.Sort(times)
 	res.Reached = len(times)
-	res.P50s = seconds(percentileOf(times, len(logs), 50))
-	res.P99s = seconds(percentileOf(times, len(logs), 99))
-	res.P100s = seconds(percentileOf(times, len(logs), 100))
+	res.P50s = seconds(benchkit.PercentileOf(times, len(logs), 50))
+	res.P99s = seconds(benchkit.PercentileOf(times, len(logs), 99))
+	res.P100s = seconds(benchkit.PercentileOf(times, len(logs), 100))
 	var applied []time.Duration
 	for _, l := range s.appliedLogs() {
-		if at, ok := l.first(target); ok {
+		if at, ok := l.First(target); ok {
 			applied = append(applied, at.Sub(start))
 		}
 	}
 	slices.Sort(applied)
-	res.AppliedP50s = seconds(percentileOf(applied, len(logs), 50))
-	res.AppliedP99s = seconds(percentileOf(applied, len(logs), 99))
+	res.AppliedP50s = seconds(benchkit.PercentileOf(applied, len(logs), 50))
+	res.AppliedP99s = seconds(benchkit.PercentileOf(applied, len(logs), 99))
 	return res, nil
 }
 
 // waitAll waits until every log has a confirm of target, or timeout.
-func waitAll(ctx context.Context, logs []*confirmLog, target uint64, timeout time.Duration, what string, log io.Writer) error {
+func waitAll(ctx context.Context, logs []*benchkit.TargetLog, target uint64, timeout time.Duration, what string, log io.Writer) error {
 	start := time.Now()
 	lastLog := start
 	for {
 		n := 0
 		for _, l := range logs {
-			if _, ok := l.first(target); ok {
+			if _, ok := l.First(target); ok {
 				n++
 			}
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -10,12 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"time"
 
-	"github.com/quic-go/quic-go"
-
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
+	"github.com/meteor-edge/meteor/bench/internal/wiredev"
 	"github.com/meteor-edge/meteor/cluster/api"
 	clusterpki "github.com/meteor-edge/meteor/cluster/pki"
 )
@@ -55,7 +52,7 @@ func startMeteor(ctx context.Context, g *benchkit.Group, bin, dir string) (*mete
 // meteorSide is the cluster with its fleet connected.
 type meteorSide struct {
 	mc  *meteorCluster
-	fl  *meteorFleet
+	fl  *wiredev.Fleet
 	doc *desired
 }
 
@@ -72,27 +69,15 @@ func (s *meteorSide) apply(ctx context.Context, version int) (uint64, error) {
 	return res.Revision, nil
 }
 
-func (s *meteorSide) logs() []*confirmLog {
-	out := make([]*confirmLog, len(s.fl.devs))
-	for i, d := range s.fl.devs {
-		out[i] = &d.log
-	}
-	return out
-}
+func (s *meteorSide) logs() []*benchkit.TargetLog { return s.fl.ReportedLogs() }
 
-func (s *meteorSide) appliedLogs() []*confirmLog {
-	out := make([]*confirmLog, len(s.fl.devs))
-	for i, d := range s.fl.devs {
-		out[i] = &d.took
-	}
-	return out
-}
+func (s *meteorSide) appliedLogs() []*benchkit.TargetLog { return s.fl.AppliedLogs() }
 
 func (s *meteorSide) serverCPU() (time.Duration, error) { return s.mc.CPUTime() }
 
 func (s *meteorSide) raftTerm(ctx context.Context) (uint64, error) { return s.mc.RaftTerm(ctx) }
 
-func (s *meteorSide) reconnects() int64 { return s.fl.reconnects.Load() }
+func (s *meteorSide) reconnects() int64 { return s.fl.Reconnects() }
 
 func (s *meteorSide) ports() (string, []int) { return "udp", s.mc.AgentPorts() }
 
@@ -138,47 +123,50 @@ func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir str
 	}
 
 	fmt.Fprintf(log, "meteor: issuing %d device certificates\n", cfg.devices)
-	certs, err := issueDevices(mc.ca, cfg.devices)
+	ids := make([]string, cfg.devices)
+	for i := range ids {
+		ids[i] = deviceID(i, cfg.devices)
+	}
+	certs, err := wiredev.Issue(mc.ca, ids)
 	if err != nil {
 		return nil, "", err
 	}
-	fl := &meteorFleet{timeout: 30 * time.Second}
-	s.fl = fl
-	defer fl.close()
+	fcfg := wiredev.Config{Roots: mc.ca.Pool(), Sockets: cfg.sockets, Dials: cfg.concurrency, DialTimeout: 30 * time.Second}
 	for _, a := range mc.AgentAddrs() {
 		ua, err := net.ResolveUDPAddr("udp", a)
 		if err != nil {
 			return nil, "", err
 		}
-		fl.servers = append(fl.servers, ua)
+		fcfg.Servers = append(fcfg.Servers, ua)
 	}
-	for range cfg.sockets {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			return nil, "", err
-		}
-		fl.pcs = append(fl.pcs, pc)
-		fl.trs = append(fl.trs, &quic.Transport{Conn: pc})
+	labels := make([]map[string]string, cfg.groups)
+	for g := range labels {
+		labels[g] = deviceLabels(g, cfg.groups)
 	}
-	roots := mc.ca.Pool()
-	for i := range cfg.devices {
-		fl.devs = append(fl.devs, newDevice(deviceID(i, cfg.devices), certs[i], roots, deviceLabels(i, cfg.groups), i%len(mc.Servers)))
+	devs := make([]*wiredev.Device, cfg.devices)
+	for i := range devs {
+		devs[i] = wiredev.NewDevice(ids[i], certs[i], labels[i%cfg.groups])
 	}
+	fl, err := wiredev.NewFleet(fcfg, devs)
+	if err != nil {
+		return nil, "", err
+	}
+	s.fl = fl
+	defer fl.Close()
 
 	fleetCtx, stopFleet := context.WithCancel(ctx)
-	var wg sync.WaitGroup
 	defer func() {
 		stopFleet()
-		wg.Wait()
+		fl.Wait()
 	}()
 	fmt.Fprintf(log, "meteor: connecting %d devices, %d at a time over %d sockets\n", cfg.devices, cfg.concurrency, cfg.sockets)
 	t0 := time.Now()
-	failed := fl.connect(fleetCtx, &wg, cfg.concurrency)
-	if failed > 0 {
-		fmt.Fprintf(log, "meteor: %d devices failed their first dial and keep retrying, e.g. %v\n", failed, fl.lastErr.Load())
-	}
+	fl.Start(fleetCtx)
 	if err := waitAll(ctx, s.logs(), rev1, cfg.timeout, "meteor: converging on version 1", log); err != nil {
-		return nil, "", fmt.Errorf("%w (last device error: %v)", err, fl.lastErr.Load())
+		return nil, "", fmt.Errorf("%w (last device error: %v)", err, fl.LastErr())
+	}
+	if n := fl.DialFailures(); n > 0 {
+		fmt.Fprintf(log, "meteor: %d dials failed and were retried, e.g. %v\n", n, fl.LastErr())
 	}
 	fmt.Fprintf(log, "meteor: %d devices connected and converged on version 1 in %.1f s\n", cfg.devices, time.Since(t0).Seconds())
 
@@ -208,51 +196,4 @@ func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir str
 	return results, mc.Version, nil
 }
 
-// connect dials every device, concurrency at a time, and starts each
-// one's session goroutine in wg; a device whose first dial fails starts
-// without a session and keeps retrying. It returns how many failed.
-func (f *meteorFleet) connect(ctx context.Context, wg *sync.WaitGroup, concurrency int) int {
-	work := make(chan int)
-	var mu sync.Mutex
-	failed := 0
-	var dialers sync.WaitGroup
-	for range concurrency {
-		dialers.Go(func() {
-			for i := range work {
-				d := f.devs[i]
-				l, c, err := d.dial(ctx, f.trs[i%len(f.trs)], f.servers[d.home], f.timeout)
-				if err != nil {
-					f.lastErr.Store(fmt.Errorf("%s: %w", d.id, err))
-					mu.Lock()
-					failed++
-					mu.Unlock()
-					l = nil
-				}
-				wg.Go(func() { f.run(ctx, i, l, c) })
-			}
-		})
-	}
-	for i := range f.devs {
-		if ctx.Err() != nil {
-			break
-		}
-		work <- i
-	}
-	close(work)
-	dialers.Wait()
-	return failed
-}
-
 func deviceID(i, n int) string { return fmt.Sprintf("dev-%0*d", len(strconv.Itoa(n-1)), i) }
-
-// issueDevices issues one certificate per device (ECDSA P-256), on every
-// CPU.
-func issueDevices(ca *clusterpki.CA, n int) ([]tls.Certificate, error) {
-	certs := make([]tls.Certificate, n)
-	err := benchkit.Parallel(n, func(i int) error {
-		c, err := ca.IssueDevice(deviceID(i, n))
-		certs[i] = c
-		return err
-	})
-	return certs, err
-}

@@ -117,10 +117,10 @@ type mqttFleet struct {
 	doc        *desired
 	groups     int
 	devices    []mqtt.Client
-	applied    []atomic.Int64 // by device: the version it last applied
-	confirms   []*confirmLog  // by device, written by the collector
-	took       []*confirmLog  // by device: the versions it applied
-	index      map[string]int // device ID to index
+	applied    []atomic.Int64        // by device: the version it last applied
+	confirms   []*benchkit.TargetLog // by device, written by the collector
+	took       []*benchkit.TargetLog // by device: the versions it applied
+	index      map[string]int        // device ID to index
 	publisher  mqtt.Client
 	collector  mqtt.Client
 	broker     *benchkit.Proc
@@ -161,9 +161,9 @@ func (f *mqttFleet) apply(ctx context.Context, version int) (uint64, error) {
 	return uint64(version), nil
 }
 
-func (f *mqttFleet) logs() []*confirmLog { return f.confirms }
+func (f *mqttFleet) logs() []*benchkit.TargetLog { return f.confirms }
 
-func (f *mqttFleet) appliedLogs() []*confirmLog { return f.took }
+func (f *mqttFleet) appliedLogs() []*benchkit.TargetLog { return f.took }
 
 func (f *mqttFleet) serverCPU() (time.Duration, error) { return f.broker.CPUTime() }
 
@@ -212,7 +212,7 @@ func (f *mqttFleet) deviceClient(addr string, i, n int) mqtt.Client {
 			return
 		}
 		f.applied[i].Store(int64(v))
-		f.took[i].record(uint64(v), time.Now())
+		f.took[i].Record(uint64(v), time.Now())
 		// Not waited for here: the handler runs on the client's router.
 		c.Publish(reportTopic+id, 1, false, strconv.Itoa(v))
 	}
@@ -241,7 +241,7 @@ func (f *mqttFleet) startCollector(ctx context.Context, addr string) error {
 		if !ok || err != nil || v < 0 {
 			return
 		}
-		f.confirms[i].record(uint64(v), at)
+		f.confirms[i].Record(uint64(v), at)
 	}
 	o := clientOptions(addr, "collector").SetOnConnectHandler(func(c mqtt.Client) {
 		c.Subscribe(reportTopic+"+", 1, onReport)
@@ -297,10 +297,10 @@ func runMosquitto(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir 
 
 	n := cfg.devices
 	f := &mqttFleet{doc: doc, groups: cfg.groups, broker: p, devPort: ports[0],
-		devices: make([]mqtt.Client, n), applied: make([]atomic.Int64, n), confirms: make([]*confirmLog, n), took: make([]*confirmLog, n), index: make(map[string]int, n)}
+		devices: make([]mqtt.Client, n), applied: make([]atomic.Int64, n), confirms: make([]*benchkit.TargetLog, n), took: make([]*benchkit.TargetLog, n), index: make(map[string]int, n)}
 	defer f.close()
 	for i := range n {
-		f.confirms[i], f.took[i] = &confirmLog{}, &confirmLog{}
+		f.confirms[i], f.took[i] = &benchkit.TargetLog{}, &benchkit.TargetLog{}
 		f.index[deviceID(i, n)] = i
 	}
 	if err := f.startCollector(ctx, backAddr); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/tls"
 	"fmt"
 	"io"
 	"slices"
@@ -200,43 +199,6 @@ func TestChangedAt(t *testing.T) {
 	f.revise(4, 3, "rotate")
 	if diff := cmp.Diff([]int{4, 0, 0, 0, 0}, f.versions); diff != "" {
 		t.Error(diff)
-	}
-}
-
-func TestDeviceTakeAndInventory(t *testing.T) {
-	d := newDevice("d", tls.Certificate{})
-	ack := d.take([]*wire.Delta{
-		{BaseRevision: 0, TargetRevision: 5, Upserts: []wire.Upsert{upsert("i/b", 5, 3), upsert("i/a", 5, 3)}},
-		{BaseRevision: 0, TargetRevision: 5, Complete: true, Upserts: []wire.Upsert{upsert("i/c", 4, 3)}},
-	})
-	if ack != 5 || d.acked != 5 {
-		t.Fatalf("ack %d, acked %d", ack, d.acked)
-	}
-	if ack := d.take([]*wire.Delta{{BaseRevision: 5, TargetRevision: 5, Complete: true, Deletes: []string{"i/b"}}}); ack != 0 {
-		t.Errorf("no-op Delta acked %d", ack)
-	}
-	var keys []string
-	for _, a := range d.inventory() {
-		keys = append(keys, a.Key)
-	}
-	if diff := cmp.Diff([]string{"i/a", "i/c"}, keys); diff != "" {
-		t.Error(diff)
-	}
-	h := d.hello(true)
-	if !h.Inventory || len(h.Applied) != 2 || h.AckedRevision != 5 {
-		t.Errorf("hello %+v", h)
-	}
-	if h := d.hello(false); h.Inventory || h.Applied != nil {
-		t.Errorf("revision-only hello %+v", h)
-	}
-	if p := d.pull(true); p.KnownRevision != 5 || len(p.Applied) != 2 {
-		t.Errorf("pull %+v", p)
-	}
-	// Every message the device sends is valid on the wire.
-	for _, m := range []wire.Message{d.hello(true), d.pull(true), d.report(1), d.hello(false)} {
-		if _, err := wire.DecodeMessage(m.Type(), m.Append(nil)); err != nil {
-			t.Errorf("%s does not decode: %v", m.Type(), err)
-		}
 	}
 }
 

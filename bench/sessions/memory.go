@@ -15,6 +15,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
+	"github.com/meteor-edge/meteor/bench/internal/wiredev"
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/wire"
 )
@@ -65,7 +66,7 @@ type memoryResult struct {
 type fleet struct {
 	// name prefixes the fleet's log lines ("memory", "storm").
 	name  string
-	devs  []*device
+	devs  []*wiredev.Device
 	conns []*quic.Conn
 	trs   []*quic.Transport
 	pcs   []net.PacketConn
@@ -153,7 +154,7 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 	}
 	defer fl.close()
 	for i, id := range ids {
-		fl.devs = append(fl.devs, newDevice(id, certs[i]))
+		fl.devs = append(fl.devs, wiredev.NewDevice(id, certs[i], fleetLabels))
 	}
 
 	if _, err := mc.Rest(ctx, cfg.settle); err != nil {
@@ -283,7 +284,7 @@ func (fl *fleet) connectAll(ctx context.Context, cfg *config, addr net.Addr, poo
 				if err != nil {
 					failed = append(failed, i)
 					if len(errs) < 3 {
-						errs = append(errs, fmt.Errorf("%s: %w", fl.devs[i].id, err))
+						errs = append(errs, fmt.Errorf("%s: %w", fl.devs[i].ID, err))
 					}
 				} else {
 					times = append(times, d)
@@ -312,7 +313,7 @@ func (fl *fleet) connectAll(ctx context.Context, cfg *config, addr net.Addr, poo
 func (fl *fleet) open(ctx context.Context, cfg *config, addr net.Addr, pool *x509.CertPool, i int) (time.Duration, error) {
 	d := fl.devs[i]
 	tr := fl.trs[i%len(fl.trs)]
-	tlsConf := d.tlsConfig(pool, nil)
+	tlsConf := d.TLSConfig(pool, nil)
 	if fl.tlsFor != nil {
 		tlsConf = fl.tlsFor(i)
 	}
@@ -323,7 +324,7 @@ func (fl *fleet) open(ctx context.Context, cfg *config, addr net.Addr, pool *x50
 	if err != nil {
 		return 0, fmt.Errorf("dial: %w", err)
 	}
-	o, err := d.open(ctx, conn, openOpts{inventory: true, start: start, timeout: cfg.timeout})
+	o, err := openSession(ctx, d, conn, openOpts{inventory: true, start: start, timeout: cfg.timeout})
 	if err != nil {
 		conn.CloseWithError(wire.CloseNormal, "")
 		return 0, err

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
+	"github.com/meteor-edge/meteor/bench/internal/wiredev"
 	"github.com/meteor-edge/meteor/cluster/api"
 )
 
@@ -279,7 +280,7 @@ func (m *stormMode) storm(ctx context.Context, cfg *config, c *benchkit.MeteorCl
 		return err
 	}
 	serverPorts, clientPorts := c.AgentPorts(survivors...), fl.ports()
-	drops0, dropsErr := udpDrops(append(serverPorts, clientPorts...))
+	drops0, dropsErr := benchkit.ReadUDPDrops(append(serverPorts, clientPorts...))
 	fmt.Fprintf(log, "storm: %s: SIGKILL %s, %d devices reconnect (detect: %s)\n", m.Mode, m.Victim, len(live), cfg.stormDetect)
 	t0 := time.Now()
 	if err := c.Kill(victim); err != nil {
@@ -319,8 +320,8 @@ func (m *stormMode) storm(ctx context.Context, cfg *config, c *benchkit.MeteorCl
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if drops1, err := udpDrops(append(serverPorts, clientPorts...)); err == nil && dropsErr == nil {
-		m.ServerUDPDrops, m.ClientUDPDrops = sumDrops(drops0, drops1, serverPorts), sumDrops(drops0, drops1, clientPorts)
+	if drops1, err := benchkit.ReadUDPDrops(append(serverPorts, clientPorts...)); err == nil && dropsErr == nil {
+		m.ServerUDPDrops, m.ClientUDPDrops = benchkit.SumDrops(drops0, drops1, serverPorts), benchkit.SumDrops(drops0, drops1, clientPorts)
 	} else {
 		m.ServerUDPDrops, m.ClientUDPDrops = -1, -1
 	}
@@ -369,11 +370,11 @@ func (m *stormMode) storm(ctx context.Context, cfg *config, c *benchkit.MeteorCl
 		if err := context.Cause(sd.conn.Context()); err != nil {
 			m.ClosedAfter++
 			if len(m.ClosedReasons) < 5 {
-				m.ClosedReasons = append(m.ClosedReasons, fmt.Sprintf("%s on %s: %v", sd.d.id, outcomes[i].server, err))
+				m.ClosedReasons = append(m.ClosedReasons, fmt.Sprintf("%s on %s: %v", sd.d.ID, outcomes[i].server, err))
 			}
 			continue
 		}
-		on[sd.d.id] = outcomes[i].server
+		on[sd.d.ID] = outcomes[i].server
 	}
 	m.checkRecords(ctx, c, t0, on, log)
 	summarizeStorm(m, outcomes)
@@ -397,12 +398,12 @@ func connectStormFleet(ctx context.Context, cfg *config, victimAddr string, p *p
 	}()
 	devs := make([]*stormDev, len(ids))
 	for i, id := range ids {
-		d := newDevice(id, certs[i])
+		d := wiredev.NewDevice(id, certs[i], fleetLabels)
 		fl.devs = append(fl.devs, d)
 		sd := &stormDev{d: d, tr: fl.trs[i%len(fl.trs)], pool: p.pool, rng: rand.New(rand.NewPCG(seed, uint64(i)))}
 		if key == storm0RTT {
 			sd.cache = newTicketCache()
-			sd.tlsConf = d.tlsConfig(p.pool, sd.cache)
+			sd.tlsConf = d.TLSConfig(p.pool, sd.cache)
 		}
 		devs[i] = sd
 	}

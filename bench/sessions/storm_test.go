@@ -133,24 +133,3 @@ func TestStormSummaryAndPercentiles(t *testing.T) {
 		t.Errorf("rows %+v", rows)
 	}
 }
-
-func TestParseUDPDrops(t *testing.T) {
-	text := []byte(`   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops
-    0: 0100007F:E9CF 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 386332 2 000000006cfe84a1 17
-    1: 0100007F:A9CF 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 383488 2 0000000025f06d51 0
-    2: 0100007F:0035 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 383488 2 0000000025f06d51 9
-`)
-	got, err := parseUDPDrops(text, []int{0xE9CF, 0xA9CF, 4242})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got[0xE9CF] != 17 || got[0xA9CF] != 0 || len(got) != 2 {
-		t.Errorf("drops %v", got)
-	}
-	if n := sumDrops(map[int]uint64{0xE9CF: 5}, got, []int{0xE9CF, 0xA9CF}); n != 12 {
-		t.Errorf("sumDrops = %d, want 12", n)
-	}
-	if _, err := parseUDPDrops([]byte("garbage\n"), nil); err == nil {
-		t.Error("bad header: no error")
-	}
-}

@@ -311,3 +311,39 @@ func TestThousands(t *testing.T) {
 		}
 	}
 }
+
+func TestTargetLogKeepsTheFirstTimeOfEachTarget(t *testing.T) {
+	var l TargetLog
+	t0 := time.Unix(100, 0)
+	l.Record(3, t0)
+	l.Record(3, t0.Add(time.Second)) // a repeat adds nothing
+	l.Record(2, t0.Add(2*time.Second))
+	l.Record(7, t0.Add(3*time.Second))
+	for _, tc := range []struct {
+		target uint64
+		want   time.Time
+		ok     bool
+	}{{1, t0, true}, {3, t0, true}, {4, t0.Add(3 * time.Second), true}, {7, t0.Add(3 * time.Second), true}, {8, time.Time{}, false}} {
+		if got, ok := l.First(tc.target); ok != tc.ok || !got.Equal(tc.want) {
+			t.Errorf("First(%d) = %v, %v; want %v, %v", tc.target, got, ok, tc.want, tc.ok)
+		}
+	}
+	var other TargetLog
+	other.Record(9, t0.Add(time.Second))
+	if got := TimesSince([]*TargetLog{&l, &other, {}}, 4, t0); len(got) != 2 || got[0] != time.Second || got[1] != 3*time.Second {
+		t.Errorf("TimesSince = %v", got)
+	}
+}
+
+func TestPercentileOfCountsDevicesThatNeverArrived(t *testing.T) {
+	sorted := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9}
+	if got, ok := PercentileOf(sorted, 10, 50); !ok || got != 5 {
+		t.Errorf("p50 of 9 arrivals out of 10 = %v, %v", got, ok)
+	}
+	if _, ok := PercentileOf(sorted, 10, 99); ok {
+		t.Error("p99 with one device missing out of 10: reached")
+	}
+	if got, ok := PercentileOf(sorted, 9, 100); !ok || got != 9 {
+		t.Errorf("p100 of all = %v, %v", got, ok)
+	}
+}
