@@ -29,6 +29,32 @@ type side interface {
 	ports() (proto string, ports []int)
 }
 
+// durableWatcher is a side whose API shows when the devices' reports are
+// durable (Meteor: GET /v1/intents/NAME/progress counts the devices whose
+// converged status at the revision is committed through Raft).
+type durableWatcher interface {
+	// watchDurable starts watching, from start, for n devices converged at
+	// target; the returned stop ends the watch, waiting at most until
+	// deadline for every device, and returns what it saw.
+	watchDurable(ctx context.Context, target uint64, n int, start time.Time) (stop func(deadline time.Time) durableTimes)
+}
+
+// durableTimes is what a durableWatcher saw: when the API first showed
+// 50, 99 and 100 % of the devices durable (nil where it did not), after
+// how many reads, and the last count read.
+type durableTimes struct {
+	P50, P99, P100 *float64
+	Reads          int
+	Last           int
+	Err            error
+}
+
+// udpSide is a side whose devices and servers speak UDP: the drops of
+// its sockets' receive buffers are counted during each change.
+type udpSide interface {
+	udpPorts() (servers, devices []int)
+}
+
 // electionCounter is a side whose servers elect leaders.
 type electionCounter interface {
 	// raftTerm returns the servers' highest Raft term: the elections
@@ -59,6 +85,16 @@ type levelResult struct {
 	// retained message handled), before their report left.
 	AppliedP50s *float64 `json:"applied_p50_s"`
 	AppliedP99s *float64 `json:"applied_p99_s"`
+	// DurableP50s, DurableP99s and DurableP100s are, for Meteor, the
+	// times until the API showed that share of the devices converged at
+	// the change's revision: their reports committed through Raft
+	// (blocking reads of the intent's progress on one server, at most one
+	// every durablePoll); DurableReads counts the reads.
+	DurableP50s  *float64 `json:"durable_p50_s,omitempty"`
+	DurableP99s  *float64 `json:"durable_p99_s,omitempty"`
+	DurableP100s *float64 `json:"durable_p100_s,omitempty"`
+	DurableReads int      `json:"durable_reads,omitempty"`
+	DurableError string   `json:"durable_error,omitempty"`
 	// Server is what Meteor's cluster itself recorded, read after the
 	// change: the devices targeted, acknowledged and converged at the
 	// intent's revision.
@@ -75,9 +111,12 @@ type levelResult struct {
 	Elections  *int  `json:"elections,omitempty"`
 	// Packets and Dropped count the packets on the device ports that the
 	// loss rules saw and dropped (both directions).
-	Packets uint64  `json:"packets,omitempty"`
-	Dropped uint64  `json:"dropped,omitempty"`
-	Load1   float64 `json:"load1"`
+	Packets uint64 `json:"packets,omitempty"`
+	Dropped uint64 `json:"dropped,omitempty"`
+	// UDP counts the datagrams dropped by full socket receive buffers
+	// during the change (Meteor).
+	UDP   *benchkit.UDPDrops `json:"udp_drops,omitempty"`
+	Load1 float64            `json:"load1"`
 }
 
 // serverCounts is the intent's progress as the cluster records it.
@@ -129,12 +168,20 @@ func measure(ctx context.Context, s side, system string, version, loss int, loss
 			return nil, err
 		}
 	}
+	var udp *benchkit.UDPWatch
+	if us, ok := s.(udpSide); ok {
+		udp = benchkit.WatchUDP(us.udpPorts())
+	}
 	start := time.Now()
 	target, err := s.apply(ctx, version)
 	if err != nil {
 		return nil, fmt.Errorf("apply version %d: %w", version, err)
 	}
 	res.SubmitMs = benchkit.MS(time.Since(start))
+	var stopDurable func(time.Time) durableTimes
+	if dw, ok := s.(durableWatcher); ok {
+		stopDurable = dw.watchDurable(ctx, target, len(logs), start)
+	}
 
 	deadline := start.Add(timeout)
 	var times []time.Duration
@@ -158,6 +205,17 @@ func measure(ctx context.Context, s side, system string, version, loss int, loss
 			return nil, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+	if stopDurable != nil {
+		d := stopDurable(deadline)
+		res.DurableP50s, res.DurableP99s, res.DurableP100s, res.DurableReads = d.P50, d.P99, d.P100, d.Reads
+		if d.Err != nil {
+			res.DurableError = d.Err.Error()
+		}
+	}
+	if udp != nil {
+		drops := udp.Drops()
+		res.UDP = &drops
 	}
 	cpu1, err := s.serverCPU()
 	if err != nil {

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
@@ -75,6 +77,74 @@ func (s *meteorSide) appliedLogs() []*benchkit.TargetLog { return s.fl.AppliedLo
 
 func (s *meteorSide) serverCPU() (time.Duration, error) { return s.mc.CPUTime() }
 
+func (s *meteorSide) udpPorts() (servers, devices []int) { return s.mc.AgentPorts(), s.fl.Ports() }
+
+// durablePoll is the least time between two reads of the intent's
+// progress while a change is watched: each read has the server count the
+// fleet, and its CPU is the measured system's.
+const durablePoll = 50 * time.Millisecond
+
+// watchDurable reads the intent's progress on the first server with
+// blocking reads (at most one every durablePoll) and notes when it first
+// showed 50, 99 and 100 % of n devices converged at target: their reports
+// committed through Raft and applied to that server's replica.
+func (s *meteorSide) watchDurable(ctx context.Context, target uint64, n int, start time.Time) func(time.Time) durableTimes {
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var mu sync.Mutex
+	var out durableTimes // guarded by mu
+	need := func(p float64) int { return max(int(math.Ceil(p/100*float64(n))), 1) }
+	go func() {
+		defer close(done)
+		var index uint64
+		for wctx.Err() == nil {
+			t0 := time.Now()
+			p, err := s.mc.Servers[0].API.IntentProgress(wctx, intentName, api.ReadOptions{WaitIndex: index, Wait: 10 * time.Second})
+			at := time.Now().Sub(start).Seconds()
+			mu.Lock()
+			switch {
+			case err != nil && wctx.Err() != nil:
+				mu.Unlock()
+				return
+			case err != nil:
+				out.Err = err
+			default:
+				out.Reads++
+				index = p.Index
+				if p.Revision >= target {
+					out.Last = p.Converged
+					for _, t := range []struct {
+						pct float64
+						at  **float64
+					}{{50, &out.P50}, {99, &out.P99}, {100, &out.P100}} {
+						if *t.at == nil && p.Converged >= need(t.pct) {
+							*t.at = &at
+						}
+					}
+				}
+			}
+			full := out.P100 != nil
+			mu.Unlock()
+			if full || benchkit.Sleep(wctx, durablePoll-time.Since(t0)) != nil {
+				return
+			}
+		}
+	}()
+	return func(deadline time.Time) durableTimes {
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return out
+	}
+}
+
 func (s *meteorSide) raftTerm(ctx context.Context) (uint64, error) { return s.mc.RaftTerm(ctx) }
 
 func (s *meteorSide) reconnects() int64 { return s.fl.Reconnects() }
@@ -95,7 +165,7 @@ func (s *meteorSide) serverCounts(ctx context.Context) (*api.IntentProgress, err
 
 // runMeteor starts the cluster, connects the fleet, converges it on
 // version 1, and measures one change per loss level.
-func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir string, lossy *lossTable, levels []int, out, log io.Writer) ([]*levelResult, string, error) {
+func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir string, lossy *lossTable, levels []int, rep *report, out, log io.Writer) ([]*levelResult, string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", err
 	}
@@ -169,6 +239,7 @@ func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir str
 		fmt.Fprintf(log, "meteor: %d dials failed and were retried, e.g. %v\n", n, fl.LastErr())
 	}
 	fmt.Fprintf(log, "meteor: %d devices connected and converged on version 1 in %.1f s\n", cfg.devices, time.Since(t0).Seconds())
+	rep.UDPBuffers.read(ctx, mc.AgentPorts(), fl.Ports(), log)
 
 	var results []*levelResult
 	for i, loss := range levels {
@@ -193,6 +264,7 @@ func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir str
 		resultRow(out, res)
 		results = append(results, res)
 	}
+	rep.Elections.Record(ctx, "fanout: meteor", mc.MeteorCluster)
 	return results, mc.Version, nil
 }
 
