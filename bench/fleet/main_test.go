@@ -112,11 +112,11 @@ func TestRunTinyFleets(t *testing.T) {
 	}
 	out := t.TempDir()
 	cfg, err := parseFlags([]string{
-		"-sizes", "50", "-per-worker", "25", "-ramp-rate", "100", "-sample-every", "200ms", "-settle", "0",
+		"-sizes", "50", "-dials", "16", "-sockets", "4", "-sample-every", "200ms", "-settle", "0",
 		"-change-timeout", "60s", "-connect-timeout", "60s",
 		"-retail-devices", "40", "-retail-time-scale", "0.05", "-retail-timeout", "30s",
 		"-changes", filepath.Join(root, "docs", "examples", "retail"),
-		"-meteor-bin", bin, "-out", out, "-sim-dir", t.TempDir(),
+		"-meteor-bin", bin, "-out", out, "-sim-dir", t.TempDir(), "-raise-udp-buffers=false",
 	}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -148,12 +148,19 @@ func TestRunTinyFleets(t *testing.T) {
 			t.Errorf("%s: %d of %d targeted devices converged", c.Name, c.Converged, c.Targeted)
 		}
 	}
-	rows := map[int]int{}
+	if l := rep.Scale[0]; l.Kind != kindLight || l.ConnectSec == nil || l.Connect.P100 == nil || l.ConnectCPUms <= 0 || l.SimKiBPerDevice <= 0 || l.ConnectUDP == nil || l.ChangeUDP == nil || l.ChangeApplied.P99 == nil {
+		t.Errorf("light level %+v", l)
+	}
+	rows, keys := map[int]int{}, map[string]bool{}
 	for _, r := range rep.Summary {
 		rows[r.Bench]++
+		keys[r.Key] = true
 	}
-	if rows[4] != 2 || rows[5] != 3 {
-		t.Errorf("summary rows by bench: %v", rows)
+	if rows[4] != 2 || rows[5] != 3 || !keys["fleet-converge"] || !keys["fleet-connect"] {
+		t.Errorf("summary rows by bench: %v, keys %v", rows, keys)
+	}
+	if len(rep.Elections.Clusters) != 2 || rep.Elections.Unknown() != 0 {
+		t.Errorf("elections %+v", rep.Elections)
 	}
 }
 

@@ -110,6 +110,7 @@ type member struct {
 	pullTimer   *time.Timer
 	resendTimer *time.Timer
 	resendWait  time.Duration
+	server      int // index in Config.Servers of the session's server
 
 	first          atomic.Int64 // UnixNano of its first Welcome; 0 before
 	took, reported benchkit.TargetLog
@@ -224,6 +225,39 @@ func (f *Fleet) ReportedLogs() []*benchkit.TargetLog {
 	return out
 }
 
+// CountApplied and CountReported count the devices whose logs have
+// reached rev.
+func (f *Fleet) CountApplied(rev uint64) int {
+	return f.count(rev, func(m *member) *benchkit.TargetLog { return &m.took })
+}
+func (f *Fleet) CountReported(rev uint64) int {
+	return f.count(rev, func(m *member) *benchkit.TargetLog { return &m.reported })
+}
+
+func (f *Fleet) count(rev uint64, log func(*member) *benchkit.TargetLog) int {
+	n := 0
+	for _, m := range f.devs {
+		if _, ok := log(m).First(rev); ok {
+			n++
+		}
+	}
+	return n
+}
+
+// SessionsByServer counts the devices in session, by the address of
+// their server (Config.Servers' String()).
+func (f *Fleet) SessionsByServer() map[string]int {
+	out := map[string]int{}
+	for _, m := range f.devs {
+		m.mu.Lock()
+		if m.l != nil {
+			out[f.cfg.Servers[m.server].String()]++
+		}
+		m.mu.Unlock()
+	}
+	return out
+}
+
 // FirstSessions returns, sorted, how long after start each device got
 // its first Welcome, for those that did.
 func (f *Fleet) FirstSessions(start time.Time) []time.Duration {
@@ -264,8 +298,7 @@ func (f *Fleet) run(ctx context.Context, i int) {
 	failures := 0
 	first := true
 	for ctx.Err() == nil {
-		addr := f.cfg.Servers[(home+failures)%len(f.cfg.Servers)]
-		l, err := f.dial(ctx, m, tr, addr)
+		l, err := f.dial(ctx, m, tr, (home+failures)%len(f.cfg.Servers))
 		if first {
 			f.attempted.Add(1)
 			first = false
@@ -315,7 +348,8 @@ func jittered(d time.Duration) time.Duration {
 // if the device has one, always with its inventory), Welcome; then Pull
 // if the server's desired revision is ahead, and a fresh report if one
 // is unacknowledged. It holds a dial token until the Welcome.
-func (f *Fleet) dial(ctx context.Context, m *member, tr *quic.Transport, addr *net.UDPAddr) (*link, error) {
+func (f *Fleet) dial(ctx context.Context, m *member, tr *quic.Transport, server int) (*link, error) {
+	addr := f.cfg.Servers[server]
 	select {
 	case f.dials <- struct{}{}:
 	case <-ctx.Done():
@@ -330,7 +364,7 @@ func (f *Fleet) dial(ctx context.Context, m *member, tr *quic.Transport, addr *n
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	l, err := f.open(dctx, m, conn)
+	l, err := f.open(dctx, m, conn, server)
 	if err != nil {
 		conn.CloseWithError(wire.CloseNormal, "")
 		return nil, err
@@ -341,7 +375,7 @@ func (f *Fleet) dial(ctx context.Context, m *member, tr *quic.Transport, addr *n
 // errEnded is a session the server ended with Reject or GoAway.
 var errEnded = errors.New("session ended by the server")
 
-func (f *Fleet) open(ctx context.Context, m *member, conn *quic.Conn) (*link, error) {
+func (f *Fleet) open(ctx context.Context, m *member, conn *quic.Conn, server int) (*link, error) {
 	str, err := conn.OpenStream()
 	if err != nil {
 		return nil, err
@@ -373,7 +407,7 @@ func (f *Fleet) open(ctx context.Context, m *member, conn *quic.Conn) (*link, er
 	defer m.mu.Unlock()
 	d := m.d
 	d.Welcomed(w)
-	m.l, m.pulling, m.notified, m.parts = l, false, 0, nil
+	m.l, m.pulling, m.notified, m.parts, m.server = l, false, 0, nil, server
 	m.pullEvery = agent.DefaultPullInterval
 	if w.PullInterval > 0 {
 		m.pullEvery = w.PullInterval
