@@ -128,6 +128,29 @@ func TestMemoryVerdict(t *testing.T) {
 	}
 }
 
+func TestMemorySummaryIsTheLargestLevel(t *testing.T) {
+	m := &memoryResult{Levels: []*memoryLevel{
+		{Agents: 1000, Added: 1000, RSSKiB: 150, HeapKiB: 60},
+		{Agents: 10000, Added: 9000, RSSKiB: 60.5, HeapKiB: 30, MarginalRSSKiB: 50, Elections: 1, UDP: &benchkit.UDPDrops{Servers: 2}},
+	}}
+	rows := memorySummary(m)
+	if len(rows) != 1 {
+		t.Fatalf("rows %+v", rows)
+	}
+	r := rows[0]
+	if r.Key != "sessions-memory" || r.Meteor != "60.5 KiB (live Go heap 30.0 KiB)" || r.Met == nil || !*r.Met || *r.Elections != 1 ||
+		!strings.Contains(r.Figure, "10,000 idle sessions") || !strings.Contains(r.Note, "marginal between the two levels 50.0 KiB") || !strings.Contains(r.Note, "2 on the servers'") {
+		t.Errorf("row %+v", r)
+	}
+	m.Levels[1].Failed = 3
+	if r := memorySummary(m)[0]; *r.Met {
+		t.Error("met with devices that never connected")
+	}
+	if memorySummary(&memoryResult{}) != nil {
+		t.Error("a row without levels")
+	}
+}
+
 func TestPerAgentKiB(t *testing.T) {
 	if got := perAgentKiB(1<<20, 1<<20+1000*64*1024, 1000); got != 64 {
 		t.Errorf("got %v", got)

@@ -47,6 +47,11 @@ type memoryLevel struct {
 	AnonKiB        float64 `json:"rss_anon_kib_per_agent"`
 	HeapKiB        float64 `json:"go_heap_kib_per_agent"`
 	MarginalRSSKiB float64 `json:"marginal_rss_kib_per_agent,omitempty"`
+	// Elections counts the server's leader elections while connecting
+	// (a single voter keeps its leadership; counted all the same); UDP
+	// the datagrams dropped by full receive buffers meanwhile.
+	Elections int                `json:"leader_elections"`
+	UDP       *benchkit.UDPDrops `json:"udp_drops,omitempty"`
 }
 
 // memoryResult is part 3.
@@ -112,7 +117,7 @@ func (f *fleet) close() {
 }
 
 // runMemory measures part 3 against a server process.
-func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, p *pki, dir string, out, log io.Writer) (*memoryResult, error) {
+func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, p *pki, dir string, elections *benchkit.ElectionLog, out, log io.Writer) (*memoryResult, error) {
 	res := &memoryResult{Sockets: cfg.sockets, Concurrency: cfg.concurrency}
 	maxAgents := slices.Max(cfg.agents)
 	fmt.Fprintf(log, "memory: issuing %d device certificates\n", maxAgents)
@@ -136,6 +141,7 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 	if err != nil {
 		return nil, err
 	}
+	defer elections.Record(context.WithoutCancel(ctx), "memory (one dev server)", mc)
 	sp := mc.Servers[0]
 	addr, err := net.ResolveUDPAddr("udp", sp.AgentAddr)
 	if err != nil {
@@ -178,6 +184,11 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 		if err != nil {
 			return nil, err
 		}
+		term0, err := mc.RaftTerm(ctx)
+		if err != nil {
+			return nil, err
+		}
+		udp := benchkit.WatchUDP(mc.AgentPorts(), fl.ports())
 		fmt.Fprintf(log, "memory: connecting devices %d..%d\n", connected, n-1)
 		start := time.Now()
 		times, failed := fl.connect(ctx, cfg, addr, p.pool, connected, n, log)
@@ -206,6 +217,11 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 			return nil, err
 		}
 		lvl.SettleSec = took.Seconds()
+		drops := udp.Drops()
+		lvl.UDP = &drops
+		if lvl.Elections, err = mc.ElectionsSince(ctx, term0); err != nil {
+			return nil, err
+		}
 		h1, err := sp.API.Health(ctx)
 		if err != nil {
 			return nil, err

@@ -168,7 +168,7 @@ const stormServers = 3
 // runStorm measures part 4: for each mode, a fresh three-server cluster,
 // every device on one follower, SIGKILL, and the storm onto the other
 // two.
-func runStorm(ctx context.Context, cfg *config, bin string, p *pki, dir string, out, log io.Writer) (*stormResult, error) {
+func runStorm(ctx context.Context, cfg *config, bin string, p *pki, dir string, elections *benchkit.ElectionLog, out, log io.Writer) (*stormResult, error) {
 	res := &stormResult{Agents: cfg.stormAgents, Detect: cfg.stormDetect, Sockets: cfg.stormSockets}
 	ids := make([]string, cfg.stormAgents)
 	for i := range ids {
@@ -181,7 +181,7 @@ func runStorm(ctx context.Context, cfg *config, bin string, p *pki, dir string, 
 	}
 	stormHeader(out, res)
 	for mi, key := range cfg.stormModes {
-		m, err := runStormMode(ctx, cfg, bin, p, filepath.Join(dir, "storm-"+key), key, ids, certs, uint64(mi), log)
+		m, err := runStormMode(ctx, cfg, bin, p, filepath.Join(dir, "storm-"+key), key, ids, certs, uint64(mi), elections, log)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", stormModeName(key), err)
 		}
@@ -193,7 +193,7 @@ func runStorm(ctx context.Context, cfg *config, bin string, p *pki, dir string, 
 
 // runStormMode runs one mode on a fresh cluster in dir: the devices
 // connect to a follower, which is then killed; see stormMode.storm.
-func runStormMode(ctx context.Context, cfg *config, bin string, p *pki, dir, key string, ids []string, certs []tls.Certificate, seed uint64, log io.Writer) (*stormMode, error) {
+func runStormMode(ctx context.Context, cfg *config, bin string, p *pki, dir, key string, ids []string, certs []tls.Certificate, seed uint64, elections *benchkit.ElectionLog, log io.Writer) (*stormMode, error) {
 	m := &stormMode{Key: key, Mode: stormModeName(key), Agents: len(ids), PerServer: map[string]int{}}
 	g := &benchkit.Group{}
 	defer g.StopAll(3 * time.Second)
@@ -211,6 +211,8 @@ func runStormMode(ctx context.Context, cfg *config, bin string, p *pki, dir, key
 	if err != nil {
 		return nil, err
 	}
+	// Counted before the servers stop (the deferred StopAll runs after).
+	defer elections.Record(context.WithoutCancel(ctx), "storm "+key, c)
 	li, err := c.WaitLeader(ctx)
 	if err != nil {
 		return nil, err

@@ -37,7 +37,7 @@ func TestStormTiny(t *testing.T) {
 	}
 	out := t.TempDir()
 	cfg, err := parseFlags([]string{"-parts", "storm", "-storm-agents", "30", "-storm-modes", modes, "-storm-timeout", "1m",
-		"-resources", "5", "-storm-sockets", "2", "-meteor-bin", bin, "-out", out}, io.Discard)
+		"-resources", "5", "-storm-sockets", "2", "-meteor-bin", bin, "-out", out, "-raise-udp-buffers=false"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +85,9 @@ func TestStormTiny(t *testing.T) {
 	}
 	if len(rep.Summary) != 2 {
 		t.Fatalf("summary %+v", rep.Summary)
+	}
+	if len(rep.Elections.Clusters) != len(cfg.stormModes) || rep.Elections.Unknown() != 0 {
+		t.Errorf("elections %+v", rep.Elections)
 	}
 	for _, r := range rep.Summary {
 		if r.Bench != stormBench || r.Name != "sessions" || (r.Meteor == "" && !raceBuild) {
