@@ -185,7 +185,7 @@ func build(dir string) (string, error) {
 	for _, src := range used {
 		files = append(files, src.File)
 	}
-	fmt.Fprintf(&b, "| all | %s | %s | | | %s | %s | %s | %s |\n", cell(er.Figure), cell(er.Meteor), cell(er.Goal), met, er.Meteor, strings.Join(files, ", "))
+	fmt.Fprintf(&b, "| all | %s | %s | | | %s | %s | %s | %s |\n", cell(er.Figure), cell(er.Meteor), cell(er.Goal), met, elections(er), strings.Join(files, ", "))
 
 	b.WriteString("\n## Notes\n\n")
 	for _, it := range items {
@@ -229,7 +229,7 @@ func electionsRow(srcs []*source, items []item) benchkit.Row {
 			}
 		}
 	}
-	row.Meteor = fmt.Sprint(total)
+	row.Meteor, row.Elections = fmt.Sprint(total), new(total)
 	if len(unrecorded) > 0 {
 		row.Meteor += fmt.Sprintf(" (%d of %d results files record none)", len(unrecorded), len(srcs))
 	}
