@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -156,21 +157,12 @@ func summaryRows(rep *report) []benchkit.Row {
 	} else if m != nil && e != nil {
 		writes.Note = fmt.Sprintf("closed-loop clients spreading writes over the three servers of each system, %.0f s measured; server CPU per write: Meteor %.3f ms, etcd %.3f ms; clients and both clusters share the machine's cores", rep.Params.DurationSec, m.ServerCPUms, e.ServerCPUms)
 		var by []string
-		for _, name := range sortedKeys(m.ServerCPUmsBy) {
+		for _, name := range slices.Sorted(maps.Keys(m.ServerCPUmsBy)) {
 			by = append(by, fmt.Sprintf("%s %.3f", name, m.ServerCPUmsBy[name]))
 		}
 		cpu.Note = fmt.Sprintf("CPU time (user + system, /proc) of all three servers in the measured window over the writes completed in it; Meteor per server (ms): %s; the load generator used %.3f ms per Meteor write and %.3f per etcd write on the same cores", strings.Join(by, ", "), m.DriverCPUms, e.DriverCPUms)
 	}
 	return []benchkit.Row{writes, cpu}
-}
-
-func sortedKeys(m map[string]float64) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // rowHeader and row print the stdout table one row at a time.

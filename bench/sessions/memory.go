@@ -73,8 +73,7 @@ type fleet struct {
 	name  string
 	devs  []*wiredev.Device
 	conns []*quic.Conn
-	trs   []*quic.Transport
-	pcs   []net.PacketConn
+	socks *wiredev.Sockets
 	// tlsFor returns device i's TLS configuration; nil means a fresh one
 	// without a session cache for every dial.
 	tlsFor func(i int) *tls.Config
@@ -83,38 +82,17 @@ type fleet struct {
 // newFleet opens sockets client UDP sockets (quic.Transports) for n
 // devices to share.
 func newFleet(name string, sockets, n int) (*fleet, error) {
-	fl := &fleet{name: name, conns: make([]*quic.Conn, n)}
-	for range sockets {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			fl.close()
-			return nil, err
-		}
-		fl.pcs = append(fl.pcs, pc)
-		fl.trs = append(fl.trs, &quic.Transport{Conn: pc})
+	socks, err := wiredev.OpenSockets(sockets)
+	if err != nil {
+		return nil, err
 	}
-	return fl, nil
+	return &fleet{name: name, conns: make([]*quic.Conn, n), socks: socks}, nil
 }
 
 // ports returns the local UDP ports of the fleet's sockets.
-func (f *fleet) ports() []int {
-	var ports []int
-	for _, pc := range f.pcs {
-		if a, ok := pc.LocalAddr().(*net.UDPAddr); ok {
-			ports = append(ports, a.Port)
-		}
-	}
-	return ports
-}
+func (f *fleet) ports() []int { return f.socks.Ports() }
 
-func (f *fleet) close() {
-	for _, tr := range f.trs {
-		tr.Close()
-	}
-	for _, pc := range f.pcs {
-		pc.Close()
-	}
-}
+func (f *fleet) close() { f.socks.Close() }
 
 // runMemory measures part 3 against a server process.
 func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, p *pki, dir string, elections *benchkit.ElectionLog, out, log io.Writer) (*memoryResult, error) {
@@ -328,7 +306,7 @@ func (fl *fleet) connectAll(ctx context.Context, cfg *config, addr net.Addr, poo
 // idle (keep-alives only).
 func (fl *fleet) open(ctx context.Context, cfg *config, addr net.Addr, pool *x509.CertPool, i int) (time.Duration, error) {
 	d := fl.devs[i]
-	tr := fl.trs[i%len(fl.trs)]
+	tr := fl.socks.Transport(i)
 	tlsConf := d.TLSConfig(pool, nil)
 	if fl.tlsFor != nil {
 		tlsConf = fl.tlsFor(i)

@@ -402,7 +402,7 @@ func connectStormFleet(ctx context.Context, cfg *config, victimAddr string, p *p
 	for i, id := range ids {
 		d := wiredev.NewDevice(id, certs[i], fleetLabels)
 		fl.devs = append(fl.devs, d)
-		sd := &stormDev{d: d, tr: fl.trs[i%len(fl.trs)], pool: p.pool, rng: rand.New(rand.NewPCG(seed, uint64(i)))}
+		sd := &stormDev{d: d, tr: fl.socks.Transport(i), pool: p.pool, rng: rand.New(rand.NewPCG(seed, uint64(i)))}
 		if key == storm0RTT {
 			sd.cache = newTicketCache()
 			sd.tlsConf = d.TLSConfig(p.pool, sd.cache)

@@ -2,7 +2,6 @@ package wiredev
 
 import (
 	"crypto/tls"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -10,16 +9,20 @@ import (
 	"github.com/meteor-edge/meteor/wire"
 )
 
-func upsert(key string, rev uint64, bodyLen int) wire.Upsert {
-	body := []byte(strings.Repeat("b", bodyLen))
-	return wire.Upsert{Key: key, Digest: wire.DigestOf(body), Revision: rev, Body: body}
+// upserts returns an upsert of each key at rev, with the key as its body.
+func upserts(rev uint64, keys ...string) []wire.Upsert {
+	var out []wire.Upsert
+	for _, k := range keys {
+		out = append(out, wire.Upsert{Key: k, Digest: wire.DigestOf([]byte(k)), Revision: rev, Body: []byte(k)})
+	}
+	return out
 }
 
 func TestDeviceTakeAndInventory(t *testing.T) {
 	d := NewDevice("d", tls.Certificate{}, map[string]string{"fleet": "bench"})
 	ack := d.Take([]*wire.Delta{
-		{BaseRevision: 0, TargetRevision: 5, Upserts: []wire.Upsert{upsert("i/b", 5, 3), upsert("i/a", 5, 3)}},
-		{BaseRevision: 0, TargetRevision: 5, Complete: true, Upserts: []wire.Upsert{upsert("i/c", 4, 3)}},
+		{BaseRevision: 0, TargetRevision: 5, Upserts: upserts(5, "i/b", "i/a")},
+		{BaseRevision: 0, TargetRevision: 5, Complete: true, Upserts: upserts(4, "i/c")},
 	})
 	if ack != 5 || d.Acked != 5 {
 		t.Fatalf("ack %d, acked %d", ack, d.Acked)

@@ -85,8 +85,7 @@ type Fleet struct {
 	cfg   Config
 	qc    *quic.Config
 	devs  []*member
-	pcs   []*net.UDPConn
-	trs   []*quic.Transport
+	socks *Sockets
 	dials chan struct{} // a token per dial in flight
 	wg    sync.WaitGroup
 
@@ -140,14 +139,9 @@ func NewFleet(cfg Config, devs []*Device) (*Fleet, error) {
 	for _, d := range devs {
 		f.devs = append(f.devs, &member{d: d})
 	}
-	for range cfg.Sockets {
-		pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		f.pcs = append(f.pcs, pc)
-		f.trs = append(f.trs, &quic.Transport{Conn: pc})
+	var err error
+	if f.socks, err = OpenSockets(cfg.Sockets); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
@@ -165,14 +159,7 @@ func (f *Fleet) Start(ctx context.Context) {
 func (f *Fleet) Wait() { f.wg.Wait() }
 
 // Close closes the fleet's sockets; call it after Wait.
-func (f *Fleet) Close() {
-	for _, tr := range f.trs {
-		tr.Close()
-	}
-	for _, pc := range f.pcs {
-		pc.Close()
-	}
-}
+func (f *Fleet) Close() { f.socks.Close() }
 
 // Len is the number of devices.
 func (f *Fleet) Len() int { return len(f.devs) }
@@ -272,13 +259,7 @@ func (f *Fleet) FirstSessions(start time.Time) []time.Duration {
 }
 
 // Ports returns the local ports of the fleet's sockets.
-func (f *Fleet) Ports() []int {
-	var out []int
-	for _, pc := range f.pcs {
-		out = append(out, pc.LocalAddr().(*net.UDPAddr).Port)
-	}
-	return out
-}
+func (f *Fleet) Ports() []int { return f.socks.Ports() }
 
 func (f *Fleet) home(i int) int {
 	if f.cfg.Home != nil {
@@ -293,7 +274,7 @@ func (f *Fleet) home(i int) int {
 // fails, and dials again at once.
 func (f *Fleet) run(ctx context.Context, i int) {
 	m := f.devs[i]
-	tr := f.trs[i%len(f.trs)]
+	tr := f.socks.Transport(i)
 	home := f.home(i)
 	failures := 0
 	first := true
