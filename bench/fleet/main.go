@@ -48,8 +48,9 @@ type config struct {
 	retailWarmup    time.Duration
 	changesDir      string
 
-	simDir     string
-	memProfile string
+	simDir      string
+	memProfile  string
+	memFloorMiB int64
 
 	name string
 	benchkit.Flags
@@ -84,6 +85,7 @@ bench/results/fleet.{json,md}.`, errOut)
 	fs.StringVar(&c.changesDir, "changes", "", "retail: directory of the changes (default: docs/examples/retail in the module)")
 	fs.StringVar(&c.simDir, "sim-dir", defaultSimDir(), "where the simulated devices' journals go (a tmpfs keeps one disk's fsyncs out of the figures)")
 	fs.StringVar(&c.name, "name", "fleet", "stem of the results files")
+	fs.Int64Var(&c.memFloorMiB, "mem-floor", 1536, "stop a level when the machine's MemAvailable falls below this many MiB (the level is reported as stopped, with what it reached)")
 	fs.StringVar(&c.memProfile, "memprofile", "", "scale, light devices: write a heap profile of this process (the devices) to `file` once each level has connected")
 	c.Register(fs, "PKI, data, logs")
 	c.RegisterUDP(fs)
@@ -104,6 +106,8 @@ bench/results/fleet.{json,md}.`, errOut)
 		return nil, fmt.Errorf("-scale-devices %q: light or agent", c.devicesKind)
 	case c.connectTimeout <= 0 || c.changeTimeout <= 0 || c.retailTimeout <= 0 || c.sampleEvery <= 0:
 		return nil, errors.New("timeouts and -sample-every must be positive")
+	case c.memFloorMiB < 0:
+		return nil, errors.New("-mem-floor must not be negative")
 	case c.settle < 0 || c.retailWarmup < 0:
 		return nil, errors.New("-settle and -retail-warmup must not be negative")
 	case c.raftMultiplier < 1 || c.raftMultiplier > 10:

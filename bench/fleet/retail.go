@@ -137,7 +137,7 @@ func runRetail(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, p
 		s, _, err := sh.Summary(ctx)
 		return s, err
 	}
-	err = watch(ctx, cl, summary, nil, bound, "retail warm-up", log, func(s sim.Summary) bool {
+	err = watch(ctx, cl, summary, nil, cfg.memFloorMiB<<10, bound, "retail warm-up", log, func(s sim.Summary) bool {
 		res.Connected = s.Connected
 		if cfg.retailWarmup > 0 {
 			return false

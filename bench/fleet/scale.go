@@ -257,7 +257,7 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 		connectBound += time.Duration(n/max(cfg.rampRate, 1)) * time.Second
 	}
 	summary := func(ctx context.Context) (sim.Summary, error) { return fl.summary(ctx, rev1) }
-	err = watch(ctx, cl, summary, lvl, connectBound, fmt.Sprintf("scale %d connect", n), log, func(s sim.Summary) bool {
+	err = watch(ctx, cl, summary, lvl, cfg.memFloorMiB<<10, connectBound, fmt.Sprintf("scale %d connect", n), log, func(s sim.Summary) bool {
 		since := time.Since(fleetStart).Seconds()
 		if s.Connected > lvl.Connected {
 			lvl.Connected = s.Connected
@@ -320,7 +320,7 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 		return nil, err
 	}
 	summary = func(ctx context.Context) (sim.Summary, error) { return fl.summary(ctx, rev) }
-	err = watch(ctx, cl, summary, lvl, cfg.changeTimeout, fmt.Sprintf("scale %d change", n), log, func(s sim.Summary) bool {
+	err = watch(ctx, cl, summary, lvl, cfg.memFloorMiB<<10, cfg.changeTimeout, fmt.Sprintf("scale %d change", n), log, func(s sim.Summary) bool {
 		lvl.ChangeConverged = s.Converged
 		return s.Converged == n
 	})
@@ -413,14 +413,12 @@ func finishLevel(lvl *scaleLevel, err error) (*scaleLevel, error) {
 	return nil, err
 }
 
-// memFloorKiB is the MemAvailable below which a level is stopped, so that
-// the benchmark never drives the shared machine into the OOM killer.
-const memFloorKiB = 1536 << 10
-
 // watch polls the fleet's summary every second, printing a progress line
 // to log, until done returns true, bound passes, a server exits or the
-// machine runs short of memory (the last three fail the level).
-func watch(ctx context.Context, cl *cluster, summary func(context.Context) (sim.Summary, error), lvl *scaleLevel, bound time.Duration, what string, log io.Writer, done func(sim.Summary) bool) error {
+// machine's MemAvailable falls below floorKiB (-mem-floor, so that the
+// benchmark never drives the shared machine into the OOM killer; the last
+// three fail the level).
+func watch(ctx context.Context, cl *cluster, summary func(context.Context) (sim.Summary, error), lvl *scaleLevel, floorKiB int64, bound time.Duration, what string, log io.Writer, done func(sim.Summary) bool) error {
 	deadline := time.Now().Add(bound)
 	start := time.Now()
 	for {
@@ -431,7 +429,7 @@ func watch(ctx context.Context, cl *cluster, summary func(context.Context) (sim.
 		if lvl != nil && avail >= 0 {
 			lvl.MemAvailMinMiB = min(lvl.MemAvailMinMiB, float64(avail)/1024)
 		}
-		if avail >= 0 && avail < memFloorKiB {
+		if avail >= 0 && avail < floorKiB {
 			return levelFailed("%s: stopped with %d MiB of memory available on the machine", what, avail>>10)
 		}
 		s, err := summary(ctx)
