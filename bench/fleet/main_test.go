@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,4 +171,29 @@ type tlog struct{ t *testing.T }
 func (l tlog) Write(p []byte) (int, error) {
 	l.t.Log(string(p))
 	return len(p), nil
+}
+
+func TestScaleRowsSayWhatLimitsThem(t *testing.T) {
+	r := &report{Machine: benchkit.Machine{NProc: 2}, Params: paramInfo{DevicesKind: kindLight, Dials: 256, Sockets: 64, MemTotalMiB: 24 << 10}}
+	r.Scale = []*scaleLevel{
+		{Devices: 10000, Kind: kindLight, Held: true, Connected: 10000, ConnectSec: f64(50), Change: percentiles{P99: f64(8), P100: f64(9)}, ChangeApplied: percentiles{P99: f64(5)},
+			ConnectCPUms: 4, SimConnectCPUms: 2, TotalKiBPerDevice: 150, SimKiBPerDevice: 80, MemAvailMinMiB: 10 << 10},
+		{Devices: 100000, Kind: kindLight, Connected: 52766, Failure: "connect: not done after 5m0s", Connect: percentiles{P50: f64(270)},
+			ConnectCPUms: 5, SimConnectCPUms: 3, TotalKiBPerDevice: 148, SimKiBPerDevice: 100, MemAvailMinMiB: 10 << 10, ConnectElections: 1},
+	}
+	r.finish()
+	if len(r.Summary) != 2 {
+		t.Fatalf("rows %+v", r.Summary)
+	}
+	conv, conn := r.Summary[0], r.Summary[1]
+	if conv.Key != "fleet-converge" || conv.Meteor != "10,000 devices in 8.0 s" || *conv.Met ||
+		!strings.Contains(conv.Note, "100,000 devices did not hold: connect: not done after 5m0s") ||
+		!strings.Contains(conv.Note, "so 100,000 connects need at least 400 s of this machine's 2 cores") {
+		t.Errorf("converge row %+v", conv)
+	}
+	if conn.Key != "fleet-connect" || conn.Meteor != "52,766 of 100,000 devices, not all" || *conn.Met || *conn.Elections != 1 ||
+		!strings.Contains(conn.Note, "50 % after 270.0 s, 99 % after not reached") ||
+		!strings.Contains(conn.Note, "the simulator 100 KiB (its RSS over the 52,766 connected; the 47,234 others'") {
+		t.Errorf("connect row %+v", conn)
+	}
 }

@@ -121,10 +121,22 @@ func (r *report) limits(l *scaleLevel) string {
 	}
 	if l.TotalKiBPerDevice > 0 {
 		need := (l.TotalKiBPerDevice + l.SimKiBPerDevice) * scaleGoalDevices / (1 << 20)
-		out = append(out, fmt.Sprintf("memory: the servers added %.0f KiB of RSS per connected device (three servers together) and the simulator %.0f KiB, so %s devices need about %.1f GiB beside the %.1f GiB the machine has (least MemAvailable during the level %.1f GiB)",
-			l.TotalKiBPerDevice, l.SimKiBPerDevice, benchkit.Thousands(scaleGoalDevices), need, float64(r.Params.MemTotalMiB)/1024, l.MemAvailMinMiB/1024))
+		sim := fmt.Sprintf("the simulator %.0f KiB", l.SimKiBPerDevice)
+		if l.Connected < l.Devices {
+			sim += fmt.Sprintf(" (its RSS over the %s connected; the %s others' certificates and goroutines are in it too)", benchkit.Thousands(l.Connected), benchkit.Thousands(l.Devices-l.Connected))
+		}
+		out = append(out, fmt.Sprintf("memory: the servers added %.0f KiB of RSS per connected device (three servers together) and %s, so %s devices need about %.1f GiB beside the %.1f GiB the machine has (least MemAvailable during the level %.1f GiB)",
+			l.TotalKiBPerDevice, sim, benchkit.Thousands(scaleGoalDevices), need, float64(r.Params.MemTotalMiB)/1024, l.MemAvailMinMiB/1024))
 	}
 	return strings.Join(out, "; ")
+}
+
+// secsOrNot is v in seconds, or "not reached".
+func secsOrNot(v *float64) string {
+	if v == nil {
+		return "not reached"
+	}
+	return secs(v) + " s"
 }
 
 // dropsText says what was dropped, or "".
@@ -190,7 +202,7 @@ func (r *report) finishScale() {
 		connect.Elections = new(top.ConnectElections)
 		var cn []string
 		if top.Connect.P50 != nil {
-			cn = append(cn, fmt.Sprintf("each device's first session: 50 %% %s s, 99 %% %s s", secs(top.Connect.P50), secs(top.Connect.P99)))
+			cn = append(cn, fmt.Sprintf("each device's first session: 50 %% after %s, 99 %% after %s", secsOrNot(top.Connect.P50), secsOrNot(top.Connect.P99)))
 		}
 		if kind == kindLight {
 			cn = append(cn, fmt.Sprintf("%s light devices dialling at once, %d dials in flight, over %d UDP sockets", benchkit.Thousands(top.Devices), r.Params.Dials, r.Params.Sockets))

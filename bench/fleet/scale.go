@@ -78,9 +78,9 @@ type scaleLevel struct {
 	// TotalKiBPerDevice is the servers' added RSS, summed, over the fleet.
 	TotalKiBPerDevice float64 `json:"total_rss_kib_per_device"`
 	// SimRSSMiB and SimGoroutines are the simulator's (this process for
-	// light devices, the workers for agents) once connected, SimKiBPer
-	// Device its RSS added by the devices over them; SimCPUSec its CPU
-	// time over the whole level.
+	// light devices, the workers for agents) once connected (or when the
+	// level stopped), SimKiBPerDevice its RSS added by the devices over
+	// the devices connected; SimCPUSec its CPU time over the whole level.
 	SimRSSMiB       float64 `json:"sim_rss_mib"`
 	SimKiBPerDevice float64 `json:"sim_rss_kib_per_device"`
 	// SimHeapMiB and SimStacksMiB (light devices) are this process's Go
@@ -395,9 +395,11 @@ func readScaleMemory(ctx context.Context, cl *cluster, fl scaleFleet, lvl *scale
 		runtime.ReadMemStats(&ms)
 		lvl.SimHeapMiB, lvl.SimStacksMiB = float64(ms.HeapInuse)/(1<<20), float64(ms.StackInuse)/(1<<20)
 	}
-	if lvl.Devices > 0 {
-		// simBase is 0 for agents: the workers' whole RSS is theirs.
-		lvl.SimKiBPerDevice = float64(rss-simBase) / float64(lvl.Devices)
+	if lvl.Connected > 0 {
+		// Over the devices connected: those still dialling cost less
+		// (a certificate and a goroutine). simBase is 0 for agents: the
+		// workers' whole RSS is theirs.
+		lvl.SimKiBPerDevice = float64(rss-simBase) / float64(lvl.Connected)
 	}
 	return nil
 }
