@@ -90,7 +90,6 @@ type Fleet struct {
 	wg    sync.WaitGroup
 
 	attempted    atomic.Int64 // devices that made their first dial
-	ever         atomic.Int64 // devices that had a session at least once
 	connected    atomic.Int64 // devices with a session now
 	reconnects   atomic.Int64 // sessions lost after they opened
 	dialFailures atomic.Int64
@@ -164,11 +163,10 @@ func (f *Fleet) Close() { f.socks.Close() }
 // Len is the number of devices.
 func (f *Fleet) Len() int { return len(f.devs) }
 
-// Attempted counts the devices that made their first dial, EverConnected
-// those that had a session at least once, Connected those with one now.
-func (f *Fleet) Attempted() int     { return int(f.attempted.Load()) }
-func (f *Fleet) EverConnected() int { return int(f.ever.Load()) }
-func (f *Fleet) Connected() int     { return int(f.connected.Load()) }
+// Attempted counts the devices that made their first dial, Connected
+// those with a session now.
+func (f *Fleet) Attempted() int { return int(f.attempted.Load()) }
+func (f *Fleet) Connected() int { return int(f.connected.Load()) }
 
 // Reconnects counts sessions lost after they opened; DialFailures dials
 // that failed (to a Welcome).
@@ -188,14 +186,10 @@ func (f *Fleet) fail(id string, err error) {
 	f.lastErr.Store(&err)
 }
 
-// Applied is device i's log of the revisions it applied (complete
-// Deltas taken), Reported of the revisions its reports were acknowledged
-// for (a ReportAck: the server sends one once the report is committed
-// through Raft).
-func (f *Fleet) Applied(i int) *benchkit.TargetLog  { return &f.devs[i].took }
-func (f *Fleet) Reported(i int) *benchkit.TargetLog { return &f.devs[i].reported }
-
-// AppliedLogs and ReportedLogs are every device's logs, in device order.
+// AppliedLogs are every device's log of the revisions it applied
+// (complete Deltas taken), ReportedLogs of the revisions its reports were
+// acknowledged for (a ReportAck: the server sends one once the report is
+// committed through Raft); both in device order.
 func (f *Fleet) AppliedLogs() []*benchkit.TargetLog {
 	out := make([]*benchkit.TargetLog, len(f.devs))
 	for i, m := range f.devs {
@@ -212,19 +206,12 @@ func (f *Fleet) ReportedLogs() []*benchkit.TargetLog {
 	return out
 }
 
-// CountApplied and CountReported count the devices whose logs have
-// reached rev.
-func (f *Fleet) CountApplied(rev uint64) int {
-	return f.count(rev, func(m *member) *benchkit.TargetLog { return &m.took })
-}
+// CountReported counts the devices whose reports were acknowledged for
+// rev or a later revision.
 func (f *Fleet) CountReported(rev uint64) int {
-	return f.count(rev, func(m *member) *benchkit.TargetLog { return &m.reported })
-}
-
-func (f *Fleet) count(rev uint64, log func(*member) *benchkit.TargetLog) int {
 	n := 0
 	for _, m := range f.devs {
-		if _, ok := log(m).First(rev); ok {
+		if _, ok := m.reported.First(rev); ok {
 			n++
 		}
 	}
@@ -381,9 +368,7 @@ func (f *Fleet) open(ctx context.Context, m *member, conn *quic.Conn, server int
 		return nil, fmt.Errorf("%w: got %s, want Welcome", errEnded, msg.Type())
 	}
 	now := time.Now()
-	if m.first.CompareAndSwap(0, now.UnixNano()) {
-		f.ever.Add(1)
-	}
+	m.first.CompareAndSwap(0, now.UnixNano())
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d := m.d
