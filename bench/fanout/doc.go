@@ -39,8 +39,8 @@
 // report, which the server sends only once the device's status transition
 // is committed through Raft; for Mosquitto the collector has received the
 // report. Reported and durable (Meteor): the API shows the device
-// converged at the change's revision (blocking reads of the intent's
-// progress on one server, at most one every 50 ms). Mosquitto's
+// converged at the change's revision (blocking reads of GET /v1/status
+// from a follower's own replica, at most one every 50 ms). Mosquitto's
 // persistence writes its database every autosave_interval and at exit,
 // not before acknowledging, so its reported time stands for its durable
 // one. Times run from the instant the change is submitted (the PUT is

@@ -30,8 +30,8 @@ type side interface {
 }
 
 // durableWatcher is a side whose API shows when the devices' reports are
-// durable (Meteor: GET /v1/intents/NAME/progress counts the devices whose
-// converged status at the revision is committed through Raft).
+// durable (Meteor: GET /v1/status counts, per intent, the devices whose
+// converged status at its revision is committed through Raft).
 type durableWatcher interface {
 	// watchDurable starts watching, from start, for n devices converged at
 	// target; the returned stop ends the watch, waiting at most until
@@ -88,7 +88,7 @@ type levelResult struct {
 	// DurableP50s, DurableP99s and DurableP100s are, for Meteor, the
 	// times until the API showed that share of the devices converged at
 	// the change's revision: their reports committed through Raft
-	// (blocking reads of the intent's progress on one server, at most one
+	// (blocking reads of the fleet status on a follower, at most one
 	// every durablePoll); DurableReads counts the reads.
 	DurableP50s  *float64 `json:"durable_p50_s,omitempty"`
 	DurableP99s  *float64 `json:"durable_p99_s,omitempty"`

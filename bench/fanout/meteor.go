@@ -79,28 +79,36 @@ func (s *meteorSide) serverCPU() (time.Duration, error) { return s.mc.CPUTime() 
 
 func (s *meteorSide) udpPorts() (servers, devices []int) { return s.mc.AgentPorts(), s.fl.Ports() }
 
-// durablePoll is the least time between two reads of the intent's
-// progress while a change is watched: each read has the server count the
-// fleet, and its CPU is the measured system's.
+// durablePoll is the least time between two reads of the fleet status
+// while a change is watched: each read has the server compare every
+// device's desired state with its report, and its CPU is the measured
+// system's.
 const durablePoll = 50 * time.Millisecond
 
-// watchDurable reads the intent's progress on the first server with
-// blocking reads (at most one every durablePoll) and notes when it first
-// showed 50, 99 and 100 % of n devices converged at target: their reports
-// committed through Raft and applied to that server's replica.
+// watchDurable reads the fleet status (GET /v1/status: every intent's
+// progress, without the per-status series the intent's own progress
+// endpoint builds) from a follower's own replica (?stale=true: the
+// leader is not asked) with blocking reads, at most one every
+// durablePoll, and notes when it first showed 50, 99 and 100 % of n
+// devices converged at target: their reports committed through Raft and
+// applied to that replica.
 func (s *meteorSide) watchDurable(ctx context.Context, target uint64, n int, start time.Time) func(time.Time) durableTimes {
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	var mu sync.Mutex
 	var out durableTimes // guarded by mu
 	need := func(p float64) int { return max(int(math.Ceil(p/100*float64(n))), 1) }
+	server := s.mc.Servers[0].API
+	if li, err := s.mc.Leader(ctx); err == nil {
+		server = s.mc.Servers[(li+1)%len(s.mc.Servers)].API
+	}
 	go func() {
 		defer close(done)
 		var index uint64
 		for wctx.Err() == nil {
 			t0 := time.Now()
-			p, err := s.mc.Servers[0].API.IntentProgress(wctx, intentName, api.ReadOptions{WaitIndex: index, Wait: 10 * time.Second})
-			at := time.Now().Sub(start).Seconds()
+			st, err := server.Status(wctx, api.ReadOptions{Stale: true, WaitIndex: index, Wait: 10 * time.Second})
+			at := time.Since(start).Seconds()
 			mu.Lock()
 			switch {
 			case err != nil && wctx.Err() != nil:
@@ -110,8 +118,8 @@ func (s *meteorSide) watchDurable(ctx context.Context, target uint64, n int, sta
 				out.Err = err
 			default:
 				out.Reads++
-				index = p.Index
-				if p.Revision >= target {
+				index = st.Index
+				if p := intentOf(st, intentName); p != nil && p.Revision >= target {
 					out.Last = p.Converged
 					for _, t := range []struct {
 						pct float64
@@ -150,6 +158,16 @@ func (s *meteorSide) raftTerm(ctx context.Context) (uint64, error) { return s.mc
 func (s *meteorSide) reconnects() int64 { return s.fl.Reconnects() }
 
 func (s *meteorSide) ports() (string, []int) { return "udp", s.mc.AgentPorts() }
+
+// intentOf returns the progress of the intent name in st, or nil.
+func intentOf(st *api.FleetStatus, name string) *api.IntentProgress {
+	for i := range st.Intents {
+		if st.Intents[i].Name == name {
+			return &st.Intents[i]
+		}
+	}
+	return nil
+}
 
 // serverCounts reads the intent's progress from the cluster (a
 // linearizable read): how many devices it targets, and how many the

@@ -316,7 +316,7 @@ func summaryRows(rep *report) []benchkit.Row {
 		}
 		common = append(common, "one machine (2 CPUs) runs servers and every device; devices apply in zero time")
 		applied.Note = "applied: the device took the change (Meteor: a complete Delta; Mosquitto: the retained message); " + strings.Join(common, "; ")
-		dnote := "reported and durable: Meteor, the API (GET /v1/intents/" + intentName + "/progress) shows the device converged at the change's revision, its report committed through Raft"
+		dnote := "reported and durable: Meteor, the API (GET /v1/status on a follower) shows the device converged at the change's revision, its report committed through Raft"
 		if m != nil {
 			dnote += fmt.Sprintf(" (the devices held their ReportAcks: 99 %% at %s)", fmtS(m.P99s))
 		}
@@ -345,7 +345,7 @@ func notes(rep *report) []string {
 		fmt.Sprintf("The machine is shared: load average %s at start, %s at end (1-minute load per row in the JSON). Servers, devices and the collector all run on it; the systems are measured one after the other, never at once.", rep.Machine.LoadAvgStart, rep.Machine.LoadAvgEnd),
 		"Applied: the device received the new desired state and applied it (zero time on every side: nothing runs). Meteor: a complete Delta taken; Mosquitto: the retained message handled. " +
 			"Reported (all systems): the device's report of it reached the control plane. Meteor: the device holds the server's ReportAck, sent only once the device's status transition is committed through Raft (owner server, three voters, fsync); Mosquitto: the collector subscribed to the report topics received the report (QoS 1). " +
-			"Reported and durable (Meteor): the API shows it: blocking reads of GET /v1/intents/" + intentName + "/progress on one server (at most one every 50 ms; each costs that server a count of the fleet) until the count of devices converged at the change's revision passes 50, 99 and 100 %. " +
+			"Reported and durable (Meteor): the API shows it: blocking reads of GET /v1/status from a follower's own replica (?stale=true, so the leader is not asked; at most one every 50 ms; each costs that server a comparison of every device's desired state with its report) until its count of the intent's devices converged at the change's revision passes 50, 99 and 100 %. " +
 			"Mosquitto with persistence writes its in-memory database every autosave_interval (Debian's default, 1800 s) and at exit, never before acknowledging a message, so its reported figure is the nearest it has to durable. " +
 			"Times run from submitting the change (Meteor: the PUT is sent; Mosquitto: the first retained PUBLISH is sent), on this process's clock.",
 		fmt.Sprintf("Loss: an nft table of the run's own drops packets at the input hook (each loopback packet passes it once) with numgen random, on the Meteor agent UDP ports and the Mosquitto device TCP port, in both directions; Raft, gossip, HTTP and the Mosquitto backend listener are not touched. Open files limit %d.", p.NoFile),
@@ -372,7 +372,7 @@ func notes(rep *report) []string {
 				r.System, linkName(r.LossPct), r.elections()))
 		}
 		if r.DurableError != "" {
-			n = append(n, fmt.Sprintf("%s, %s: reading the API's progress failed at least once: %s", r.System, linkName(r.LossPct), r.DurableError))
+			n = append(n, fmt.Sprintf("%s, %s: reading the fleet status failed at least once: %s", r.System, linkName(r.LossPct), r.DurableError))
 		}
 		if v := r.Server; v != nil {
 			n = append(n, fmt.Sprintf("Meteor, %s: afterwards the cluster's own records (GET /v1/intents/%s/progress) showed %d of %d targeted devices acknowledged and %d converged at revision %d.",
