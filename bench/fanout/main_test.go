@@ -12,7 +12,6 @@ import (
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 	"github.com/meteor-edge/meteor/fsm/intent"
-	"github.com/meteor-edge/meteor/wire"
 )
 
 func TestDesiredBodiesHaveOneSizeAndCarryTheVersion(t *testing.T) {
@@ -51,65 +50,6 @@ func TestDesiredBodiesHaveOneSizeAndCarryTheVersion(t *testing.T) {
 	}
 }
 
-func TestConfirmLogKeepsTheFirstConfirmOfEachTarget(t *testing.T) {
-	var l confirmLog
-	t0 := time.Unix(100, 0)
-	l.record(3, t0)
-	l.record(3, t0.Add(time.Second)) // a repeat adds nothing
-	l.record(2, t0.Add(2*time.Second))
-	l.record(7, t0.Add(3*time.Second))
-	for _, tc := range []struct {
-		target uint64
-		want   time.Time
-		ok     bool
-	}{{1, t0, true}, {3, t0, true}, {4, t0.Add(3 * time.Second), true}, {7, t0.Add(3 * time.Second), true}, {8, time.Time{}, false}} {
-		if got, ok := l.first(tc.target); ok != tc.ok || !got.Equal(tc.want) {
-			t.Errorf("first(%d) = %v, %v; want %v, %v", tc.target, got, ok, tc.want, tc.ok)
-		}
-	}
-}
-
-func TestPercentileOfCountsDevicesThatNeverArrived(t *testing.T) {
-	sorted := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9}
-	if got, ok := percentileOf(sorted, 10, 50); !ok || got != 5 {
-		t.Errorf("p50 of 9 arrivals out of 10 = %v, %v", got, ok)
-	}
-	if _, ok := percentileOf(sorted, 10, 99); ok {
-		t.Error("p99 with one device missing out of 10: reached")
-	}
-	if got, ok := percentileOf(sorted, 9, 100); !ok || got != 9 {
-		t.Errorf("p100 of all = %v, %v", got, ok)
-	}
-}
-
-func TestDeviceConfirmsOnlyAcknowledgedReports(t *testing.T) {
-	d := &device{applied: map[string]wire.AppliedResource{}}
-	body := []byte("body")
-	frame := &wire.Delta{TargetRevision: 5, Complete: true, Upserts: []wire.Upsert{{Key: "fanout/config", Digest: wire.DigestOf(body), Revision: 5, Body: body}}}
-	if !d.take([]*wire.Delta{frame}) || d.acked != 5 {
-		t.Fatalf("take: acked %d", d.acked)
-	}
-	r := d.report()
-	if r.Seq != 1 || r.DesiredRevision != 5 || len(r.Resources) != 1 || r.Resources[0].Effective != wire.EffectiveOK {
-		t.Fatalf("report %+v", r)
-	}
-	if d.take([]*wire.Delta{frame}) {
-		t.Error("the same Delta moved the revision again")
-	}
-	at := time.Unix(200, 0)
-	d.acknowledged(0, at)
-	if _, ok := d.log.first(5); ok {
-		t.Error("confirmed before the ReportAck")
-	}
-	d.acknowledged(1, at)
-	if got, ok := d.log.first(5); !ok || !got.Equal(at) {
-		t.Errorf("after ReportAck: %v, %v", got, ok)
-	}
-	if len(d.unacked) != 0 {
-		t.Errorf("unacked %v", d.unacked)
-	}
-}
-
 func TestParseFlags(t *testing.T) {
 	c, err := parseFlags([]string{"-loss", "5, 0,5", "-systems", "mosquitto"}, io.Discard)
 	if err != nil {
@@ -126,7 +66,7 @@ func TestParseFlags(t *testing.T) {
 }
 
 // TestRunTinyFleet runs the whole driver with 20 devices on a clean link
-// against both systems and checks that the report holds together.
+// against the three systems and checks that the report holds together.
 func TestRunTinyFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-server cluster and a broker")
@@ -151,7 +91,7 @@ func TestRunTinyFleet(t *testing.T) {
 	}
 	out := t.TempDir()
 	cfg, err := parseFlags([]string{"-devices", "20", "-groups", "3", "-loss", "0", "-settle", "0s", "-timeout", "60s",
-		"-meteor-bin", bin, "-mosquitto-bin", mosq, "-install-mosquitto=false", "-out", out}, io.Discard)
+		"-meteor-bin", bin, "-mosquitto-bin", mosq, "-install-mosquitto=false", "-raise-udp-buffers=false", "-out", out}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,8 +108,8 @@ func TestRunTinyFleet(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Results) != 2 {
-		t.Fatalf("%d results, want meteor and mosquitto on a clean link", len(rep.Results))
+	if len(rep.Results) != 3 {
+		t.Fatalf("%d results, want meteor, mosquitto and mosquitto-tls on a clean link", len(rep.Results))
 	}
 	for _, r := range rep.Results {
 		if r.Devices != 20 || r.Reached != 20 || r.LossPct != 0 {
@@ -178,25 +118,40 @@ func TestRunTinyFleet(t *testing.T) {
 		if r.P50s == nil || r.P99s == nil || r.P100s == nil || !(0 < *r.P50s && *r.P50s <= *r.P99s && *r.P99s <= *r.P100s) {
 			t.Errorf("%s: percentiles %s %s %s out of order", r.System, fmtS(r.P50s), fmtS(r.P99s), fmtS(r.P100s))
 		}
+		if r.AppliedP99s == nil || *r.AppliedP99s > *r.P99s {
+			t.Errorf("%s: applied p99 %s after reported p99 %s", r.System, fmtS(r.AppliedP99s), fmtS(r.P99s))
+		}
 	}
-	if m := find(rep.Results, sysMeteor, 0); m == nil || m.Server == nil || m.Server.Targeted != 20 || m.Server.Converged != 20 || m.Server.Acknowledged != 20 {
+	m := find(rep.Results, sysMeteor, 0)
+	if m == nil || m.Server == nil || m.Server.Targeted != 20 || m.Server.Converged != 20 || m.Server.Acknowledged != 20 {
 		t.Errorf("the cluster's view disagrees with the devices': %+v", m.Server)
 	}
-	if len(rep.Ratios) != 1 || rep.Ratios[0].P99 == nil {
+	if m.DurableP99s == nil || m.DurableP100s == nil || m.DurableReads == 0 || *m.DurableP99s < *m.AppliedP99s {
+		t.Errorf("durable p99 %s (after %d reads), applied p99 %s", fmtS(m.DurableP99s), m.DurableReads, fmtS(m.AppliedP99s))
+	}
+	if m.UDP == nil || m.UDP.Servers < 0 || m.UDP.Devices < 0 {
+		t.Errorf("UDP drops not counted: %+v", m.UDP)
+	}
+	if len(rep.Ratios) != 2 || rep.Ratios[0].Durable == nil {
 		t.Errorf("ratios %+v", rep.Ratios)
 	}
-	if len(rep.Summary) != 1 {
+	if rep.Elections.Total != 0 || len(rep.Elections.Clusters) != 1 {
+		t.Errorf("elections %+v", rep.Elections)
+	}
+	if len(rep.Summary) != 2 {
 		t.Fatalf("summary %+v", rep.Summary)
 	}
-	s := rep.Summary[0]
-	if s.Bench != 2 || s.Name != "fanout" || s.Meteor == "" || s.Peer == "" || !strings.HasPrefix(s.PeerName, "Mosquitto 2") || s.Ratio == "" {
-		t.Errorf("summary row %+v", s)
+	for i, key := range []string{"fanout-applied", "fanout-durable"} {
+		s := rep.Summary[i]
+		if s.Bench != 2 || s.Key != key || s.Meteor == "" || s.Peer == "" || !strings.HasPrefix(s.PeerName, "Mosquitto 2") || !strings.Contains(s.PeerName, "TLS") || s.Ratio == "" || s.Met == nil || s.Elections == nil {
+			t.Errorf("summary row %+v", s)
+		}
 	}
 	md, err := os.ReadFile(filepath.Join(out, "fanout.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(md), "| meteor | clean link | 20 | 20 |") || !strings.Contains(string(md), "| mosquitto | clean link | 20 | 20 |") {
+	if !strings.Contains(string(md), "| meteor | clean link | 20 | 20 |") || !strings.Contains(string(md), "| mosquitto | clean link | 20 | 20 |") || !strings.Contains(string(md), "| mosquitto-tls | clean link | 20 | 20 |") {
 		t.Errorf("markdown lacks the rows:\n%s", md)
 	}
 }

@@ -4,50 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 )
-
-// confirm is one report that reached the control plane: the desired
-// version (Meteor: revision) it reported, and when it was confirmed.
-type confirm struct {
-	target uint64
-	at     time.Time
-}
-
-// confirmLog is one device's confirmed reports, in increasing target
-// order. The zero value is ready to use.
-type confirmLog struct {
-	mu      sync.Mutex
-	entries []confirm // guarded by mu
-}
-
-// record notes that a report of target was confirmed at at; a target at
-// or below one already confirmed adds nothing.
-func (l *confirmLog) record(target uint64, at time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if n := len(l.entries); n > 0 && l.entries[n-1].target >= target {
-		return
-	}
-	l.entries = append(l.entries, confirm{target, at})
-}
-
-// first returns when a report of target or later was first confirmed.
-func (l *confirmLog) first(target uint64) (time.Time, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, e := range l.entries {
-		if e.target >= target {
-			return e.at, true
-		}
-	}
-	return time.Time{}, false
-}
 
 // side is one system with its fleet connected and converged, ready for
 // changes.
@@ -58,14 +19,40 @@ type side interface {
 	apply(ctx context.Context, version int) (target uint64, err error)
 	// logs returns every device's confirmed reports, appliedLogs the
 	// versions each device applied.
-	logs() []*confirmLog
-	appliedLogs() []*confirmLog
+	logs() []*benchkit.TargetLog
+	appliedLogs() []*benchkit.TargetLog
 	// serverCPU returns the CPU time the system's servers have used.
 	serverCPU() (time.Duration, error)
 	// reconnects counts the devices' reconnects so far.
 	reconnects() int64
 	// ports are the device-facing ports the loss rules match.
 	ports() (proto string, ports []int)
+}
+
+// durableWatcher is a side whose API shows when the devices' reports are
+// durable (Meteor: GET /v1/status counts, per intent, the devices whose
+// converged status at its revision is committed through Raft).
+type durableWatcher interface {
+	// watchDurable starts watching, from start, for n devices converged at
+	// target; the returned stop ends the watch, waiting at most until
+	// deadline for every device, and returns what it saw.
+	watchDurable(ctx context.Context, target uint64, n int, start time.Time) (stop func(deadline time.Time) durableTimes)
+}
+
+// durableTimes is what a durableWatcher saw: when the API first showed
+// 50, 99 and 100 % of the devices durable (nil where it did not), after
+// how many reads, and the last count read.
+type durableTimes struct {
+	P50, P99, P100 *float64
+	Reads          int
+	Last           int
+	Err            error
+}
+
+// udpSide is a side whose devices and servers speak UDP: the drops of
+// its sockets' receive buffers are counted during each change.
+type udpSide interface {
+	udpPorts() (servers, devices []int)
 }
 
 // electionCounter is a side whose servers elect leaders.
@@ -98,6 +85,16 @@ type levelResult struct {
 	// retained message handled), before their report left.
 	AppliedP50s *float64 `json:"applied_p50_s"`
 	AppliedP99s *float64 `json:"applied_p99_s"`
+	// DurableP50s, DurableP99s and DurableP100s are, for Meteor, the
+	// times until the API showed that share of the devices converged at
+	// the change's revision: their reports committed through Raft
+	// (blocking reads of the fleet status on a follower, at most one
+	// every durablePoll); DurableReads counts the reads.
+	DurableP50s  *float64 `json:"durable_p50_s,omitempty"`
+	DurableP99s  *float64 `json:"durable_p99_s,omitempty"`
+	DurableP100s *float64 `json:"durable_p100_s,omitempty"`
+	DurableReads int      `json:"durable_reads,omitempty"`
+	DurableError string   `json:"durable_error,omitempty"`
 	// Server is what Meteor's cluster itself recorded, read after the
 	// change: the devices targeted, acknowledged and converged at the
 	// intent's revision.
@@ -114,9 +111,12 @@ type levelResult struct {
 	Elections  *int  `json:"elections,omitempty"`
 	// Packets and Dropped count the packets on the device ports that the
 	// loss rules saw and dropped (both directions).
-	Packets uint64  `json:"packets,omitempty"`
-	Dropped uint64  `json:"dropped,omitempty"`
-	Load1   float64 `json:"load1"`
+	Packets uint64 `json:"packets,omitempty"`
+	Dropped uint64 `json:"dropped,omitempty"`
+	// UDP counts the datagrams dropped by full socket receive buffers
+	// during the change (Meteor).
+	UDP   *benchkit.UDPDrops `json:"udp_drops,omitempty"`
+	Load1 float64            `json:"load1"`
 }
 
 // serverCounts is the intent's progress as the cluster records it.
@@ -125,20 +125,6 @@ type serverCounts struct {
 	Targeted     int    `json:"targeted"`
 	Acknowledged int    `json:"acknowledged"`
 	Converged    int    `json:"converged"`
-}
-
-// percentileOf returns the nearest-rank p-th percentile of the times of
-// all n devices, of which sorted are the ones that arrived; false if the
-// rank is beyond them.
-func percentileOf(sorted []time.Duration, n int, p float64) (time.Duration, bool) {
-	if n == 0 {
-		return 0, false
-	}
-	rank := min(max(int(math.Ceil(p/100*float64(n))), 1), n)
-	if rank > len(sorted) {
-		return 0, false
-	}
-	return sorted[rank-1], true
 }
 
 func seconds(d time.Duration, ok bool) *float64 {
@@ -182,12 +168,20 @@ func measure(ctx context.Context, s side, system string, version, loss int, loss
 			return nil, err
 		}
 	}
+	var udp *benchkit.UDPWatch
+	if us, ok := s.(udpSide); ok {
+		udp = benchkit.WatchUDP(us.udpPorts())
+	}
 	start := time.Now()
 	target, err := s.apply(ctx, version)
 	if err != nil {
 		return nil, fmt.Errorf("apply version %d: %w", version, err)
 	}
 	res.SubmitMs = benchkit.MS(time.Since(start))
+	var stopDurable func(time.Time) durableTimes
+	if dw, ok := s.(durableWatcher); ok {
+		stopDurable = dw.watchDurable(ctx, target, len(logs), start)
+	}
 
 	deadline := start.Add(timeout)
 	var times []time.Duration
@@ -195,7 +189,7 @@ func measure(ctx context.Context, s side, system string, version, loss int, loss
 	for {
 		times = times[:0]
 		for _, l := range logs {
-			if at, ok := l.first(target); ok {
+			if at, ok := l.First(target); ok {
 				times = append(times, at.Sub(start))
 			}
 		}
@@ -211,6 +205,17 @@ func measure(ctx context.Context, s side, system string, version, loss int, loss
 			return nil, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+	if stopDurable != nil {
+		d := stopDurable(deadline)
+		res.DurableP50s, res.DurableP99s, res.DurableP100s, res.DurableReads = d.P50, d.P99, d.P100, d.Reads
+		if d.Err != nil {
+			res.DurableError = d.Err.Error()
+		}
+	}
+	if udp != nil {
+		drops := udp.Drops()
+		res.UDP = &drops
 	}
 	cpu1, err := s.serverCPU()
 	if err != nil {
@@ -237,29 +242,29 @@ func measure(ctx context.Context, s side, system string, version, loss int, loss
 	res.Load1 = benchkit.Load1()
 	slices.Sort(times)
 	res.Reached = len(times)
-	res.P50s = seconds(percentileOf(times, len(logs), 50))
-	res.P99s = seconds(percentileOf(times, len(logs), 99))
-	res.P100s = seconds(percentileOf(times, len(logs), 100))
+	res.P50s = seconds(benchkit.PercentileOf(times, len(logs), 50))
+	res.P99s = seconds(benchkit.PercentileOf(times, len(logs), 99))
+	res.P100s = seconds(benchkit.PercentileOf(times, len(logs), 100))
 	var applied []time.Duration
 	for _, l := range s.appliedLogs() {
-		if at, ok := l.first(target); ok {
+		if at, ok := l.First(target); ok {
 			applied = append(applied, at.Sub(start))
 		}
 	}
 	slices.Sort(applied)
-	res.AppliedP50s = seconds(percentileOf(applied, len(logs), 50))
-	res.AppliedP99s = seconds(percentileOf(applied, len(logs), 99))
+	res.AppliedP50s = seconds(benchkit.PercentileOf(applied, len(logs), 50))
+	res.AppliedP99s = seconds(benchkit.PercentileOf(applied, len(logs), 99))
 	return res, nil
 }
 
 // waitAll waits until every log has a confirm of target, or timeout.
-func waitAll(ctx context.Context, logs []*confirmLog, target uint64, timeout time.Duration, what string, log io.Writer) error {
+func waitAll(ctx context.Context, logs []*benchkit.TargetLog, target uint64, timeout time.Duration, what string, log io.Writer) error {
 	start := time.Now()
 	lastLog := start
 	for {
 		n := 0
 		for _, l := range logs {
-			if _, ok := l.first(target); ok {
+			if _, ok := l.First(target); ok {
 				n++
 			}
 		}

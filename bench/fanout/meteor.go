@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,9 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quic-go/quic-go"
-
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
+	"github.com/meteor-edge/meteor/bench/internal/wiredev"
 	"github.com/meteor-edge/meteor/cluster/api"
 	clusterpki "github.com/meteor-edge/meteor/cluster/pki"
 )
@@ -55,7 +54,7 @@ func startMeteor(ctx context.Context, g *benchkit.Group, bin, dir string) (*mete
 // meteorSide is the cluster with its fleet connected.
 type meteorSide struct {
 	mc  *meteorCluster
-	fl  *meteorFleet
+	fl  *wiredev.Fleet
 	doc *desired
 }
 
@@ -72,29 +71,103 @@ func (s *meteorSide) apply(ctx context.Context, version int) (uint64, error) {
 	return res.Revision, nil
 }
 
-func (s *meteorSide) logs() []*confirmLog {
-	out := make([]*confirmLog, len(s.fl.devs))
-	for i, d := range s.fl.devs {
-		out[i] = &d.log
-	}
-	return out
-}
+func (s *meteorSide) logs() []*benchkit.TargetLog { return s.fl.ReportedLogs() }
 
-func (s *meteorSide) appliedLogs() []*confirmLog {
-	out := make([]*confirmLog, len(s.fl.devs))
-	for i, d := range s.fl.devs {
-		out[i] = &d.took
-	}
-	return out
-}
+func (s *meteorSide) appliedLogs() []*benchkit.TargetLog { return s.fl.AppliedLogs() }
 
 func (s *meteorSide) serverCPU() (time.Duration, error) { return s.mc.CPUTime() }
 
+func (s *meteorSide) udpPorts() (servers, devices []int) { return s.mc.AgentPorts(), s.fl.Ports() }
+
+// durablePoll is the least time between two reads of the fleet status
+// while a change is watched: each read has the server compare every
+// device's desired state with its report, and its CPU is the measured
+// system's.
+const durablePoll = 50 * time.Millisecond
+
+// watchDurable reads the fleet status (GET /v1/status: every intent's
+// progress, without the per-status series the intent's own progress
+// endpoint builds) from a follower's own replica (?stale=true: the
+// leader is not asked) with blocking reads, at most one every
+// durablePoll, and notes when it first showed 50, 99 and 100 % of n
+// devices converged at target: their reports committed through Raft and
+// applied to that replica.
+func (s *meteorSide) watchDurable(ctx context.Context, target uint64, n int, start time.Time) func(time.Time) durableTimes {
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var mu sync.Mutex
+	var out durableTimes // guarded by mu
+	need := func(p float64) int { return max(int(math.Ceil(p/100*float64(n))), 1) }
+	server := s.mc.Servers[0].API
+	if li, err := s.mc.Leader(ctx); err == nil {
+		server = s.mc.Servers[(li+1)%len(s.mc.Servers)].API
+	}
+	go func() {
+		defer close(done)
+		var index uint64
+		for wctx.Err() == nil {
+			t0 := time.Now()
+			st, err := server.Status(wctx, api.ReadOptions{Stale: true, WaitIndex: index, Wait: 10 * time.Second})
+			at := time.Since(start).Seconds()
+			mu.Lock()
+			switch {
+			case err != nil && wctx.Err() != nil:
+				mu.Unlock()
+				return
+			case err != nil:
+				out.Err = err
+			default:
+				out.Reads++
+				index = st.Index
+				if p := intentOf(st, intentName); p != nil && p.Revision >= target {
+					out.Last = p.Converged
+					for _, t := range []struct {
+						pct float64
+						at  **float64
+					}{{50, &out.P50}, {99, &out.P99}, {100, &out.P100}} {
+						if *t.at == nil && p.Converged >= need(t.pct) {
+							*t.at = &at
+						}
+					}
+				}
+			}
+			full := out.P100 != nil
+			mu.Unlock()
+			if full || benchkit.Sleep(wctx, durablePoll-time.Since(t0)) != nil {
+				return
+			}
+		}
+	}()
+	return func(deadline time.Time) durableTimes {
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return out
+	}
+}
+
 func (s *meteorSide) raftTerm(ctx context.Context) (uint64, error) { return s.mc.RaftTerm(ctx) }
 
-func (s *meteorSide) reconnects() int64 { return s.fl.reconnects.Load() }
+func (s *meteorSide) reconnects() int64 { return s.fl.Reconnects() }
 
 func (s *meteorSide) ports() (string, []int) { return "udp", s.mc.AgentPorts() }
+
+// intentOf returns the progress of the intent name in st, or nil.
+func intentOf(st *api.FleetStatus, name string) *api.IntentProgress {
+	for i := range st.Intents {
+		if st.Intents[i].Name == name {
+			return &st.Intents[i]
+		}
+	}
+	return nil
+}
 
 // serverCounts reads the intent's progress from the cluster (a
 // linearizable read): how many devices it targets, and how many the
@@ -110,7 +183,7 @@ func (s *meteorSide) serverCounts(ctx context.Context) (*api.IntentProgress, err
 
 // runMeteor starts the cluster, connects the fleet, converges it on
 // version 1, and measures one change per loss level.
-func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir string, lossy *lossTable, levels []int, out, log io.Writer) ([]*levelResult, string, error) {
+func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir string, lossy *lossTable, levels []int, rep *report, out, log io.Writer) ([]*levelResult, string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", err
 	}
@@ -138,49 +211,53 @@ func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir str
 	}
 
 	fmt.Fprintf(log, "meteor: issuing %d device certificates\n", cfg.devices)
-	certs, err := issueDevices(mc.ca, cfg.devices)
+	ids := make([]string, cfg.devices)
+	for i := range ids {
+		ids[i] = deviceID(i, cfg.devices)
+	}
+	certs, err := wiredev.Issue(mc.ca, ids)
 	if err != nil {
 		return nil, "", err
 	}
-	fl := &meteorFleet{timeout: 30 * time.Second}
-	s.fl = fl
-	defer fl.close()
+	fcfg := wiredev.Config{Roots: mc.ca.Pool(), Sockets: cfg.sockets, Dials: cfg.concurrency, DialTimeout: 30 * time.Second}
 	for _, a := range mc.AgentAddrs() {
 		ua, err := net.ResolveUDPAddr("udp", a)
 		if err != nil {
 			return nil, "", err
 		}
-		fl.servers = append(fl.servers, ua)
+		fcfg.Servers = append(fcfg.Servers, ua)
 	}
-	for range cfg.sockets {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			return nil, "", err
-		}
-		fl.pcs = append(fl.pcs, pc)
-		fl.trs = append(fl.trs, &quic.Transport{Conn: pc})
+	labels := make([]map[string]string, cfg.groups)
+	for g := range labels {
+		labels[g] = deviceLabels(g, cfg.groups)
 	}
-	roots := mc.ca.Pool()
-	for i := range cfg.devices {
-		fl.devs = append(fl.devs, newDevice(deviceID(i, cfg.devices), certs[i], roots, deviceLabels(i, cfg.groups), i%len(mc.Servers)))
+	devs := make([]*wiredev.Device, cfg.devices)
+	for i := range devs {
+		devs[i] = wiredev.NewDevice(ids[i], certs[i], labels[i%cfg.groups])
 	}
+	fl, err := wiredev.NewFleet(fcfg, devs)
+	if err != nil {
+		return nil, "", err
+	}
+	s.fl = fl
+	defer fl.Close()
 
 	fleetCtx, stopFleet := context.WithCancel(ctx)
-	var wg sync.WaitGroup
 	defer func() {
 		stopFleet()
-		wg.Wait()
+		fl.Wait()
 	}()
 	fmt.Fprintf(log, "meteor: connecting %d devices, %d at a time over %d sockets\n", cfg.devices, cfg.concurrency, cfg.sockets)
 	t0 := time.Now()
-	failed := fl.connect(fleetCtx, &wg, cfg.concurrency)
-	if failed > 0 {
-		fmt.Fprintf(log, "meteor: %d devices failed their first dial and keep retrying, e.g. %v\n", failed, fl.lastErr.Load())
-	}
+	fl.Start(fleetCtx)
 	if err := waitAll(ctx, s.logs(), rev1, cfg.timeout, "meteor: converging on version 1", log); err != nil {
-		return nil, "", fmt.Errorf("%w (last device error: %v)", err, fl.lastErr.Load())
+		return nil, "", fmt.Errorf("%w (last device error: %v)", err, fl.LastErr())
+	}
+	if n := fl.DialFailures(); n > 0 {
+		fmt.Fprintf(log, "meteor: %d dials failed and were retried, e.g. %v\n", n, fl.LastErr())
 	}
 	fmt.Fprintf(log, "meteor: %d devices connected and converged on version 1 in %.1f s\n", cfg.devices, time.Since(t0).Seconds())
+	rep.UDPBuffers.read(ctx, mc.AgentPorts(), fl.Ports(), log)
 
 	var results []*levelResult
 	for i, loss := range levels {
@@ -205,54 +282,8 @@ func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir str
 		resultRow(out, res)
 		results = append(results, res)
 	}
+	rep.Elections.Record(ctx, "fanout: meteor", mc.MeteorCluster)
 	return results, mc.Version, nil
 }
 
-// connect dials every device, concurrency at a time, and starts each
-// one's session goroutine in wg; a device whose first dial fails starts
-// without a session and keeps retrying. It returns how many failed.
-func (f *meteorFleet) connect(ctx context.Context, wg *sync.WaitGroup, concurrency int) int {
-	work := make(chan int)
-	var mu sync.Mutex
-	failed := 0
-	var dialers sync.WaitGroup
-	for range concurrency {
-		dialers.Go(func() {
-			for i := range work {
-				d := f.devs[i]
-				l, c, err := d.dial(ctx, f.trs[i%len(f.trs)], f.servers[d.home], f.timeout)
-				if err != nil {
-					f.lastErr.Store(fmt.Errorf("%s: %w", d.id, err))
-					mu.Lock()
-					failed++
-					mu.Unlock()
-					l = nil
-				}
-				wg.Go(func() { f.run(ctx, i, l, c) })
-			}
-		})
-	}
-	for i := range f.devs {
-		if ctx.Err() != nil {
-			break
-		}
-		work <- i
-	}
-	close(work)
-	dialers.Wait()
-	return failed
-}
-
 func deviceID(i, n int) string { return fmt.Sprintf("dev-%0*d", len(strconv.Itoa(n-1)), i) }
-
-// issueDevices issues one certificate per device (ECDSA P-256), on every
-// CPU.
-func issueDevices(ca *clusterpki.CA, n int) ([]tls.Certificate, error) {
-	certs := make([]tls.Certificate, n)
-	err := benchkit.Parallel(n, func(i int) error {
-		c, err := ca.IssueDevice(deviceID(i, n))
-		certs[i] = c
-		return err
-	})
-	return certs, err
-}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"slices"
@@ -22,8 +23,46 @@ type report struct {
 	Ratios      []ratio        `json:"ratios"`
 	Notes       []string       `json:"notes"`
 	Summary     []benchkit.Row `json:"summary"`
+	// UDPBuffers says how the run sized the UDP sockets' buffers (Meteor).
+	UDPBuffers *udpInfo `json:"udp_buffers,omitempty"`
+	// Elections are the leader elections of the run's Meteor cluster
+	// over its whole life.
+	Elections benchkit.ElectionLog `json:"leader_elections"`
 	// WallSec is the whole run's wall time.
 	WallSec float64 `json:"wall_s"`
+}
+
+// udpInfo is the host's buffer limits during the run and what the
+// servers' agent sockets and the devices' sockets got.
+type udpInfo struct {
+	Setup          benchkit.UDPBufferSetup `json:"setup"`
+	Servers        string                  `json:"server_sockets,omitempty"`
+	Devices        string                  `json:"device_sockets,omitempty"`
+	ServersGranted bool                    `json:"server_sockets_granted"`
+	DevicesGranted bool                    `json:"device_sockets_granted"`
+	Error          string                  `json:"error,omitempty"`
+}
+
+// read reads what the sockets got.
+func (u *udpInfo) read(ctx context.Context, servers, devices []int, log io.Writer) {
+	bufs, err := benchkit.ReadUDPBuffers(ctx, append(append([]int(nil), servers...), devices...))
+	if err != nil {
+		u.Error = err.Error()
+		fmt.Fprintf(log, "UDP buffers: %v\n", err)
+		return
+	}
+	u.Servers, u.Devices = benchkit.BufferSummary(bufs, servers), benchkit.BufferSummary(bufs, devices)
+	u.ServersGranted, u.DevicesGranted = allGranted(bufs, servers), allGranted(bufs, devices)
+	fmt.Fprintf(log, "UDP buffers: servers' agent sockets %s; devices' sockets %s\n", u.Servers, u.Devices)
+}
+
+func allGranted(bufs map[int]benchkit.UDPBuffers, ports []int) bool {
+	for _, p := range ports {
+		if b, ok := bufs[p]; !ok || !b.Granted() {
+			return false
+		}
+	}
+	return len(ports) > 0
 }
 
 type versionInfo struct {
@@ -45,13 +84,16 @@ type paramInfo struct {
 	NoFile      uint64  `json:"open_files_limit"`
 }
 
-// ratio compares Meteor with Mosquitto at one loss level: each is
-// Meteor's time over Mosquitto's (below 1: Meteor is faster).
+// ratio compares Meteor with one Mosquitto system at one loss level:
+// each is Meteor's time over the peer's at p99 (below 1: Meteor is
+// faster). Reported compares the devices' ReportAcks with the
+// collector's receipts, Durable the API's view with them.
 type ratio struct {
-	LossPct int      `json:"loss_pct"`
-	P50     *float64 `json:"p50_meteor_over_mosquitto"`
-	P99     *float64 `json:"p99_meteor_over_mosquitto"`
-	P100    *float64 `json:"p100_meteor_over_mosquitto"`
+	LossPct  int      `json:"loss_pct"`
+	Peer     string   `json:"peer"`
+	Applied  *float64 `json:"applied_p99_meteor_over_peer"`
+	Reported *float64 `json:"reported_p99_meteor_over_peer"`
+	Durable  *float64 `json:"durable_p99_meteor_over_peer"`
 }
 
 func div(a, b *float64) *float64 {
@@ -62,7 +104,7 @@ func div(a, b *float64) *float64 {
 	return &r
 }
 
-// ratios pairs each loss level's Meteor and Mosquitto rows.
+// ratios pairs each loss level's Meteor row with each Mosquitto row.
 func ratios(results []*levelResult) []ratio {
 	var out []ratio
 	for _, m := range results {
@@ -70,8 +112,9 @@ func ratios(results []*levelResult) []ratio {
 			continue
 		}
 		for _, q := range results {
-			if q.System == sysMosquitto && q.LossPct == m.LossPct {
-				out = append(out, ratio{LossPct: m.LossPct, P50: div(m.P50s, q.P50s), P99: div(m.P99s, q.P99s), P100: div(m.P100s, q.P100s)})
+			if q.System != sysMeteor && q.LossPct == m.LossPct {
+				out = append(out, ratio{LossPct: m.LossPct, Peer: q.System,
+					Applied: div(m.AppliedP99s, q.AppliedP99s), Reported: div(m.P99s, q.P99s), Durable: div(m.DurableP99s, q.P99s)})
 			}
 		}
 	}
@@ -121,21 +164,40 @@ func fmtCount(n *int) string {
 	return fmt.Sprint(*n)
 }
 
+// fmtDrops formats the datagrams dropped on the servers' and the devices'
+// sockets ("-" where not counted).
+func fmtDrops(d *benchkit.UDPDrops) string {
+	if d == nil {
+		return "-"
+	}
+	n := func(v int64) string {
+		if v < 0 {
+			return "?"
+		}
+		return fmt.Sprint(v)
+	}
+	return n(d.Servers) + "/" + n(d.Devices)
+}
+
 // resultHeader and resultRow print the stdout table one row at a time.
 func resultHeader(w io.Writer) {
-	fmt.Fprintf(w, "%-9s %-10s %8s %8s %9s %11s %11s %10s %10s %10s %8s %8s %10s %9s\n", "system", "link", "devices", "reached", "submit ms", "applied p50", "applied p99", "p50", "p99", "p100", "srv cpu", "drv cpu", "reconnects", "elections")
+	fmt.Fprintf(w, "%-13s %-10s %7s %7s %9s %11s %11s %10s %10s %10s %11s %8s %8s %10s %9s %11s\n", "system", "link", "devices", "reached", "submit ms", "applied p50", "applied p99", "rep. p50", "rep. p99", "rep. p100", "durable p99", "srv cpu", "drv cpu", "reconnects", "elections", "udp drops")
 }
 
 func resultRow(w io.Writer, r *levelResult) {
-	fmt.Fprintf(w, "%-9s %-10s %8d %8d %9.1f %11s %11s %10s %10s %10s %7.1fs %7.1fs %10d %9s\n", r.System, linkName(r.LossPct), r.Devices, r.Reached, r.SubmitMs,
-		fmtS(r.AppliedP50s), fmtS(r.AppliedP99s), fmtS(r.P50s), fmtS(r.P99s), fmtS(r.P100s), r.ServerCPUs, r.DriverCPUs, r.Reconnects, fmtCount(r.Elections))
+	durable := "-"
+	if r.System == sysMeteor {
+		durable = fmtS(r.DurableP99s)
+	}
+	fmt.Fprintf(w, "%-13s %-10s %7d %7d %9.1f %11s %11s %10s %10s %10s %11s %7.1fs %7.1fs %10d %9s %11s\n", r.System, linkName(r.LossPct), r.Devices, r.Reached, r.SubmitMs,
+		fmtS(r.AppliedP50s), fmtS(r.AppliedP99s), fmtS(r.P50s), fmtS(r.P99s), fmtS(r.P100s), durable, r.ServerCPUs, r.DriverCPUs, r.Reconnects, fmtCount(r.Elections), fmtDrops(r.UDP))
 }
 
 func printSummary(w io.Writer, rep *report) {
 	if len(rep.Ratios) > 0 {
-		fmt.Fprintf(w, "\n%-10s %18s %18s %18s\n", "link", "meteor/mosq p50", "meteor/mosq p99", "meteor/mosq p100")
+		fmt.Fprintf(w, "\n%-10s %-13s %20s %20s %20s\n", "link", "peer", "applied p99 ratio", "reported p99 ratio", "durable p99 ratio")
 		for _, r := range rep.Ratios {
-			fmt.Fprintf(w, "%-10s %18s %18s %18s\n", linkName(r.LossPct), fmtX(r.P50), fmtX(r.P99), fmtX(r.P100))
+			fmt.Fprintf(w, "%-10s %-13s %20s %20s %20s\n", linkName(r.LossPct), r.Peer, fmtX(r.Applied), fmtX(r.Reported), fmtX(r.Durable))
 		}
 	}
 	var verdicts []string
@@ -143,6 +205,9 @@ func printSummary(w io.Writer, rep *report) {
 		v := fmt.Sprintf("%s: Meteor %s", row.Figure, row.Meteor)
 		if row.Peer != "" {
 			v += fmt.Sprintf(", %s %s, ratio %s", row.PeerName, row.Peer, row.Ratio)
+		}
+		if row.Met != nil {
+			v += fmt.Sprintf(" (goal %s: %s)", row.Goal, map[bool]string{true: "met", false: "NOT met"}[*row.Met])
 		}
 		verdicts = append(verdicts, v)
 	}
@@ -164,77 +229,138 @@ func hasSystem(results []*levelResult, system string) bool {
 	return slices.ContainsFunc(results, func(r *levelResult) bool { return r.System == system })
 }
 
-// summaryRows are the rows of the benchmark summary table: one per loss
-// level measured.
+// The goals of the fan-out rows (on the clean link): Meteor's 99 %
+// applied at most goalApplied times Mosquitto's with TLS and persistence,
+// its 99 % reported and durable at most goalDurable times that
+// Mosquitto's 99 % reported.
+const (
+	goalApplied = 1.0
+	goalDurable = 2.0
+)
+
+// peerName names a Mosquitto system in the summary.
+func peerName(system, version string) string {
+	v := "Mosquitto"
+	if version != "" {
+		v += " " + version
+	}
+	if system == sysMosquittoTLS {
+		return v + " with TLS and persistence"
+	}
+	return v + " (plaintext, no persistence)"
+}
+
+// summaryRows are the rows of the benchmark summary table: per loss
+// level, 99 % applied and 99 % reported and durable, each against
+// Mosquitto with TLS and persistence (plaintext Mosquitto if only it was
+// measured); the goals apply to the clean link.
 func summaryRows(rep *report) []benchkit.Row {
 	var rows []benchkit.Row
+	n := benchkit.Thousands(rep.Params.Devices)
 	for _, loss := range rep.Params.Loss {
-		m, q := find(rep.Results, sysMeteor, loss), find(rep.Results, sysMosquitto, loss)
-		if m == nil && q == nil {
+		m := find(rep.Results, sysMeteor, loss)
+		tlsPeer, plain := find(rep.Results, sysMosquittoTLS, loss), find(rep.Results, sysMosquitto, loss)
+		if m == nil && tlsPeer == nil && plain == nil {
 			continue
 		}
-		row := benchkit.Row{
-			Bench: 2, Name: "fanout",
-			Figure: fmt.Sprintf("time to 99%% applied and reported, %s devices, %s", benchkit.Thousands(rep.Params.Devices), linkName(loss)),
+		peer, peerSys := tlsPeer, sysMosquittoTLS
+		if peer == nil {
+			peer, peerSys = plain, sysMosquitto
 		}
-		var note []string
+		applied := benchkit.Row{Bench: 2, Name: "fanout", Figure: fmt.Sprintf("%s devices, 99 %% applied, %s", n, linkName(loss))}
+		durable := benchkit.Row{Bench: 2, Name: "fanout", Figure: fmt.Sprintf("%s devices, 99 %% reported and durable, %s", n, linkName(loss))}
+		if loss == 0 {
+			applied.Key, applied.Goal = "fanout-applied", fmt.Sprintf("<= %.1fx Mosquitto with TLS and persistence", goalApplied)
+			durable.Key, durable.Goal = "fanout-durable", fmt.Sprintf("<= %.1fx Mosquitto's 99 %% reported (TLS and persistence)", goalDurable)
+		}
+		var common []string
 		if m != nil {
-			row.Meteor = fmtS(m.P99s)
+			applied.Meteor, durable.Meteor = fmtS(m.AppliedP99s), fmtS(m.DurableP99s)
+			applied.Elections, durable.Elections = m.Elections, m.Elections
+			common = append(common, fmt.Sprintf("Meteor servers used %.1f CPU-s for the change", m.ServerCPUs))
+			if m.UDP != nil {
+				common = append(common, m.UDP.String())
+			}
+			if m.elections() > 0 {
+				common = append(common, fmt.Sprintf("%d Raft leader election(s) during the change", m.elections()))
+			}
 		} else {
-			row.Meteor = "not measured"
+			applied.Meteor, durable.Meteor = "not measured", "not measured"
 		}
-		if q != nil {
-			row.Peer, row.PeerName = fmtS(q.P99s), "Mosquitto "+rep.Versions.Mosquitto
-		} else if rep.Versions.MosquittoSkipped != "" {
-			note = append(note, "Mosquitto skipped: "+rep.Versions.MosquittoSkipped)
+		if peer != nil {
+			name := peerName(peerSys, rep.Versions.Mosquitto)
+			applied.Peer, applied.PeerName = fmtS(peer.AppliedP99s), name
+			durable.Peer, durable.PeerName = fmtS(peer.P99s), name
+			common = append(common, fmt.Sprintf("the broker used %.1f CPU-s", peer.ServerCPUs))
 		}
-		if m != nil && q != nil {
-			row.Ratio = fmtX(div(m.P99s, q.P99s))
+		if m != nil && peer != nil {
+			ra, rd := div(m.AppliedP99s, peer.AppliedP99s), div(m.DurableP99s, peer.P99s)
+			applied.Ratio, durable.Ratio = fmtX(ra), fmtX(rd)
+			if loss == 0 && peerSys == sysMosquittoTLS {
+				applied.Met = benchkit.MetGoal(ra != nil && *ra <= goalApplied)
+				durable.Met = benchkit.MetGoal(rd != nil && *rd <= goalDurable)
+			}
 		}
-		note = append(note, "one machine (2 CPUs) runs servers and every device; devices apply in zero time")
-		if m != nil && m.ServerCPUs > 0 {
-			note = append(note, fmt.Sprintf("Meteor servers used %.1f CPU-s", m.ServerCPUs))
+		if loss == 0 && peerSys != sysMosquittoTLS {
+			common = append(common, "the goal is against Mosquitto with TLS and persistence, which was not measured")
 		}
-		if m != nil {
-			row.Elections = m.Elections
-		}
-		if m != nil && m.elections() > 0 {
-			note = append(note, fmt.Sprintf("%d Raft leader election(s) during the change; unrecorded reports wait for the agents' 60 s report cadence", m.elections()))
-		}
-		if q != nil && q.ServerCPUs > 0 {
-			note = append(note, fmt.Sprintf("the broker %.1f CPU-s", q.ServerCPUs))
+		if plain != nil && peerSys == sysMosquittoTLS {
+			var r []string
+			if m != nil {
+				r = append(r, fmt.Sprintf("ratios %s applied, %s reported", fmtX(div(m.AppliedP99s, plain.AppliedP99s)), fmtX(div(m.DurableP99s, plain.P99s))))
+			}
+			common = append(common, fmt.Sprintf("plaintext Mosquitto without persistence: 99 %% applied %s, reported %s%s", fmtS(plain.AppliedP99s), fmtS(plain.P99s), prefixed("; ", strings.Join(r, ""))))
 		}
 		if loss > 0 {
-			note = append(note, fmt.Sprintf("nft drops %d%% of device-port packets each way", loss))
+			common = append(common, fmt.Sprintf("nft drops %d%% of device-port packets each way", loss))
 		}
-		row.Note = strings.Join(note, "; ")
-		rows = append(rows, row)
+		common = append(common, "one machine (2 CPUs) runs servers and every device; devices apply in zero time")
+		applied.Note = "applied: the device took the change (Meteor: a complete Delta; Mosquitto: the retained message); " + strings.Join(common, "; ")
+		dnote := "reported and durable: Meteor, the API (GET /v1/status on a follower) shows the device converged at the change's revision, its report committed through Raft"
+		if m != nil {
+			dnote += fmt.Sprintf(" (the devices held their ReportAcks: 99 %% at %s)", fmtS(m.P99s))
+		}
+		dnote += "; Mosquitto, the collector received the report"
+		durable.Note = dnote + "; " + strings.Join(common, "; ")
+		rows = append(rows, applied, durable)
 	}
 	if rep.LossSkipped != "" {
-		rows = append(rows, benchkit.Row{Bench: 2, Name: "fanout", Figure: "time to 99% applied and reported, with packet loss",
+		rows = append(rows, benchkit.Row{Bench: 2, Name: "fanout", Figure: "99 % applied and reported, with packet loss",
 			Meteor: "skipped", Note: rep.LossSkipped})
 	}
 	return rows
+}
+
+func prefixed(p, s string) string {
+	if s == "" {
+		return ""
+	}
+	return p + s
 }
 
 // notes say how to read the figures.
 func notes(rep *report) []string {
 	p := rep.Params
 	n := []string{
-		fmt.Sprintf("The machine is shared: load average %s at start, %s at end (1-minute load per row in the JSON). Servers, devices and the collector all run on it; the two systems are measured one after the other, never at once.", rep.Machine.LoadAvgStart, rep.Machine.LoadAvgEnd),
-		"Applied and reported back, on both sides: the device received the new desired state, applied it (zero time on both sides: nothing runs) and its report of it reached the control plane. " +
-			"Meteor: the device holds the server's ReportAck, which is sent only once the device's status transition is committed through Raft (owner server, three voters, fsync). " +
-			"Mosquitto: the collector subscribed to the report topics received the report (QoS 1; the broker does not persist it). " +
+		fmt.Sprintf("The machine is shared: load average %s at start, %s at end (1-minute load per row in the JSON). Servers, devices and the collector all run on it; the systems are measured one after the other, never at once.", rep.Machine.LoadAvgStart, rep.Machine.LoadAvgEnd),
+		"Applied: the device received the new desired state and applied it (zero time on every side: nothing runs). Meteor: a complete Delta taken; Mosquitto: the retained message handled. " +
+			"Reported (all systems): the device's report of it reached the control plane. Meteor: the device holds the server's ReportAck, sent only once the device's status transition is committed through Raft (owner server, three voters, fsync); Mosquitto: the collector subscribed to the report topics received the report (QoS 1). " +
+			"Reported and durable (Meteor): the API shows it: blocking reads of GET /v1/status from a follower's own replica (?stale=true, so the leader is not asked; at most one every 50 ms; each costs that server a comparison of every device's desired state with its report) until its count of the intent's devices converged at the change's revision passes 50, 99 and 100 %. " +
+			"Mosquitto with persistence writes its in-memory database every autosave_interval (Debian's default, 1800 s) and at exit, never before acknowledging a message, so its reported figure is the nearest it has to durable. " +
 			"Times run from submitting the change (Meteor: the PUT is sent; Mosquitto: the first retained PUBLISH is sent), on this process's clock.",
 		fmt.Sprintf("Loss: an nft table of the run's own drops packets at the input hook (each loopback packet passes it once) with numgen random, on the Meteor agent UDP ports and the Mosquitto device TCP port, in both directions; Raft, gossip, HTTP and the Mosquitto backend listener are not touched. Open files limit %d.", p.NoFile),
 	}
 	if hasSystem(rep.Results, sysMeteor) {
-		n = append(n, fmt.Sprintf("Meteor: 3 `meteor server` processes (--bootstrap-expect 3, one agent UDP port each); %d wire-level agents in this process (own certificate, real QUIC and TLS, the agent's protocol: Notify, Pull with inventory, Delta, Ack, Report, ReportAck), spread round-robin over the servers and sharing %d client UDP sockets. "+
-			"One intent with one %d-byte file resource selects every device; the change is one PUT. A Notify makes a device pull; like the agent it also pulls every 30 s (the server's pull interval) and sends a full report every 60 s, which is when a report the cluster did not acknowledge goes out again. "+
+		n = append(n, fmt.Sprintf("Meteor: 3 `meteor server` processes (--bootstrap-expect 3, one agent UDP port each); %d wire-level agents in this process (bench/internal/wiredev: own certificate, real QUIC and TLS, the agent's protocol: Notify, Pull with inventory, Delta, Ack, Report, ReportAck), spread round-robin over the servers and sharing %d client UDP sockets. "+
+			"One intent with one %d-byte file resource selects every device; the change is one PUT. A Notify makes a device pull; like the agent it also pulls at the server's pull interval, and sends a report the cluster did not acknowledge again after 1 s, doubling to 60 s. "+
 			"Leader elections are those the cluster held during the change, won or not: the growth of the highest Raft term the servers report on GET /v1/health.", p.Devices, p.Sockets, p.BodyBytes))
+		if u := rep.UDPBuffers; u != nil {
+			n = append(n, fmt.Sprintf("UDP buffers: %s. The servers' agent sockets got %s, the devices' %s (ss -uam). Datagrams dropped by full receive buffers are counted on those sockets (/proc/net/udp) and on the host (/proc/net/snmp RcvbufErrors, which counts every process on it) during each change.", u.Setup.Note, orUnknown(u.Servers), orUnknown(u.Devices)))
+		}
 	}
-	if hasSystem(rep.Results, sysMosquitto) {
-		n = append(n, fmt.Sprintf("Mosquitto: %s as one child process, MQTT 3.1.1, persistence off, no connection limit, unlimited queued and in-flight QoS 1 messages, TCP_NODELAY; %d clients (%s, clean session, QoS 1, each on its own TCP connection) subscribed to one retained desired-state topic per group (%d groups); each publishes its report to its own topic, and a collector on a second listener subscribes to them all. The change is %d retained QoS 1 publishes carrying the same %d bytes Meteor sends as the resource body.",
+	if hasSystem(rep.Results, sysMosquitto) || hasSystem(rep.Results, sysMosquittoTLS) {
+		n = append(n, fmt.Sprintf("Mosquitto: %s as one child process per system, MQTT 3.1.1, no connection limit, unlimited queued and in-flight QoS 1 messages, TCP_NODELAY; %d clients (%s, clean session, QoS 1, each on its own TCP connection) subscribed to one retained desired-state topic per group (%d groups); each publishes its report to its own topic, and a collector on a second listener subscribes to them all. The change is %d retained QoS 1 publishes carrying the same %d bytes Meteor sends as the resource body. "+
+			"mosquitto: plaintext, persistence off. mosquitto-tls: both listeners TLS (TLS 1.3) requiring a client certificate from the run's CA (every device, the publisher and the collector have their own, ECDSA P-256 like Meteor's), persistence on.",
 			orDash(rep.Versions.Mosquitto), p.Devices, rep.Versions.MQTTClient, p.Groups, p.Groups, p.BodyBytes))
 	}
 	for _, r := range rep.Results {
@@ -242,8 +368,11 @@ func notes(rep *report) []string {
 			n = append(n, fmt.Sprintf("%s, %s: only %d of %d devices reported back within %.0f s.", r.System, linkName(r.LossPct), r.Reached, r.Devices, p.TimeoutSec))
 		}
 		if r.elections() > 0 {
-			n = append(n, fmt.Sprintf("%s, %s: the cluster held %d leader election(s) during the change (servers and devices share two cores; Raft runs with its default timeouts, no --raft-multiplier). Writes in flight then fail; the session servers do not acknowledge the reports they could not record, and the devices send them again with their next periodic report (60 s), so devices whose report fell in that window can wait up to a minute more.",
+			n = append(n, fmt.Sprintf("%s, %s: the cluster held %d leader election(s) during the change (servers and devices share two cores). Writes in flight then fail; the session servers retry the reports they could not record, and the devices send unacknowledged reports again after 1 s doubling to 60 s.",
 				r.System, linkName(r.LossPct), r.elections()))
+		}
+		if r.DurableError != "" {
+			n = append(n, fmt.Sprintf("%s, %s: reading the fleet status failed at least once: %s", r.System, linkName(r.LossPct), r.DurableError))
 		}
 		if v := r.Server; v != nil {
 			n = append(n, fmt.Sprintf("Meteor, %s: afterwards the cluster's own records (GET /v1/intents/%s/progress) showed %d of %d targeted devices acknowledged and %d converged at revision %d.",
@@ -257,6 +386,13 @@ func notes(rep *report) []string {
 		n = append(n, "Mosquitto was skipped: "+rep.Versions.MosquittoSkipped)
 	}
 	return n
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown sizes"
+	}
+	return s
 }
 
 func orDash(s string) string {
@@ -280,31 +416,39 @@ func markdown(rep *report) string {
 	if rep.Versions.MosquittoSkipped != "" {
 		mosq = "skipped: " + rep.Versions.MosquittoSkipped
 	}
-	fmt.Fprintf(&b, "Meteor %s (3 servers) and Mosquitto %s on 127.0.0.1; %s devices in %d groups, one change to every device's desired state (%d-byte document), time until each share of the devices had applied it and reported back. Whole run: %.0f s.\n\n",
-		orNA(rep.Versions.Meteor), mosq, benchkit.Thousands(p.Devices), p.Groups, p.BodyBytes, rep.WallSec)
-	fmt.Fprintf(&b, "| system | link | devices | reached | submit ms | applied p50 | applied p99 | reported p50 | reported p99 | reported p100 | server CPU s | driver CPU s | reconnects | leader elections | packets seen / dropped | load1 |\n")
-	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "Meteor %s (3 servers) and Mosquitto %s (plaintext; TLS with persistence) on 127.0.0.1; %s devices in %d groups, one change to every device's desired state (%d-byte document), time until each share of the devices had applied it, reported it, and (Meteor) the API showed it durable. Whole run: %.0f s; Meteor's leader elections over its cluster's life: %d.\n\n",
+		orNA(rep.Versions.Meteor), mosq, benchkit.Thousands(p.Devices), p.Groups, p.BodyBytes, rep.WallSec, rep.Elections.Total)
+	fmt.Fprintf(&b, "| system | link | devices | reached | submit ms | applied p50 | applied p99 | reported p50 | reported p99 | reported p100 | durable p50 | durable p99 | durable p100 | server CPU s | driver CPU s | reconnects | leader elections | UDP drops servers/devices | packets seen / dropped | load1 |\n")
+	fmt.Fprintf(&b, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rep.Results {
 		pk := ""
 		if r.LossPct > 0 {
 			pk = fmt.Sprintf("%d / %d", r.Packets, r.Dropped)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %.1f | %s | %s | %s | %s | %s | %.1f | %.1f | %d | %s | %s | %.2f |\n", r.System, linkName(r.LossPct), r.Devices, r.Reached, r.SubmitMs,
-			fmtS(r.AppliedP50s), fmtS(r.AppliedP99s), fmtS(r.P50s), fmtS(r.P99s), fmtS(r.P100s), r.ServerCPUs, r.DriverCPUs, r.Reconnects, fmtCount(r.Elections), pk, r.Load1)
+		d50, d99, d100 := "-", "-", "-"
+		if r.System == sysMeteor {
+			d50, d99, d100 = fmtS(r.DurableP50s), fmtS(r.DurableP99s), fmtS(r.DurableP100s)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %.1f | %s | %s | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %d | %s | %s | %s | %.2f |\n", r.System, linkName(r.LossPct), r.Devices, r.Reached, r.SubmitMs,
+			fmtS(r.AppliedP50s), fmtS(r.AppliedP99s), fmtS(r.P50s), fmtS(r.P99s), fmtS(r.P100s), d50, d99, d100, r.ServerCPUs, r.DriverCPUs, r.Reconnects, fmtCount(r.Elections), fmtDrops(r.UDP), pk, r.Load1)
 	}
 	if len(rep.Ratios) > 0 {
-		fmt.Fprintf(&b, "\n| link | Meteor/Mosquitto p50 | Meteor/Mosquitto p99 | Meteor/Mosquitto p100 |\n|---|---:|---:|---:|\n")
+		fmt.Fprintf(&b, "\n| link | peer | Meteor/peer applied p99 | Meteor/peer reported p99 (ReportAck) | Meteor/peer reported and durable p99 (API) |\n|---|---|---:|---:|---:|\n")
 		for _, r := range rep.Ratios {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", linkName(r.LossPct), fmtX(r.P50), fmtX(r.P99), fmtX(r.P100))
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", linkName(r.LossPct), r.Peer, fmtX(r.Applied), fmtX(r.Reported), fmtX(r.Durable))
 		}
 	}
-	fmt.Fprintf(&b, "\n## Summary\n\n| figure | Meteor | peer | ratio | note |\n|---|---:|---:|---:|---|\n")
+	fmt.Fprintf(&b, "\n## Summary\n\n| figure | Meteor | peer | ratio | goal | met | note |\n|---|---:|---:|---:|---|---|---|\n")
 	for _, r := range rep.Summary {
 		peer := r.Peer
 		if r.PeerName != "" {
 			peer = r.PeerName + ": " + r.Peer
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.Figure, r.Meteor, peer, r.Ratio, r.Note)
+		met := ""
+		if r.Met != nil {
+			met = map[bool]string{true: "yes", false: "**no**"}[*r.Met]
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", r.Figure, r.Meteor, peer, r.Ratio, r.Goal, met, r.Note)
 	}
 	fmt.Fprintf(&b, "\n## Notes\n\n")
 	for _, n := range rep.Notes {

@@ -29,6 +29,9 @@ var apiStale = api.ReadOptions{Stale: true}
 type config struct {
 	parts          []string
 	sizes          []int
+	devicesKind    string
+	dials          int
+	sockets        int
 	rampRate       int
 	perWorker      int
 	connectTimeout time.Duration
@@ -45,7 +48,9 @@ type config struct {
 	retailWarmup    time.Duration
 	changesDir      string
 
-	simDir string
+	simDir      string
+	memProfile  string
+	memFloorMiB int64
 
 	name string
 	benchkit.Flags
@@ -61,9 +66,12 @@ loopback: the largest fleet that converges on one change (scale), and the
 bench/results/fleet.{json,md}.`, errOut)
 	parts := fs.String("parts", "scale,retail", "comma-separated parts to run: scale, retail")
 	sizes := fs.String("sizes", "10000,25000,50000,100000", "scale: fleet sizes, run in order until one does not hold")
-	fs.IntVar(&c.rampRate, "ramp-rate", 400, "scale: devices started per second, over all workers")
-	fs.IntVar(&c.perWorker, "per-worker", maxPerWorker, "scale: devices per simulator process")
-	fs.DurationVar(&c.connectTimeout, "connect-timeout", 2*time.Minute, "scale: bound on connecting and converging on the first intent, on top of the ramp's own time")
+	fs.StringVar(&c.devicesKind, "scale-devices", kindLight, `scale: "light" (wire-level devices in this process, bench/internal/wiredev) or "agent" (full agents in simulator processes, agent/sim)`)
+	fs.IntVar(&c.dials, "dials", 256, "scale, light devices: dials in flight (handshake until the Welcome)")
+	fs.IntVar(&c.sockets, "sockets", 64, "scale, light devices: UDP sockets (quic.Transports) the devices share")
+	fs.IntVar(&c.rampRate, "ramp-rate", 400, "scale, agents: devices started per second, over all workers")
+	fs.IntVar(&c.perWorker, "per-worker", maxPerWorker, "scale, agents: devices per simulator process")
+	fs.DurationVar(&c.connectTimeout, "connect-timeout", 5*time.Minute, "scale: bound on connecting and converging on the first intent (agents: on top of the ramp's own time)")
 	fs.DurationVar(&c.changeTimeout, "change-timeout", 2*time.Minute, "scale: bound on the change reaching every device (99 % must be reached within it for a size to hold)")
 	fs.DurationVar(&c.sampleEvery, "sample-every", time.Second, "scale: how often the simulator samples each agent's status (the precision of the times)")
 	fs.DurationVar(&c.rttProbe, "rtt-probe", agent.DefaultRTTProbeInterval, "scale: the agents' RTT re-probe interval (negative: off)")
@@ -77,8 +85,11 @@ bench/results/fleet.{json,md}.`, errOut)
 	fs.StringVar(&c.changesDir, "changes", "", "retail: directory of the changes (default: docs/examples/retail in the module)")
 	fs.StringVar(&c.simDir, "sim-dir", defaultSimDir(), "where the simulated devices' journals go (a tmpfs keeps one disk's fsyncs out of the figures)")
 	fs.StringVar(&c.name, "name", "fleet", "stem of the results files")
+	fs.Int64Var(&c.memFloorMiB, "mem-floor", 1536, "stop a level when the machine's MemAvailable falls below this many MiB (the level is reported as stopped, with what it reached)")
+	fs.StringVar(&c.memProfile, "memprofile", "", "scale, light devices: write a heap profile of this process (the devices) to `file` once each level has connected")
 	c.Register(fs, "PKI, data, logs")
-	if err := c.Parse(fs, args, &c.changesDir, &c.simDir); err != nil {
+	c.RegisterUDP(fs)
+	if err := c.Parse(fs, args, &c.changesDir, &c.simDir, &c.memProfile); err != nil {
 		return nil, err
 	}
 	var err error
@@ -89,10 +100,14 @@ bench/results/fleet.{json,md}.`, errOut)
 		return nil, err
 	}
 	switch {
-	case c.rampRate < 1 || c.perWorker < 1:
-		return nil, errors.New("-ramp-rate and -per-worker must be positive")
+	case c.rampRate < 1 || c.perWorker < 1 || c.dials < 1 || c.sockets < 1:
+		return nil, errors.New("-ramp-rate, -per-worker, -dials and -sockets must be positive")
+	case c.devicesKind != kindLight && c.devicesKind != kindAgent:
+		return nil, fmt.Errorf("-scale-devices %q: light or agent", c.devicesKind)
 	case c.connectTimeout <= 0 || c.changeTimeout <= 0 || c.retailTimeout <= 0 || c.sampleEvery <= 0:
 		return nil, errors.New("timeouts and -sample-every must be positive")
+	case c.memFloorMiB < 0:
+		return nil, errors.New("-mem-floor must not be negative")
 	case c.settle < 0 || c.retailWarmup < 0:
 		return nil, errors.New("-settle and -retail-warmup must not be negative")
 	case c.raftMultiplier < 1 || c.raftMultiplier > 10:
@@ -155,7 +170,6 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		}
 		cfg.changesDir = filepath.Join(root, "docs", "examples", "retail")
 	}
-	os.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true")
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -169,7 +183,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		Date:    time.Now().UTC().Format(time.RFC3339),
 		Machine: benchkit.ReadMachine(),
 		Params: paramInfo{
-			Parts: cfg.parts, Sizes: cfg.sizes, RampRate: cfg.rampRate, PerWorker: cfg.perWorker,
+			Parts: cfg.parts, Sizes: cfg.sizes, DevicesKind: cfg.devicesKind, Dials: cfg.dials, Sockets: cfg.sockets, RampRate: cfg.rampRate, PerWorker: cfg.perWorker,
 			ConnectTimeoutSec: cfg.connectTimeout.Seconds(), ChangeTimeoutSec: cfg.changeTimeout.Seconds(),
 			SampleEverySec: cfg.sampleEvery.Seconds(), RTTProbeSec: cfg.rttProbe.Seconds(), RaftMultiplier: cfg.raftMultiplier,
 			Seed: cfg.seed, NoFile: nofile, MemTotalMiB: memTotalKiB() >> 10,
@@ -177,6 +191,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		},
 	}
 	fmt.Fprintf(out, "Simulated fleets on a %d-server Meteor cluster, %d CPUs, load average %s\n", serverCount, rep.Machine.NProc, rep.Machine.LoadAvgStart)
+	rep.UDPBuffers = sc.UDPBuffers(cfg.RaiseUDP)
 
 	bin, err := cfg.Meteor(ctx, root, tmp, log)
 	if err != nil {
@@ -190,7 +205,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 
 	if cfg.has(partRetail) {
 		retailHeader(out)
-		rep.Retail, err = runRetail(ctx, cfg, procs, bin, self, pkiDir, filepath.Join(tmp, "retail"), filepath.Join(simTmp, "retail"), out, log)
+		rep.Retail, err = runRetail(ctx, cfg, procs, bin, self, pkiDir, filepath.Join(tmp, "retail"), filepath.Join(simTmp, "retail"), &rep.Elections, out, log)
 		procs.StopAll(5 * time.Second)
 		if err != nil {
 			return fmt.Errorf("retail: %w", err)
@@ -198,7 +213,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	}
 	if cfg.has(partScale) {
 		scaleHeader(out)
-		rep.Scale, err = runScale(ctx, cfg, procs, bin, self, pkiDir, filepath.Join(tmp, "scale"), filepath.Join(simTmp, "scale"), out, log)
+		rep.Scale, err = runScale(ctx, cfg, procs, bin, self, pkiDir, filepath.Join(tmp, "scale"), filepath.Join(simTmp, "scale"), &rep.Elections, out, log)
 		procs.StopAll(5 * time.Second)
 		if err != nil {
 			return fmt.Errorf("scale: %w", err)

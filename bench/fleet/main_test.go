@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,11 +113,11 @@ func TestRunTinyFleets(t *testing.T) {
 	}
 	out := t.TempDir()
 	cfg, err := parseFlags([]string{
-		"-sizes", "50", "-per-worker", "25", "-ramp-rate", "100", "-sample-every", "200ms", "-settle", "0",
+		"-sizes", "50", "-dials", "16", "-sockets", "4", "-sample-every", "200ms", "-settle", "0",
 		"-change-timeout", "60s", "-connect-timeout", "60s",
 		"-retail-devices", "40", "-retail-time-scale", "0.05", "-retail-timeout", "30s",
 		"-changes", filepath.Join(root, "docs", "examples", "retail"),
-		"-meteor-bin", bin, "-out", out, "-sim-dir", t.TempDir(),
+		"-meteor-bin", bin, "-out", out, "-sim-dir", t.TempDir(), "-raise-udp-buffers=false",
 	}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -148,12 +149,19 @@ func TestRunTinyFleets(t *testing.T) {
 			t.Errorf("%s: %d of %d targeted devices converged", c.Name, c.Converged, c.Targeted)
 		}
 	}
-	rows := map[int]int{}
+	if l := rep.Scale[0]; l.Kind != kindLight || l.ConnectSec == nil || l.Connect.P100 == nil || l.ConnectCPUms <= 0 || l.SimKiBPerDevice <= 0 || l.ConnectUDP == nil || l.ChangeUDP == nil || l.ChangeApplied.P99 == nil {
+		t.Errorf("light level %+v", l)
+	}
+	rows, keys := map[int]int{}, map[string]bool{}
 	for _, r := range rep.Summary {
 		rows[r.Bench]++
+		keys[r.Key] = true
 	}
-	if rows[4] != 2 || rows[5] != 3 {
-		t.Errorf("summary rows by bench: %v", rows)
+	if rows[4] != 2 || rows[5] != 3 || !keys["fleet-converge"] || !keys["fleet-connect"] {
+		t.Errorf("summary rows by bench: %v, keys %v", rows, keys)
+	}
+	if len(rep.Elections.Clusters) != 2 || rep.Elections.Unknown() != 0 {
+		t.Errorf("elections %+v", rep.Elections)
 	}
 }
 
@@ -163,4 +171,29 @@ type tlog struct{ t *testing.T }
 func (l tlog) Write(p []byte) (int, error) {
 	l.t.Log(string(p))
 	return len(p), nil
+}
+
+func TestScaleRowsSayWhatLimitsThem(t *testing.T) {
+	r := &report{Machine: benchkit.Machine{NProc: 2}, Params: paramInfo{DevicesKind: kindLight, Dials: 256, Sockets: 64, MemTotalMiB: 24 << 10}}
+	r.Scale = []*scaleLevel{
+		{Devices: 10000, Kind: kindLight, Held: true, Connected: 10000, ConnectSec: f64(50), Change: percentiles{P99: f64(8), P100: f64(9)}, ChangeApplied: percentiles{P99: f64(5)},
+			ConnectCPUms: 4, SimConnectCPUms: 2, TotalKiBPerDevice: 150, SimKiBPerDevice: 80, MemAvailMinMiB: 10 << 10},
+		{Devices: 100000, Kind: kindLight, Connected: 52766, Failure: "connect: not done after 5m0s", Connect: percentiles{P50: f64(270)},
+			ConnectCPUms: 5, SimConnectCPUms: 3, TotalKiBPerDevice: 148, SimKiBPerDevice: 100, MemAvailMinMiB: 10 << 10, ConnectElections: 1},
+	}
+	r.finish()
+	if len(r.Summary) != 2 {
+		t.Fatalf("rows %+v", r.Summary)
+	}
+	conv, conn := r.Summary[0], r.Summary[1]
+	if conv.Key != "fleet-converge" || conv.Meteor != "10,000 devices in 8.0 s" || *conv.Met ||
+		!strings.Contains(conv.Note, "100,000 devices did not hold: connect: not done after 5m0s") ||
+		!strings.Contains(conv.Note, "so 100,000 connects need at least 400 s of this machine's 2 cores") {
+		t.Errorf("converge row %+v", conv)
+	}
+	if conn.Key != "fleet-connect" || conn.Meteor != "52,766 of 100,000 devices, not all" || *conn.Met || *conn.Elections != 1 ||
+		!strings.Contains(conn.Note, "50 % after 270.0 s, 99 % after not reached") ||
+		!strings.Contains(conn.Note, "the simulator 100 KiB (its RSS over the 52,766 connected; the 47,234 others'") {
+		t.Errorf("connect row %+v", conn)
+	}
 }

@@ -97,7 +97,7 @@ func readChanges(dir string) ([]string, []*intent.Intent, error) {
 // once every targeted device with a session has converged.
 const quietFor = 15 * time.Second
 
-func runRetail(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, pkiDir, dir, simDir string, out, log io.Writer) (*retailResult, error) {
+func runRetail(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, pkiDir, dir, simDir string, elections *benchkit.ElectionLog, out, log io.Writer) (*retailResult, error) {
 	start := time.Now()
 	files, changes, err := readChanges(cfg.changesDir)
 	if err != nil {
@@ -108,6 +108,7 @@ func runRetail(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, p
 	if err != nil {
 		return nil, err
 	}
+	defer elections.Record(context.WithoutCancel(ctx), "retail", cl.MeteorCluster)
 	n := cfg.retailDevices
 	if n == 0 {
 		n = sim.RetailDevices
@@ -132,7 +133,11 @@ func runRetail(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, p
 	if cfg.retailWarmup > 0 {
 		bound = cfg.retailWarmup
 	}
-	err = watch(ctx, cl, sh, nil, bound, "retail warm-up", log, func(s sim.Summary) bool {
+	summary := func(ctx context.Context) (sim.Summary, error) {
+		s, _, err := sh.Summary(ctx)
+		return s, err
+	}
+	err = watch(ctx, cl, summary, nil, cfg.memFloorMiB<<10, bound, "retail warm-up", log, func(s sim.Summary) bool {
 		res.Connected = s.Connected
 		if cfg.retailWarmup > 0 {
 			return false

@@ -7,11 +7,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"time"
 
 	"github.com/meteor-edge/meteor/agent/sim"
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
+	"github.com/meteor-edge/meteor/bench/internal/wiredev"
 )
 
 // scaleIntent is the intent of the scale part: one sim resource on every
@@ -24,8 +26,9 @@ func scaleDoc(version int) []byte {
 
 // scaleLevel is one fleet size of the scale part.
 type scaleLevel struct {
-	Devices int `json:"devices"`
-	Workers int `json:"sim_workers"`
+	Devices int    `json:"devices"`
+	Kind    string `json:"devices_kind"`
+	Workers int    `json:"sim_workers,omitempty"`
 	// Held says whether every device connected and converged on the first
 	// intent and 99 % converged on the change within the bounds; Failure
 	// says what did not.
@@ -33,22 +36,39 @@ type scaleLevel struct {
 	Failure string `json:"failure,omitempty"`
 	// ConnectSec is the time from starting the fleet until every device
 	// had a session, ConvergeFirstSec until every device had converged on
-	// the first intent (written before the fleet started).
-	Connected        int      `json:"connected"`
-	ConnectSec       *float64 `json:"connect_s"`
-	ConvergedFirst   int      `json:"converged_first"`
-	ConvergeFirstSec *float64 `json:"converge_first_s"`
+	// the first intent (written before the fleet started). Connect has
+	// (light) the percentiles of each device's first session.
+	Connected        int         `json:"connected"`
+	ConnectSec       *float64    `json:"connect_s"`
+	Connect          percentiles `json:"connect_times_s"`
+	ConvergedFirst   int         `json:"converged_first"`
+	ConvergeFirstSec *float64    `json:"converge_first_s"`
+	// ConnectCPUms is the three servers' CPU time while the fleet
+	// connected, per device that connected; ConnectCPUSec the total.
+	ConnectCPUSec float64 `json:"servers_connect_cpu_s"`
+	ConnectCPUms  float64 `json:"servers_cpu_ms_per_connect"`
+	// SimConnectCPUms is the simulator's CPU time while connecting, per
+	// device that connected.
+	SimConnectCPUms float64 `json:"sim_cpu_ms_per_connect"`
 	// ConnectElections counts the leader elections the cluster held, won
 	// or not, from starting the fleet until it had connected and
 	// converged (or failed to); Elections the same from writing the
 	// change until the wait for it ended.
 	ConnectElections int `json:"leader_elections_connect"`
 	Elections        int `json:"leader_elections"`
+	// ConnectUDP and ChangeUDP count the datagrams dropped by full
+	// receive buffers while connecting and during the change.
+	ConnectUDP *benchkit.UDPDrops `json:"udp_drops_connect,omitempty"`
+	ChangeUDP  *benchkit.UDPDrops `json:"udp_drops_change,omitempty"`
 	// The change: time from the write's answer (commit) until 50, 90, 99
-	// and 100 % of the fleet had converged on it, as the agents see it.
+	// and 100 % of the fleet had converged on it: (light) its report
+	// acknowledged, the status committed through Raft; (agent) as the
+	// agents see it. ChangeApplied (light) until they applied it.
 	ChangeRevision  uint64      `json:"change_revision"`
 	ChangeConverged int         `json:"change_converged"`
 	Change          percentiles `json:"change_s"`
+	ChangeApplied   percentiles `json:"change_applied_s"`
+	ChangeCPUSec    float64     `json:"servers_change_cpu_s"`
 	// ServerConverged is the change's progress as the servers see it
 	// (GET /v1/intents/NAME/progress) when the wait ended.
 	ServerTargeted  int `json:"server_targeted"`
@@ -57,9 +77,16 @@ type scaleLevel struct {
 	Servers []serverScale `json:"servers"`
 	// TotalKiBPerDevice is the servers' added RSS, summed, over the fleet.
 	TotalKiBPerDevice float64 `json:"total_rss_kib_per_device"`
-	// SimRSSMiB and SimGoroutines are the workers' totals once connected;
-	// SimCPUSec their CPU time over the whole level.
-	SimRSSMiB      float64 `json:"sim_rss_mib"`
+	// SimRSSMiB and SimGoroutines are the simulator's (this process for
+	// light devices, the workers for agents) once connected (or when the
+	// level stopped), SimKiBPerDevice its RSS added by the devices over
+	// the devices connected; SimCPUSec its CPU time over the whole level.
+	SimRSSMiB       float64 `json:"sim_rss_mib"`
+	SimKiBPerDevice float64 `json:"sim_rss_kib_per_device"`
+	// SimHeapMiB and SimStacksMiB (light devices) are this process's Go
+	// heap in use and goroutine stacks once connected.
+	SimHeapMiB     float64 `json:"sim_heap_inuse_mib,omitempty"`
+	SimStacksMiB   float64 `json:"sim_stacks_mib,omitempty"`
 	SimGoroutines  int     `json:"sim_goroutines"`
 	SimCPUSec      float64 `json:"sim_cpu_s"`
 	MemAvailMinMiB float64 `json:"mem_available_min_mib"`
@@ -71,7 +98,7 @@ type scaleLevel struct {
 type serverScale struct {
 	ID string `json:"id"`
 	// Sessions is the devices whose session was on this server once
-	// connected (from the agents).
+	// connected.
 	Sessions      int        `json:"sessions"`
 	Before        procStatus `json:"before"`
 	Connected     procStatus `json:"connected"`
@@ -108,11 +135,11 @@ func percentilesOf(times []float64, n int) percentiles {
 
 // runScale runs the fleet sizes in order and stops at the first that does
 // not hold.
-func runScale(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, pkiDir, dir, simDir string, out, log io.Writer) ([]*scaleLevel, error) {
+func runScale(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, pkiDir, dir, simDir string, elections *benchkit.ElectionLog, out, log io.Writer) ([]*scaleLevel, error) {
 	var levels []*scaleLevel
 	for _, n := range cfg.sizes {
 		name := fmt.Sprintf("n%d", n)
-		lvl, err := runScaleLevel(ctx, cfg, g, bin, self, pkiDir, filepath.Join(dir, name), filepath.Join(simDir, name), n, log)
+		lvl, err := runScaleLevel(ctx, cfg, g, bin, self, pkiDir, filepath.Join(dir, name), filepath.Join(simDir, name), n, elections, log)
 		g.StopAll(5 * time.Second)
 		// The next size starts from scratch: free the journals' memory
 		// (tmpfs) at once.
@@ -138,15 +165,56 @@ func (e *errLevel) Error() string { return e.msg }
 
 func levelFailed(format string, args ...any) error { return &errLevel{fmt.Sprintf(format, args...)} }
 
-func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, pkiDir, dir, simDir string, n int, log io.Writer) (*scaleLevel, error) {
+// startScaleFleet starts the devices of a level of n on cl: light devices
+// in this process, or agents in simulator processes. base is the
+// simulator's RSS before (light: this process's, settled), in KiB.
+func startScaleFleet(ctx context.Context, cfg *config, g *benchkit.Group, cl *cluster, self, pkiDir, dir, simDir string, n int, lvl *scaleLevel, log io.Writer) (f scaleFleet, base int64, err error) {
+	if cfg.devicesKind == kindLight {
+		ca, err := loadCA(pkiDir)
+		if err != nil {
+			return nil, 0, err
+		}
+		if base, err = settledRSSKiB(); err != nil {
+			return nil, 0, err
+		}
+		fmt.Fprintf(log, "scale %d: issuing %d device certificates\n", n, n)
+		ids := lightIDs(n)
+		certs, err := wiredev.Issue(ca, ids)
+		if err != nil {
+			return nil, 0, err
+		}
+		fmt.Fprintf(log, "scale %d: starting %d light devices (%d dials in flight, %d UDP sockets)\n", n, n, cfg.dials, cfg.sockets)
+		lf, err := startLight(ctx, cl, ca, ids, certs, cfg.sockets, cfg.dials)
+		return lf, base, err
+	}
+	spec := fleetSpec{
+		devices: n, profile: sim.LinkFiber, seed: cfg.seed, prefix: "s", timeScale: 1,
+		rampEvery: 100 * time.Millisecond, sampleEvery: cfg.sampleEvery, rttProbe: cfg.rttProbe, perWorker: cfg.perWorker,
+	}
+	lvl.Workers = spec.workerCount()
+	spec.rampBatch = max(cfg.rampRate/10/lvl.Workers, 1)
+	fmt.Fprintf(log, "scale %d: starting %d sim workers (%d devices/s)\n", n, lvl.Workers, spec.rampBatch*10*lvl.Workers)
+	sh, err := startShards(ctx, g, self, simDir, filepath.Join(dir, "fleet"), cl.AgentAddrs(), pkiDir, spec)
+	if err != nil {
+		return nil, 0, err
+	}
+	return &agentFleet{sh: sh}, 0, nil
+}
+
+func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, self, pkiDir, dir, simDir string, n int, elections *benchkit.ElectionLog, log io.Writer) (*scaleLevel, error) {
 	start := time.Now()
-	lvl := &scaleLevel{Devices: n, MemAvailMinMiB: float64(memAvailableKiB()) / 1024}
+	lvl := &scaleLevel{Devices: n, Kind: cfg.devicesKind, MemAvailMinMiB: float64(memAvailableKiB()) / 1024}
 	fmt.Fprintf(log, "scale %d: starting a %d-server cluster\n", n, serverCount)
 	cl, err := startCluster(ctx, g, bin, pkiDir, filepath.Join(dir, "cluster"), cfg.raftMultiplier)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := cl.put(ctx, scaleIntent, scaleDoc(1)); err != nil {
+	defer elections.Record(context.WithoutCancel(ctx), fmt.Sprintf("scale %d", n), cl.MeteorCluster)
+	rev1, err := cl.put(ctx, scaleIntent, scaleDoc(1))
+	if err != nil {
+		return nil, err
+	}
+	if err := cl.WaitRevision(ctx, rev1); err != nil {
 		return nil, err
 	}
 	time.Sleep(cfg.settle) // let the servers' heaps settle before the baseline
@@ -158,40 +226,38 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 		lvl.Servers = append(lvl.Servers, serverScale{ID: s.ID, Before: st})
 	}
 
-	spec := fleetSpec{
-		devices: n, profile: sim.LinkFiber, seed: cfg.seed, prefix: "s", timeScale: 1,
-		rampEvery: 100 * time.Millisecond, sampleEvery: cfg.sampleEvery, rttProbe: cfg.rttProbe, perWorker: cfg.perWorker,
-	}
-	lvl.Workers = spec.workerCount()
-	spec.rampBatch = max(cfg.rampRate/10/lvl.Workers, 1)
-	fmt.Fprintf(log, "scale %d: starting %d sim workers (%d devices/s)\n", n, lvl.Workers, spec.rampBatch*10*lvl.Workers)
 	connectTerm, err := cl.RaftTerm(ctx)
 	if err != nil {
 		return nil, err
 	}
-	fleetStart := time.Now()
-	sh, err := startShards(ctx, g, self, simDir, filepath.Join(dir, "fleet"), cl.AgentAddrs(), pkiDir, spec)
+	fl, simBase, err := startScaleFleet(ctx, cfg, g, cl, self, pkiDir, dir, simDir, n, lvl, log)
 	if err != nil {
 		return nil, err
 	}
-	simCPU := func() float64 {
-		var sum float64
-		for _, p := range sh.Procs() {
-			if d, err := p.CPUTime(); err == nil {
-				sum += d.Seconds()
-			}
-		}
-		return sum
-	}
+	defer fl.stop()
+	fleetStart := time.Now()
+	udp := benchkit.WatchUDP(cl.AgentPorts(), fl.ports())
 	defer func() {
-		lvl.SimCPUSec = simCPU()
+		if _, _, cpu, err := fl.usage(ctx); err == nil {
+			lvl.SimCPUSec = cpu
+		}
 		lvl.WallSec = time.Since(start).Seconds()
 		lvl.LoadAvg = benchkit.LoadAvg()
 	}()
+	serversCPU := func() float64 {
+		d, _ := cl.CPUTime()
+		return d.Seconds()
+	}
+	cpu0 := serversCPU()
 
-	// Connect and converge on the first intent.
-	connectBound := cfg.connectTimeout + time.Duration(n/max(cfg.rampRate, 1))*time.Second
-	err = watch(ctx, cl, sh, lvl, connectBound, fmt.Sprintf("scale %d connect", n), log, func(s sim.Summary) bool {
+	// Connect and converge on the first intent. Agents ramp up at
+	// -ramp-rate, which the bound allows for; light devices dial at once.
+	connectBound := cfg.connectTimeout
+	if cfg.devicesKind == kindAgent {
+		connectBound += time.Duration(n/max(cfg.rampRate, 1)) * time.Second
+	}
+	summary := func(ctx context.Context) (sim.Summary, error) { return fl.summary(ctx, rev1) }
+	err = watch(ctx, cl, summary, lvl, cfg.memFloorMiB<<10, connectBound, fmt.Sprintf("scale %d connect", n), log, func(s sim.Summary) bool {
 		since := time.Since(fleetStart).Seconds()
 		if s.Connected > lvl.Connected {
 			lvl.Connected = s.Connected
@@ -205,49 +271,35 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 		}
 		return lvl.ConnectSec != nil && lvl.ConvergeFirstSec != nil
 	})
-	elections, terr := cl.ElectionsSince(ctx, connectTerm)
-	lvl.ConnectElections = elections
+	lvl.ConnectCPUSec = serversCPU() - cpu0
+	if lvl.Connected > 0 {
+		lvl.ConnectCPUms = lvl.ConnectCPUSec * 1000 / float64(lvl.Connected)
+		if _, _, simCPU, err := fl.usage(ctx); err == nil {
+			lvl.SimConnectCPUms = simCPU * 1000 / float64(lvl.Connected)
+		}
+	}
+	lvl.Connect = percentilesOf(fl.connectTimes(fleetStart), n)
+	drops := udp.Drops()
+	lvl.ConnectUDP = &drops
+	connectElections, terr := cl.ElectionsSince(ctx, connectTerm)
+	lvl.ConnectElections = connectElections
 	if err == nil {
 		err = terr
 	}
 	if err != nil {
+		// Measure what the level reached before it stopped.
+		readScaleMemory(ctx, cl, fl, lvl, simBase, log)
 		return finishLevel(lvl, err)
 	}
 	time.Sleep(cfg.settle)
-	reps, err := sh.Reports(ctx)
-	if err != nil {
+	if err := readScaleMemory(ctx, cl, fl, lvl, simBase, log); err != nil {
 		return nil, err
 	}
-	sessions := map[string]int{}
-	for _, r := range reps {
-		for _, d := range r.DeviceReports {
-			sessions[d.Server]++
-		}
-	}
-	var added int64
-	for i, s := range cl.Servers {
-		st, err := readProc(s.Proc)
-		if err != nil {
+	if cfg.memProfile != "" && cfg.devicesKind == kindLight {
+		if err := writeHeapProfile(cfg.memProfile); err != nil {
 			return nil, err
 		}
-		ss := &lvl.Servers[i]
-		ss.Connected, ss.Sessions = st, sessions[s.AgentAddr]
-		ss.ConnectCPUSec = st.CPUSec - ss.Before.CPUSec
-		if ss.Sessions > 0 {
-			ss.KiBPerSession = float64(st.RSSKiB-ss.Before.RSSKiB) / float64(ss.Sessions)
-		}
-		added += st.RSSKiB - ss.Before.RSSKiB
-	}
-	lvl.TotalKiBPerDevice = float64(added) / float64(n)
-	var simRSS int64
-	for _, p := range sh.Procs() {
-		if st, err := readProc(p); err == nil {
-			simRSS += st.RSSKiB
-		}
-	}
-	lvl.SimRSSMiB = float64(simRSS) / 1024
-	if _, lvl.SimGoroutines, err = sh.Summary(ctx); err != nil {
-		return nil, err
+		fmt.Fprintf(log, "scale %d: heap profile in %s\n", n, cfg.memProfile)
 	}
 
 	// The change.
@@ -256,16 +308,19 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 	if err != nil {
 		return nil, err
 	}
+	udp = benchkit.WatchUDP(cl.AgentPorts(), fl.ports())
+	cpu1 := serversCPU()
 	rev, err := cl.put(ctx, scaleIntent, scaleDoc(2))
 	if err != nil {
 		return nil, err
 	}
 	commit := time.Now()
 	lvl.ChangeRevision = rev
-	if err := sh.Mark(ctx, rev); err != nil {
+	if err := fl.mark(ctx, rev); err != nil {
 		return nil, err
 	}
-	err = watch(ctx, cl, sh, lvl, cfg.changeTimeout, fmt.Sprintf("scale %d change", n), log, func(s sim.Summary) bool {
+	summary = func(ctx context.Context) (sim.Summary, error) { return fl.summary(ctx, rev) }
+	err = watch(ctx, cl, summary, lvl, cfg.memFloorMiB<<10, cfg.changeTimeout, fmt.Sprintf("scale %d change", n), log, func(s sim.Summary) bool {
 		lvl.ChangeConverged = s.Converged
 		return s.Converged == n
 	})
@@ -273,6 +328,9 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 	if err != nil && !errors.As(err, &lerr) {
 		return nil, err
 	}
+	lvl.ChangeCPUSec = serversCPU() - cpu1
+	drops = udp.Drops()
+	lvl.ChangeUDP = &drops
 	if lvl.Elections, err = cl.ElectionsSince(ctx, changeTerm); err != nil {
 		return nil, err
 	}
@@ -282,17 +340,13 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 			lvl.Servers[i].ChangeCPUSec = st.CPUSec - lvl.Servers[i].Connected.CPUSec
 		}
 	}
-	if reps, err = sh.Reports(ctx); err != nil {
+	reported, applied, err := fl.converged(ctx, rev, commit)
+	if err != nil {
 		return nil, err
 	}
-	var times []float64
-	for _, d := range devicesSince(reps, commit) {
-		if d.After != nil {
-			times = append(times, *d.After)
-		}
-	}
-	lvl.ChangeConverged = len(times)
-	lvl.Change = percentilesOf(times, n)
+	lvl.ChangeConverged = len(reported)
+	lvl.Change = percentilesOf(reported, n)
+	lvl.ChangeApplied = percentilesOf(applied, n)
 	if p, err := cl.Servers[0].API.IntentProgress(ctx, scaleIntent, apiStale); err == nil {
 		lvl.ServerTargeted, lvl.ServerConverged = p.Targeted, p.Converged
 	}
@@ -306,6 +360,50 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 	return lvl, nil
 }
 
+// readScaleMemory reads each server's memory and CPU once the fleet has
+// connected (or stopped trying), the sessions each holds, and the
+// simulator's memory over simBase.
+func readScaleMemory(ctx context.Context, cl *cluster, fl scaleFleet, lvl *scaleLevel, simBase int64, log io.Writer) error {
+	sessions, err := fl.sessions(ctx)
+	if err != nil {
+		return err
+	}
+	var added int64
+	for i, s := range cl.Servers {
+		st, err := readProc(s.Proc)
+		if err != nil {
+			return err
+		}
+		ss := &lvl.Servers[i]
+		ss.Connected, ss.Sessions = st, sessions[s.AgentAddr]
+		ss.ConnectCPUSec = st.CPUSec - ss.Before.CPUSec
+		if ss.Sessions > 0 {
+			ss.KiBPerSession = float64(st.RSSKiB-ss.Before.RSSKiB) / float64(ss.Sessions)
+		}
+		added += st.RSSKiB - ss.Before.RSSKiB
+	}
+	if lvl.Connected > 0 {
+		lvl.TotalKiBPerDevice = float64(added) / float64(lvl.Connected)
+	}
+	rss, goroutines, _, err := fl.usage(ctx)
+	if err != nil {
+		fmt.Fprintf(log, "scale %d: simulator usage: %v\n", lvl.Devices, err)
+	}
+	lvl.SimRSSMiB, lvl.SimGoroutines = float64(rss)/1024, goroutines
+	if _, ok := fl.(*lightFleet); ok {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		lvl.SimHeapMiB, lvl.SimStacksMiB = float64(ms.HeapInuse)/(1<<20), float64(ms.StackInuse)/(1<<20)
+	}
+	if lvl.Connected > 0 {
+		// Over the devices connected: those still dialling cost less
+		// (a certificate and a goroutine). simBase is 0 for agents: the
+		// workers' whole RSS is theirs.
+		lvl.SimKiBPerDevice = float64(rss-simBase) / float64(lvl.Connected)
+	}
+	return nil
+}
+
 // finishLevel turns a level failure into lvl.Failure; other errors end
 // the run.
 func finishLevel(lvl *scaleLevel, err error) (*scaleLevel, error) {
@@ -317,14 +415,12 @@ func finishLevel(lvl *scaleLevel, err error) (*scaleLevel, error) {
 	return nil, err
 }
 
-// memFloorKiB is the MemAvailable below which a level is stopped, so that
-// the benchmark never drives the shared machine into the OOM killer.
-const memFloorKiB = 1536 << 10
-
 // watch polls the fleet's summary every second, printing a progress line
 // to log, until done returns true, bound passes, a server exits or the
-// machine runs short of memory (the last three fail the level).
-func watch(ctx context.Context, cl *cluster, sh *shards, lvl *scaleLevel, bound time.Duration, what string, log io.Writer, done func(sim.Summary) bool) error {
+// machine's MemAvailable falls below floorKiB (-mem-floor, so that the
+// benchmark never drives the shared machine into the OOM killer; the last
+// three fail the level).
+func watch(ctx context.Context, cl *cluster, summary func(context.Context) (sim.Summary, error), lvl *scaleLevel, floorKiB int64, bound time.Duration, what string, log io.Writer, done func(sim.Summary) bool) error {
 	deadline := time.Now().Add(bound)
 	start := time.Now()
 	for {
@@ -335,10 +431,10 @@ func watch(ctx context.Context, cl *cluster, sh *shards, lvl *scaleLevel, bound 
 		if lvl != nil && avail >= 0 {
 			lvl.MemAvailMinMiB = min(lvl.MemAvailMinMiB, float64(avail)/1024)
 		}
-		if avail >= 0 && avail < memFloorKiB {
+		if avail >= 0 && avail < floorKiB {
 			return levelFailed("%s: stopped with %d MiB of memory available on the machine", what, avail>>10)
 		}
-		s, _, err := sh.Summary(ctx)
+		s, err := summary(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -106,7 +106,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	fmt.Fprintf(out, "agent binary %s: %.1f MB, static %v\n", rep.Binary.Path, float64(rep.Binary.Bytes)/1e6, rep.Binary.Static)
 	for i, name := range cfg.profiles {
 		dir := filepath.Join(sc.Dir, name)
-		res, version, err := runProfile(ctx, cfg, sc.Procs, meteorBin, ag, dir, name, uint64(i+1), counters, log)
+		res, version, err := runProfile(ctx, cfg, sc.Procs, meteorBin, ag, dir, name, uint64(i+1), counters, &rep.Elections, log)
 		sc.Procs.StopAll(3 * time.Second)
 		if err != nil {
 			return fmt.Errorf("profile %s: %w", name, err)

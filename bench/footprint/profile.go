@@ -183,7 +183,7 @@ func learnedKeepAlive(path string) string {
 // runProfile starts a cluster, the proxies and the agent, lets the agent
 // converge and idle, and measures. seed selects the proxies' faults.
 func runProfile(ctx context.Context, cfg *config, g *benchkit.Group, bin string, ag agentCommand, dir, name string, seed uint64,
-	counters *counterTable, log io.Writer) (*profileResult, string, error) {
+	counters *counterTable, elections *benchkit.ElectionLog, log io.Writer) (*profileResult, string, error) {
 	link, err := linkProfile(name)
 	if err != nil {
 		return nil, "", err
@@ -204,6 +204,7 @@ func runProfile(ctx context.Context, cfg *config, g *benchkit.Group, bin string,
 	if err != nil {
 		return nil, "", err
 	}
+	defer elections.Record(context.WithoutCancel(ctx), "footprint "+name, mc)
 	doc, err := intentDoc(1)
 	if err != nil {
 		return nil, "", err

@@ -32,6 +32,9 @@ type report struct {
 	WallSec    float64          `json:"wall_sec"`
 	Notes      []string         `json:"notes"`
 	Summary    []benchkit.Row   `json:"summary"`
+	// Elections are the leader elections of each profile's cluster over
+	// its whole life.
+	Elections benchkit.ElectionLog `json:"leader_elections"`
 }
 
 type paramInfo struct {

@@ -228,9 +228,10 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 			rep.Leaders[s.name].(map[string]any)["at_end"] = leader
 		}
 	}
+	rep.Elections.Record(ctx, "intents: meteor", met.mc)
 	rep.Machine.LoadAvgEnd = benchkit.LoadAvg()
 	rep.Ratios = ratios(rep.Results)
-	rep.Verdict = verdict(rep.Ratios)
+	rep.Verdict = verdict(rep.Ratios, rep.Results)
 	if rep.Versions.EtcdSkipped != "" {
 		rep.Verdict = "goal not evaluated: etcd was skipped (" + rep.Versions.EtcdSkipped + ")"
 	}

@@ -119,21 +119,38 @@ func TestParseFlagsRejectsTooFewKeys(t *testing.T) {
 	}
 }
 
-func TestRatiosAndVerdict(t *testing.T) {
-	rs := ratios([]*levelResult{
+func TestRatiosVerdictAndRows(t *testing.T) {
+	results := []*levelResult{
 		{System: "meteor", Clients: 1, WritesPerSec: 100, P99ms: 4},
 		{System: "etcd", Clients: 1, WritesPerSec: 200, P99ms: 2},
-		{System: "meteor", Clients: 64, WritesPerSec: 3000, P99ms: 30},
-		{System: "etcd", Clients: 64, WritesPerSec: 2000, P99ms: 60},
-	})
+		{System: "meteor", Clients: 64, WritesPerSec: 3000, P99ms: 30, ServerCPUms: 0.3, ServerCPUmsBy: map[string]float64{"meteor-1": 0.2, "meteor-2": 0.1}, Elections: 1},
+		{System: "etcd", Clients: 64, WritesPerSec: 2000, P99ms: 60, ServerCPUms: 0.4},
+	}
+	rs := ratios(results)
 	if len(rs) != 2 || rs[0].Throughput != 0.5 || rs[0].P99 != 2 || rs[1].Throughput != 1.5 || rs[1].P99 != 0.5 {
 		t.Fatalf("ratios = %+v", rs)
 	}
-	if v := verdict(rs); !strings.HasPrefix(v, "goal MET") {
+	if v := verdict(rs, results); !strings.HasPrefix(v, "writes goal MET") || !strings.Contains(v, "0.75x; goal <= 1.0x): MET") {
 		t.Errorf("verdict = %q", v)
 	}
-	if v := verdict(rs[:1]); !strings.HasPrefix(v, "goal not evaluated") {
+	if v := verdict(rs[:1], results); !strings.HasPrefix(v, "goal not evaluated") {
 		t.Errorf("verdict without 64 = %q", v)
+	}
+	rows := summaryRows(&report{Results: results, Ratios: rs, Versions: versionInfo{Etcd: "3.4.23"}})
+	if len(rows) != 2 || rows[0].Key != "intents-writes" || rows[1].Key != "intents-cpu" {
+		t.Fatalf("rows %+v", rows)
+	}
+	if w := rows[0]; !*w.Met || w.Ratio != "1.50 (p99 0.50)" || *w.Elections != 1 || w.PeerName != "etcd 3.4.23" {
+		t.Errorf("writes row %+v", w)
+	}
+	if c := rows[1]; !*c.Met || c.Meteor != "0.300 ms" || c.Peer != "0.400 ms" || c.Ratio != "0.75" || !strings.Contains(c.Note, "meteor-1 0.200, meteor-2 0.100") {
+		t.Errorf("cpu row %+v", c)
+	}
+	// Faster but with a worse p99: the writes goal is not met.
+	results[2].P99ms = 90
+	rs = ratios(results)
+	if rows := summaryRows(&report{Results: results, Ratios: rs}); *rows[0].Met {
+		t.Errorf("met with a p99 above etcd's: %+v", rows[0])
 	}
 }
 

@@ -31,6 +31,8 @@ type system struct {
 	// term reports the highest Raft term of the servers: the elections
 	// held in a window are its growth (benchkit.Elections).
 	term func(ctx context.Context) (uint64, error)
+	// mc is Meteor's cluster (nil for etcd).
+	mc *benchkit.MeteorCluster
 }
 
 // procOf returns the process of the named server.
@@ -50,7 +52,7 @@ func startMeteor(ctx context.Context, g *benchkit.Group, bin, dir string) (*syst
 	if err != nil {
 		return nil, err
 	}
-	sys := &system{name: "meteor", version: mc.Version, ids: mc.IDs(), bases: mc.URLs(), term: mc.RaftTerm}
+	sys := &system{name: "meteor", version: mc.Version, ids: mc.IDs(), bases: mc.URLs(), term: mc.RaftTerm, mc: mc}
 	for _, s := range mc.Servers {
 		sys.procs = append(sys.procs, s.Proc)
 	}

@@ -1,7 +1,13 @@
 // Command report gathers the summary rows that every benchmark driver
 // writes into its results JSON (key "summary") and writes the one table of
-// all of them, bench/results/README.md, and prints it. `make bench` runs it
-// last; it reads only files, so it can be run again at any time.
+// all of them, bench/results/README.md, and prints it: every row with its
+// peer or its goal, a line for each goal of the issue's table
+// (benchkit.GoalKeys) that no results file answers, and the row "leader
+// elections during any benchmark", the sum of the elections every results
+// file records for its clusters over their whole lives (key
+// "leader_elections"; goal 0, met only when every file records them).
+// `make bench` runs it last; it reads only files, so it can be run again
+// at any time.
 package main
 
 import (
@@ -18,23 +24,27 @@ import (
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 )
 
-// expected are the six rows the table must have, by number; a missing one
-// is shown as not run rather than silently left out.
+// expected are the six benchmarks the table must have, by number; a
+// missing one is shown as not run rather than silently left out, as is a
+// goal of benchkit.GoalKeys no row answers.
 var expected = map[int]string{
 	1: "intent writes: Meteor vs etcd (make bench-intents)",
 	2: "fan-out convergence: Meteor vs Mosquitto (make bench-fanout)",
-	3: "reconnect storm: 0-RTT vs full handshakes (make bench-storm)",
-	4: "scale: largest fleet on one machine (make bench-scale)",
+	3: "sessions: idle memory, reconnect storm (make bench-sessions)",
+	4: "scale: largest fleet on one machine (make bench-fleet)",
 	5: "seed scenario: retail fleet, three changes (make bench-retail)",
 	6: "edge footprint: one idle agent, fiber and cellular (make bench-footprint)",
 }
 
-// source is one results file's date, machine and rows.
+// source is one results file's date, machine, rows and the leader
+// elections of its clusters (nil in files written before they were
+// recorded).
 type source struct {
-	File    string           `json:"-"`
-	Date    string           `json:"date"`
-	Machine benchkit.Machine `json:"machine"`
-	Summary []benchkit.Row   `json:"summary"`
+	File      string                `json:"-"`
+	Date      string                `json:"date"`
+	Machine   benchkit.Machine      `json:"machine"`
+	Summary   []benchkit.Row        `json:"summary"`
+	Elections *benchkit.ElectionLog `json:"leader_elections"`
 }
 
 func main() {
@@ -51,6 +61,12 @@ func main() {
 	}
 	io.WriteString(os.Stdout, md)
 	fmt.Printf("\nresults: %s\n", filepath.Join(*dir, "README.md"))
+}
+
+// item is one row of the table and the results file it came from.
+type item struct {
+	row benchkit.Row
+	src *source
 }
 
 // load reads every *.json in dir that has summary rows.
@@ -90,10 +106,6 @@ func build(dir string) (string, error) {
 	if len(srcs) == 0 {
 		return "", errors.New("no results file has summary rows: run make bench first")
 	}
-	type item struct {
-		row benchkit.Row
-		src *source
-	}
 	// A figure measured by more than one results file (a part run on its
 	// own, say) is taken from the newest.
 	type key struct {
@@ -126,6 +138,7 @@ func build(dir string) (string, error) {
 	b.WriteString("# Meteor benchmarks\n\n")
 	b.WriteString("Written by `make bench` (`go run ./bench/report`) from the `summary` rows of each results file here; each figure was measured in the run named in its source, against its peer in the same run. " +
 		"Elections are the Raft leader elections held while the figure was measured (Meteor's, then the peer's where it has them), won or not: the growth of the highest Raft term the servers report.\n\n")
+	b.WriteString("The last row adds up the leader elections of every Meteor cluster the runs behind the table started, each over its whole life (the results' `leader_elections`).\n\n")
 	b.WriteString("| # | figure | Meteor | peer | ratio | goal | met | elections | source |\n")
 	b.WriteString("|---:|---|---|---|---:|---|:---:|---:|---|\n")
 	for _, it := range items {
@@ -151,6 +164,28 @@ func build(dir string) (string, error) {
 	for _, n := range missing {
 		fmt.Fprintf(&b, "| %d | %s | not run | | | | | | |\n", n, expected[n])
 	}
+	keys := map[string]bool{}
+	for _, it := range items {
+		keys[it.row.Key] = true
+	}
+	for _, g := range benchkit.GoalKeys {
+		if g.Key != electionsKey && !keys[g.Key] {
+			fmt.Fprintf(&b, "| | %s | not run (%s) | | | %s | | | |\n", cell(g.Row), g.Target, cell(g.Goal))
+		}
+	}
+	var used []*source
+	for _, it := range items {
+		if !slices.Contains(used, it.src) {
+			used = append(used, it.src)
+		}
+	}
+	er := electionsRow(used, items)
+	met := map[bool]string{true: "yes", false: "**no**"}[*er.Met]
+	var files []string
+	for _, src := range used {
+		files = append(files, src.File)
+	}
+	fmt.Fprintf(&b, "| all | %s | %s | | | %s | %s | %s | %s |\n", cell(er.Figure), cell(er.Meteor), cell(er.Goal), met, elections(er), strings.Join(files, ", "))
 
 	b.WriteString("\n## Notes\n\n")
 	for _, it := range items {
@@ -158,11 +193,68 @@ func build(dir string) (string, error) {
 			fmt.Fprintf(&b, "- %d, %s: %s\n", it.row.Bench, it.row.Figure, it.row.Note)
 		}
 	}
+	if er.Note != "" {
+		fmt.Fprintf(&b, "- all, %s: %s\n", er.Figure, er.Note)
+	}
 	b.WriteString("\n## Machines\n\n")
 	for _, s := range srcs {
 		fmt.Fprintf(&b, "- %s: %s\n", s.File, s.Machine.Measured(s.Date))
 	}
 	return b.String(), nil
+}
+
+// electionsKey is the goal row this command computes itself.
+const electionsKey = "elections"
+
+// electionsRow sums the leader elections of the clusters of the results
+// files the table's rows come from. The goal is 0; it is met only when
+// every one of those files recorded its clusters' elections.
+func electionsRow(srcs []*source, items []item) benchkit.Row {
+	row := benchkit.Row{Key: electionsKey, Figure: "leader elections during any benchmark (every cluster, its whole life)", Goal: "0"}
+	total := 0
+	var per, unrecorded, unknown []string
+	for _, s := range srcs {
+		if s.Elections == nil {
+			unrecorded = append(unrecorded, s.File)
+			continue
+		}
+		total += s.Elections.Total
+		per = append(per, fmt.Sprintf("%s %d", strings.TrimSuffix(s.File, ".json"), s.Elections.Total))
+		for _, c := range s.Elections.Clusters {
+			switch {
+			case c.Error != "":
+				unknown = append(unknown, fmt.Sprintf("%s, %s: %s", s.File, c.Name, c.Error))
+			case c.Elections > 0:
+				per = append(per, fmt.Sprintf("(%s: %d)", c.Name, c.Elections))
+			}
+		}
+	}
+	row.Meteor, row.Elections = fmt.Sprint(total), new(total)
+	if len(unrecorded) > 0 {
+		row.Meteor += fmt.Sprintf(" (%d of %d results files record none)", len(unrecorded), len(srcs))
+	}
+	row.Met = benchkit.MetGoal(total == 0 && len(unrecorded) == 0 && len(unknown) == 0)
+	var note []string
+	if len(per) > 0 {
+		note = append(note, "by results file: "+strings.Join(per, ", "))
+	}
+	if len(unrecorded) > 0 {
+		note = append(note, "not recorded (results from before elections were counted per cluster): "+strings.Join(unrecorded, ", "))
+	}
+	if len(unknown) > 0 {
+		note = append(note, "unknown: "+strings.Join(unknown, "; "))
+	}
+	var without []string
+	for _, it := range items {
+		if it.row.Elections == nil {
+			without = append(without, fmt.Sprintf("%d %s", it.row.Bench, it.row.Figure))
+		}
+	}
+	if len(without) > 0 {
+		note = append(note, "rows without a count of their own window: "+strings.Join(without, "; "))
+	}
+	row.Note = strings.Join(note, "; ")
+	return row
 }
 
 // elections is a row's elections cell: Meteor's count, then the peer's

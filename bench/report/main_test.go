@@ -76,3 +76,50 @@ func TestBuildWithoutResults(t *testing.T) {
 		t.Fatal("no error for an empty results directory")
 	}
 }
+
+func TestBuildShowsMissingGoalsAndSumsElections(t *testing.T) {
+	dir := t.TempDir()
+	writeJSON(t, dir, "intents.json", map[string]any{"date": "D1",
+		"leader_elections": benchkit.ElectionLog{Total: 2, Clusters: []benchkit.ClusterElections{{Name: "intents: meteor", Elections: 2}}},
+		"summary": []benchkit.Row{
+			{Bench: 1, Key: "intents-writes", Figure: "writes", Meteor: "10", Elections: new(1)},
+			{Bench: 1, Key: "intents-cpu", Figure: "cpu", Meteor: "1 ms", Elections: new(1)},
+		}})
+	writeJSON(t, dir, "fleet.json", map[string]any{"date": "D2",
+		"leader_elections": benchkit.ElectionLog{Total: 0, Clusters: []benchkit.ClusterElections{{Name: "scale 10000"}}},
+		"summary":          []benchkit.Row{{Bench: 4, Key: "fleet-connect", Figure: "connect", Meteor: "10,000 devices in 90 s"}}})
+	md, err := build(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| | 10,000 devices, 99 % applied | not run (make bench-fanout) |",
+		"| | server memory per idle session | not run (make bench-sessions) |",
+		"| all | leader elections during any benchmark (every cluster, its whole life) | 2 | | | 0 | **no** | 2 | intents.json, fleet.json |",
+		"by results file: intents 2, (intents: meteor: 2), fleet 0",
+		"rows without a count of their own window: 4 connect",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("missing %q in:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "| | connect 100,000 devices | not run") || strings.Contains(md, "| | server CPU per write | not run") {
+		t.Errorf("a goal answered by a row shown as not run:\n%s", md)
+	}
+
+	// No elections anywhere, and one file that records none: not met.
+	dir = t.TempDir()
+	writeJSON(t, dir, "a.json", map[string]any{"date": "D1", "leader_elections": benchkit.ElectionLog{}, "summary": []benchkit.Row{{Bench: 1, Figure: "x", Elections: new(0)}}})
+	writeJSON(t, dir, "b.json", map[string]any{"date": "D1", "summary": []benchkit.Row{{Bench: 2, Figure: "y", Elections: new(0)}}})
+	md, err = build(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md, "| 0 (1 of 2 results files record none) | | | 0 | **no** |") || !strings.Contains(md, "not recorded (results from before elections were counted per cluster): b.json") {
+		t.Errorf("unrecorded elections counted as met:\n%s", md)
+	}
+	os.Remove(filepath.Join(dir, "b.json"))
+	if md, err = build(dir); err != nil || !strings.Contains(md, "| 0 | | | 0 | yes |") {
+		t.Errorf("no elections, all recorded: not met (%v):\n%s", err, md)
+	}
+}

@@ -3,33 +3,17 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/meteor-edge/meteor/bench/internal/wiredev"
 	"github.com/meteor-edge/meteor/wire"
 )
-
-// device is one simulated agent at the wire level. It keeps what the real
-// agent journals (session ID, resume token, acknowledged revision, the
-// applied inventory) and speaks the protocol as the agent does, so every
-// byte it sends and receives can be counted exactly.
-type device struct {
-	id      string
-	cert    tls.Certificate
-	labels  map[string]string
-	session wire.SessionID
-	token   []byte
-	acked   uint64
-	applied map[string]wire.AppliedResource
-}
 
 // deviceQUIC is the QUIC configuration of the benchmark's devices: an
 // agent's, but with QUIC's idle timeout and keep-alives of protocol 1.2
@@ -39,80 +23,6 @@ func deviceQUIC() *quic.Config {
 	q := wire.ClientQUICConfig()
 	q.MaxIdleTimeout, q.KeepAlivePeriod = wire.LegacyIdleTimeout, 10*time.Second
 	return q
-}
-
-func newDevice(id string, cert tls.Certificate) *device {
-	return &device{id: id, cert: cert, labels: deviceLabels(), applied: map[string]wire.AppliedResource{}}
-}
-
-// tlsConfig returns the device's TLS configuration. With cache nil it has
-// no session cache at all: every dial is a full handshake.
-func (d *device) tlsConfig(roots *x509.CertPool, cache tls.ClientSessionCache) *tls.Config {
-	c := wire.ClientTLSConfig(roots, d.cert, "")
-	c.ClientSessionCache = cache
-	return c
-}
-
-// inventory returns the applied set, sorted by key as the agent sends it.
-func (d *device) inventory() []wire.AppliedResource {
-	out := make([]wire.AppliedResource, 0, len(d.applied))
-	for _, k := range slices.Sorted(maps.Keys(d.applied)) {
-		out = append(out, d.applied[k])
-	}
-	return out
-}
-
-// hello is the agent's Hello: its session if it has one, its acknowledged
-// revision and, with inventory, its whole applied set.
-func (d *device) hello(inventory bool) *wire.Hello {
-	h := &wire.Hello{
-		Major: wire.ProtocolMajor, Minor: wire.ProtocolMinor, AgentVersion: "bench-sessions",
-		SessionID: d.session, ResumeToken: d.token, Labels: d.labels, AckedRevision: d.acked,
-	}
-	if inventory {
-		h.Inventory, h.Applied = true, d.inventory()
-	}
-	return h
-}
-
-func (d *device) pull(inventory bool) *wire.Pull {
-	p := &wire.Pull{KnownRevision: d.acked}
-	if inventory {
-		p.Inventory, p.Applied = true, d.inventory()
-	}
-	return p
-}
-
-// take records a complete Delta as applied and returns the revision to
-// acknowledge, or 0 if none is due.
-func (d *device) take(frames []*wire.Delta) uint64 {
-	for _, f := range frames {
-		for _, u := range f.Upserts {
-			d.applied[u.Key] = wire.AppliedResource{Key: u.Key, Digest: u.Digest, Revision: u.Revision}
-		}
-		for _, k := range f.Deletes {
-			delete(d.applied, k)
-		}
-	}
-	target := frames[len(frames)-1].TargetRevision
-	if target > d.acked {
-		d.acked = target
-		return target
-	}
-	return 0
-}
-
-// report is a full report that every applied resource is in effect.
-func (d *device) report(seq uint64) *wire.Report {
-	r := &wire.Report{Seq: seq, DesiredRevision: d.acked, Full: true, Status: "converged"}
-	now := time.Now().UnixNano()
-	for _, a := range d.inventory() {
-		r.Resources = append(r.Resources, wire.ResourceReport{
-			Key: a.Key, AppliedDigest: a.Digest, AppliedRevision: a.Revision,
-			Effective: wire.EffectiveOK, UpdatedAtUnixNano: now,
-		})
-	}
-	return r
 }
 
 // session is one connection's control stream, with its traffic counted.
@@ -226,11 +136,12 @@ type opened struct {
 	tlsResumed   bool
 }
 
-// open runs the start of a session on conn, a connection just dialled:
-// Hello (and Pull), Welcome, the first complete Delta and its Ack.
-func (d *device) open(ctx context.Context, conn *quic.Conn, o openOpts) (*opened, error) {
+// openSession runs the start of d's session on conn, a connection just
+// dialled: Hello (and Pull), Welcome, the first complete Delta and its
+// Ack.
+func openSession(ctx context.Context, d *wiredev.Device, conn *quic.Conn, o openOpts) (*opened, error) {
 	res := &opened{}
-	s, err := d.start(conn, o)
+	s, err := startSession(d, conn, o)
 	if err == nil {
 		res.welcome, err = waitFor[*wire.Welcome](s)
 	}
@@ -242,7 +153,7 @@ func (d *device) open(ctx context.Context, conn *quic.Conn, o openOpts) (*opened
 		if err != nil {
 			return nil, fmt.Errorf("handshake after refused 0-RTT: %w", err)
 		}
-		if s, err = d.start(conn, o); err == nil {
+		if s, err = startSession(d, conn, o); err == nil {
 			res.welcome, err = waitFor[*wire.Welcome](s)
 		}
 	}
@@ -251,7 +162,7 @@ func (d *device) open(ctx context.Context, conn *quic.Conn, o openOpts) (*opened
 	}
 	res.s = s
 	res.welcomeAt = time.Since(o.start)
-	d.session, d.token = res.welcome.SessionID, res.welcome.ResumeToken
+	d.Welcomed(res.welcome)
 	if res.welcome.Minor >= wire.MinorKeepAlive {
 		// These devices leave keep-alives to QUIC (wire.KeepAlivePeriod);
 		// announce a silence the server will not cut them off for.
@@ -260,7 +171,7 @@ func (d *device) open(ctx context.Context, conn *quic.Conn, o openOpts) (*opened
 		}
 	}
 	if !o.pipeline {
-		if err := s.send(d.pull(o.inventory)); err != nil {
+		if err := s.send(d.Pull(o.inventory)); err != nil {
 			return nil, err
 		}
 	}
@@ -270,7 +181,7 @@ func (d *device) open(ctx context.Context, conn *quic.Conn, o openOpts) (*opened
 	res.deltaAt = time.Since(o.start)
 	cs := s.conn.ConnectionState()
 	res.used0RTT, res.tlsResumed = cs.Used0RTT, cs.TLS.DidResume
-	if rev := d.take(res.delta); rev != 0 {
+	if rev := d.Take(res.delta); rev != 0 {
 		if err := s.send(&wire.Ack{Revision: rev}); err != nil {
 			return nil, err
 		}
@@ -278,19 +189,20 @@ func (d *device) open(ctx context.Context, conn *quic.Conn, o openOpts) (*opened
 	return res, nil
 }
 
-// start opens the control stream and writes Hello, and Pull if pipelined.
-func (d *device) start(conn *quic.Conn, o openOpts) (*session, error) {
+// startSession opens the control stream and writes d's Hello, and Pull
+// if pipelined.
+func startSession(d *wiredev.Device, conn *quic.Conn, o openOpts) (*session, error) {
 	s, err := openStream(conn, o.timeout)
 	if err != nil {
 		return nil, err
 	}
-	h := d.hello(o.inventory)
+	h := d.Hello(o.inventory)
 	h.Early = !wire.HandshakeDone(conn)
 	if err := s.send(h); err != nil {
 		return nil, err
 	}
 	if o.pipeline {
-		if err := s.send(d.pull(o.inventory)); err != nil {
+		if err := s.send(d.Pull(o.inventory)); err != nil {
 			return nil, err
 		}
 	}

@@ -20,7 +20,9 @@
 //     its own certificate (Hello with inventory, Welcome, Pull, Delta,
 //     Ack, then idle), and reads the server's VmRSS (and its live Go heap
 //     from GODEBUG=gctrace=1) before and after. The connect rate and the
-//     Raft entries per connect are reported too.
+//     Raft entries per connect are reported too. The largest level's added
+//     VmRSS per session is the summary row "server memory per idle
+//     session" (goal 64 KiB), the one source of that figure.
 //  4. Reconnect storm. A three-server cluster (`meteor server` processes
 //     sharing the cluster secret, so that session tickets and resume
 //     tokens of one are good on the others); 10,000 devices, each with its
@@ -39,16 +41,21 @@
 //
 // Parts 1 and 2 run a single dev server in this process (cluster.New), so
 // its AgentStats cross-check the byte counts; part 3 needs the server alone
-// in its process, part 4 three server processes. Devices are wire-level
-// clients written with package wire (not package agent): they send what
-// the agent sends, and every frame is counted with wire.FrameLen.
+// in its process, part 4 three server processes. Devices are the wire-level
+// devices of bench/internal/wiredev (package wire, not package agent):
+// they send what the agent sends, and every frame is counted with
+// wire.FrameLen.
 //
 // It owns every process it starts (own process group, SIGKILL on the
 // driver's death, stopped on every exit path). Data and logs live in one
 // temporary directory, removed after a successful run unless -keep is
 // given. Results go to stdout, bench/results/sessions.json and
-// bench/results/sessions.md; the JSON's "summary" holds the storm's rows
-// of the benchmark summary table.
+// bench/results/sessions.md; the JSON's "summary" holds the memory row and
+// the storm's rows of the benchmark summary table, "leader_elections" the
+// elections of every server and cluster over its life. As root the run
+// raises net.core.rmem_max and wmem_max to what quic-go recommends for the
+// run (-raise-udp-buffers) and counts datagrams dropped by full receive
+// buffers while the memory part connects and during the storm.
 //
 // Run it from the module root:
 //

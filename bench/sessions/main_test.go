@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/tls"
 	"fmt"
 	"io"
 	"slices"
@@ -129,6 +128,29 @@ func TestMemoryVerdict(t *testing.T) {
 	}
 }
 
+func TestMemorySummaryIsTheLargestLevel(t *testing.T) {
+	m := &memoryResult{Levels: []*memoryLevel{
+		{Agents: 1000, Added: 1000, RSSKiB: 150, HeapKiB: 60},
+		{Agents: 10000, Added: 9000, RSSKiB: 60.5, HeapKiB: 30, MarginalRSSKiB: 50, Elections: 1, UDP: &benchkit.UDPDrops{Servers: 2}},
+	}}
+	rows := memorySummary(m)
+	if len(rows) != 1 {
+		t.Fatalf("rows %+v", rows)
+	}
+	r := rows[0]
+	if r.Key != "sessions-memory" || r.Meteor != "60.5 KiB (live Go heap 30.0 KiB)" || r.Met == nil || !*r.Met || *r.Elections != 1 ||
+		!strings.Contains(r.Figure, "10,000 idle sessions") || !strings.Contains(r.Note, "marginal between the two levels 50.0 KiB") || !strings.Contains(r.Note, "2 on the servers'") {
+		t.Errorf("row %+v", r)
+	}
+	m.Levels[1].Failed = 3
+	if r := memorySummary(m)[0]; *r.Met {
+		t.Error("met with devices that never connected")
+	}
+	if memorySummary(&memoryResult{}) != nil {
+		t.Error("a row without levels")
+	}
+}
+
 func TestPerAgentKiB(t *testing.T) {
 	if got := perAgentKiB(1<<20, 1<<20+1000*64*1024, 1000); got != 64 {
 		t.Errorf("got %v", got)
@@ -200,43 +222,6 @@ func TestChangedAt(t *testing.T) {
 	f.revise(4, 3, "rotate")
 	if diff := cmp.Diff([]int{4, 0, 0, 0, 0}, f.versions); diff != "" {
 		t.Error(diff)
-	}
-}
-
-func TestDeviceTakeAndInventory(t *testing.T) {
-	d := newDevice("d", tls.Certificate{})
-	ack := d.take([]*wire.Delta{
-		{BaseRevision: 0, TargetRevision: 5, Upserts: []wire.Upsert{upsert("i/b", 5, 3), upsert("i/a", 5, 3)}},
-		{BaseRevision: 0, TargetRevision: 5, Complete: true, Upserts: []wire.Upsert{upsert("i/c", 4, 3)}},
-	})
-	if ack != 5 || d.acked != 5 {
-		t.Fatalf("ack %d, acked %d", ack, d.acked)
-	}
-	if ack := d.take([]*wire.Delta{{BaseRevision: 5, TargetRevision: 5, Complete: true, Deletes: []string{"i/b"}}}); ack != 0 {
-		t.Errorf("no-op Delta acked %d", ack)
-	}
-	var keys []string
-	for _, a := range d.inventory() {
-		keys = append(keys, a.Key)
-	}
-	if diff := cmp.Diff([]string{"i/a", "i/c"}, keys); diff != "" {
-		t.Error(diff)
-	}
-	h := d.hello(true)
-	if !h.Inventory || len(h.Applied) != 2 || h.AckedRevision != 5 {
-		t.Errorf("hello %+v", h)
-	}
-	if h := d.hello(false); h.Inventory || h.Applied != nil {
-		t.Errorf("revision-only hello %+v", h)
-	}
-	if p := d.pull(true); p.KnownRevision != 5 || len(p.Applied) != 2 {
-		t.Errorf("pull %+v", p)
-	}
-	// Every message the device sends is valid on the wire.
-	for _, m := range []wire.Message{d.hello(true), d.pull(true), d.report(1), d.hello(false)} {
-		if _, err := wire.DecodeMessage(m.Type(), m.Append(nil)); err != nil {
-			t.Errorf("%s does not decode: %v", m.Type(), err)
-		}
 	}
 }
 

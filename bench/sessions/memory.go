@@ -15,6 +15,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
+	"github.com/meteor-edge/meteor/bench/internal/wiredev"
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/wire"
 )
@@ -46,6 +47,11 @@ type memoryLevel struct {
 	AnonKiB        float64 `json:"rss_anon_kib_per_agent"`
 	HeapKiB        float64 `json:"go_heap_kib_per_agent"`
 	MarginalRSSKiB float64 `json:"marginal_rss_kib_per_agent,omitempty"`
+	// Elections counts the server's leader elections while connecting
+	// (a single voter keeps its leadership; counted all the same); UDP
+	// the datagrams dropped by full receive buffers meanwhile.
+	Elections int                `json:"leader_elections"`
+	UDP       *benchkit.UDPDrops `json:"udp_drops,omitempty"`
 }
 
 // memoryResult is part 3.
@@ -65,12 +71,11 @@ type memoryResult struct {
 type fleet struct {
 	// name prefixes the fleet's log lines ("memory", "storm").
 	name  string
-	devs  []*device
+	devs  []*wiredev.Device
 	conns []*quic.Conn
 	// sess are the devices' sessions (control streams) on conns.
-	sess []*session
-	trs  []*quic.Transport
-	pcs  []net.PacketConn
+	sess  []*session
+	socks *wiredev.Sockets
 	// tlsFor returns device i's TLS configuration; nil means a fresh one
 	// without a session cache for every dial.
 	tlsFor func(i int) *tls.Config
@@ -79,41 +84,20 @@ type fleet struct {
 // newFleet opens sockets client UDP sockets (quic.Transports) for n
 // devices to share.
 func newFleet(name string, sockets, n int) (*fleet, error) {
-	fl := &fleet{name: name, conns: make([]*quic.Conn, n), sess: make([]*session, n)}
-	for range sockets {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			fl.close()
-			return nil, err
-		}
-		fl.pcs = append(fl.pcs, pc)
-		fl.trs = append(fl.trs, &quic.Transport{Conn: pc})
+	socks, err := wiredev.OpenSockets(sockets)
+	if err != nil {
+		return nil, err
 	}
-	return fl, nil
+	return &fleet{name: name, conns: make([]*quic.Conn, n), sess: make([]*session, n), socks: socks}, nil
 }
 
 // ports returns the local UDP ports of the fleet's sockets.
-func (f *fleet) ports() []int {
-	var ports []int
-	for _, pc := range f.pcs {
-		if a, ok := pc.LocalAddr().(*net.UDPAddr); ok {
-			ports = append(ports, a.Port)
-		}
-	}
-	return ports
-}
+func (f *fleet) ports() []int { return f.socks.Ports() }
 
-func (f *fleet) close() {
-	for _, tr := range f.trs {
-		tr.Close()
-	}
-	for _, pc := range f.pcs {
-		pc.Close()
-	}
-}
+func (f *fleet) close() { f.socks.Close() }
 
 // runMemory measures part 3 against a server process.
-func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, p *pki, dir string, out, log io.Writer) (*memoryResult, error) {
+func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, p *pki, dir string, elections *benchkit.ElectionLog, out, log io.Writer) (*memoryResult, error) {
 	res := &memoryResult{Sockets: cfg.sockets, Concurrency: cfg.concurrency}
 	maxAgents := slices.Max(cfg.agents)
 	fmt.Fprintf(log, "memory: issuing %d device certificates\n", maxAgents)
@@ -137,6 +121,7 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 	if err != nil {
 		return nil, err
 	}
+	defer elections.Record(context.WithoutCancel(ctx), "memory (one dev server)", mc)
 	sp := mc.Servers[0]
 	addr, err := net.ResolveUDPAddr("udp", sp.AgentAddr)
 	if err != nil {
@@ -155,7 +140,7 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 	}
 	defer fl.close()
 	for i, id := range ids {
-		fl.devs = append(fl.devs, newDevice(id, certs[i]))
+		fl.devs = append(fl.devs, wiredev.NewDevice(id, certs[i], fleetLabels))
 	}
 
 	if _, err := mc.Rest(ctx, cfg.settle); err != nil {
@@ -179,6 +164,11 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 		if err != nil {
 			return nil, err
 		}
+		term0, err := mc.RaftTerm(ctx)
+		if err != nil {
+			return nil, err
+		}
+		udp := benchkit.WatchUDP(mc.AgentPorts(), fl.ports())
 		fmt.Fprintf(log, "memory: connecting devices %d..%d\n", connected, n-1)
 		start := time.Now()
 		times, failed := fl.connect(ctx, cfg, addr, p.pool, connected, n, log)
@@ -207,6 +197,11 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 			return nil, err
 		}
 		lvl.SettleSec = took.Seconds()
+		drops := udp.Drops()
+		lvl.UDP = &drops
+		if lvl.Elections, err = mc.ElectionsSince(ctx, term0); err != nil {
+			return nil, err
+		}
 		h1, err := sp.API.Health(ctx)
 		if err != nil {
 			return nil, err
@@ -285,7 +280,7 @@ func (fl *fleet) connectAll(ctx context.Context, cfg *config, addr net.Addr, poo
 				if err != nil {
 					failed = append(failed, i)
 					if len(errs) < 3 {
-						errs = append(errs, fmt.Errorf("%s: %w", fl.devs[i].id, err))
+						errs = append(errs, fmt.Errorf("%s: %w", fl.devs[i].ID, err))
 					}
 				} else {
 					times = append(times, d)
@@ -313,8 +308,8 @@ func (fl *fleet) connectAll(ctx context.Context, cfg *config, addr net.Addr, poo
 // idle (keep-alives only).
 func (fl *fleet) open(ctx context.Context, cfg *config, addr net.Addr, pool *x509.CertPool, i int) (time.Duration, error) {
 	d := fl.devs[i]
-	tr := fl.trs[i%len(fl.trs)]
-	tlsConf := d.tlsConfig(pool, nil)
+	tr := fl.socks.Transport(i)
+	tlsConf := d.TLSConfig(pool, nil)
 	if fl.tlsFor != nil {
 		tlsConf = fl.tlsFor(i)
 	}
@@ -325,7 +320,7 @@ func (fl *fleet) open(ctx context.Context, cfg *config, addr net.Addr, pool *x50
 	if err != nil {
 		return 0, fmt.Errorf("dial: %w", err)
 	}
-	o, err := d.open(ctx, conn, openOpts{inventory: true, start: start, timeout: cfg.timeout})
+	o, err := openSession(ctx, d, conn, openOpts{inventory: true, start: start, timeout: cfg.timeout})
 	if err != nil {
 		conn.CloseWithError(wire.CloseNormal, "")
 		return 0, err

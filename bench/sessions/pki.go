@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
+	"github.com/meteor-edge/meteor/bench/internal/wiredev"
 	clusterpki "github.com/meteor-edge/meteor/cluster/pki"
 )
 
@@ -62,13 +63,5 @@ func makePKI(ctx context.Context, bin, dir string) (*pki, error) {
 	return p, nil
 }
 
-// issueDevices issues one certificate per ID (ECDSA P-256), on every CPU.
-func (p *pki) issueDevices(ids []string) ([]tls.Certificate, error) {
-	certs := make([]tls.Certificate, len(ids))
-	err := benchkit.Parallel(len(ids), func(i int) error {
-		c, err := p.ca.IssueDevice(ids[i])
-		certs[i] = c
-		return err
-	})
-	return certs, err
-}
+// issueDevices issues one certificate per ID (wiredev.Issue).
+func (p *pki) issueDevices(ids []string) ([]tls.Certificate, error) { return wiredev.Issue(p.ca, ids) }

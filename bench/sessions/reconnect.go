@@ -12,6 +12,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
+	"github.com/meteor-edge/meteor/bench/internal/wiredev"
 	"github.com/meteor-edge/meteor/chaos"
 	"github.com/meteor-edge/meteor/cluster"
 	"github.com/meteor-edge/meteor/wire"
@@ -47,7 +48,7 @@ const reconnectWarmup = 3
 // reconnector is one device reconnecting one way.
 type reconnector struct {
 	row *reconnectRow
-	d   *device
+	d   *wiredev.Device
 	// cache and shared are the TLS session cache and configuration kept
 	// across connections (0-RTT); nil for a fresh configuration each time.
 	cache  *ticketCache
@@ -66,7 +67,7 @@ func (r *reconnector) connect(ctx context.Context, cfg *config, tr *quic.Transpo
 	}
 	tlsConf, tickets := r.shared, int64(0)
 	if tlsConf == nil {
-		tlsConf = r.d.tlsConfig(p.pool, nil)
+		tlsConf = r.d.TLSConfig(p.pool, nil)
 	} else {
 		tickets = r.cache.puts.Load()
 	}
@@ -77,7 +78,7 @@ func (r *reconnector) connect(ctx context.Context, cfg *config, tr *quic.Transpo
 	if err != nil {
 		return fmt.Errorf("dial: %w", err)
 	}
-	o, err := r.d.open(ctx, conn, openOpts{inventory: true, pipeline: true, start: start, timeout: cfg.timeout})
+	o, err := openSession(ctx, r.d, conn, openOpts{inventory: true, pipeline: true, start: start, timeout: cfg.timeout})
 	if err != nil {
 		conn.CloseWithError(wire.CloseNormal, "")
 		return err
@@ -156,10 +157,10 @@ func runReconnect(ctx context.Context, cfg *config, srv *cluster.Server, p *pki,
 		// fault on loopback), so the delay is the only difference.
 		pc := chaos.NewPacketConn(udp, chaos.LinkProfile{Delay: l.delay, Dir: chaos.DirBoth}, uint64(li+1), nil)
 		tr := &quic.Transport{Conn: pc}
-		zero := &reconnector{d: newDevice(ids[2*li], certs[2*li]), cache: newTicketCache(),
+		zero := &reconnector{d: wiredev.NewDevice(ids[2*li], certs[2*li], fleetLabels), cache: newTicketCache(),
 			row: &reconnectRow{Link: l.name, OneWayDelayMs: benchkit.MS(l.delay), Mode: "0-RTT resumption"}}
-		zero.shared = zero.d.tlsConfig(p.pool, zero.cache)
-		full := &reconnector{d: newDevice(ids[2*li+1], certs[2*li+1]),
+		zero.shared = zero.d.TLSConfig(p.pool, zero.cache)
+		full := &reconnector{d: wiredev.NewDevice(ids[2*li+1], certs[2*li+1], fleetLabels),
 			row: &reconnectRow{Link: l.name, OneWayDelayMs: benchkit.MS(l.delay), Mode: "full handshake"}}
 		modes := []*reconnector{zero, full}
 		err = func() error {

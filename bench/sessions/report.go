@@ -24,6 +24,11 @@ type report struct {
 	Summary  []benchkit.Row `json:"summary"`
 	Verdicts []string       `json:"verdicts"`
 	Notes    []string       `json:"notes"`
+	// UDPBuffers is what the run did about the host's UDP buffer limits;
+	// Elections the leader elections of each cluster (and the memory
+	// part's dev server) over its life.
+	UDPBuffers benchkit.UDPBufferSetup `json:"udp_buffers"`
+	Elections  benchkit.ElectionLog    `json:"leader_elections"`
 }
 
 type paramInfo struct {
@@ -95,6 +100,35 @@ func memoryVerdict(m *memoryResult) string {
 		parts = append(parts, s)
 	}
 	return fmt.Sprintf("memory goal %s: server RSS per idle agent %s (goal < %d KiB)", verdictState(met), strings.Join(parts, ", "), memoryGoalKiB)
+}
+
+// memorySummary is the row "server memory per idle session": the added
+// VmRSS per idle session at the largest level (the live heap beside it),
+// the one place the summary table takes the fact from.
+func memorySummary(m *memoryResult) []benchkit.Row {
+	if len(m.Levels) == 0 {
+		return nil
+	}
+	l := m.Levels[len(m.Levels)-1]
+	row := benchkit.Row{Bench: 3, Name: "sessions", Key: "sessions-memory",
+		Figure: fmt.Sprintf("server memory per idle session (added VmRSS over %s idle sessions, one server)", benchkit.Thousands(l.Agents)),
+		Meteor: fmt.Sprintf("%.1f KiB (live Go heap %.1f KiB)", l.RSSKiB, l.HeapKiB),
+		Goal:   fmt.Sprintf("<= %d KiB", memoryGoalKiB), Met: benchkit.MetGoal(l.RSSKiB <= memoryGoalKiB && l.Failed == 0),
+		Elections: new(l.Elections)}
+	var note []string
+	note = append(note, "`meteor server --dev` in its own process; each session: own certificate, Hello, Welcome, Pull, the first Delta, Ack, then idle; (VmRSS with the sessions - VmRSS before) / sessions, read once the Raft log had been quiet; the server also holds each device's replicated record; the live heap is the last GC cycle's (GODEBUG=gctrace=1)")
+	if len(m.Levels) > 1 {
+		f := m.Levels[0]
+		note = append(note, fmt.Sprintf("at %s sessions %.1f KiB; marginal between the two levels %.1f KiB", benchkit.Thousands(f.Agents), f.RSSKiB, l.MarginalRSSKiB))
+	}
+	if l.Failed > 0 {
+		note = append(note, fmt.Sprintf("%d of %d devices never got a session", l.Failed, l.Added))
+	}
+	if l.UDP != nil {
+		note = append(note, "while connecting: "+l.UDP.String())
+	}
+	row.Note = strings.Join(note, "; ")
+	return []benchkit.Row{row}
 }
 
 // The stdout table, printed part by part as results arrive.

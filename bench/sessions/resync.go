@@ -10,6 +10,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/meteor-edge/meteor/bench/internal/wiredev"
 	"github.com/meteor-edge/meteor/cluster"
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/wire"
@@ -91,14 +92,14 @@ func runResync(ctx context.Context, cfg *config, srv *cluster.Server, p *pki, lo
 		return nil, err
 	}
 	type dev struct {
-		d     *device
+		d     *wiredev.Device
 		cache *ticketCache
 		conn  *quic.Conn
 		s     *session
 	}
 	devs := make([]*dev, len(ids))
 	for i, id := range ids {
-		devs[i] = &dev{d: newDevice(id, certs[i]), cache: newTicketCache()}
+		devs[i] = &dev{d: wiredev.NewDevice(id, certs[i], fleetLabels), cache: newTicketCache()}
 	}
 	defer func() {
 		for _, v := range devs {
@@ -110,7 +111,7 @@ func runResync(ctx context.Context, cfg *config, srv *cluster.Server, p *pki, lo
 	dial := func(v *dev) (*quic.Conn, error) {
 		dctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 		defer cancel()
-		return tr.DialEarly(dctx, addr, v.d.tlsConfig(p.pool, v.cache), deviceQUIC())
+		return tr.DialEarly(dctx, addr, v.d.TLSConfig(p.pool, v.cache), deviceQUIC())
 	}
 
 	// Every device converges: a new session, the whole state, a full
@@ -119,17 +120,17 @@ func runResync(ctx context.Context, cfg *config, srv *cluster.Server, p *pki, lo
 	for i, v := range devs {
 		conn, err := dial(v)
 		if err != nil {
-			return nil, fmt.Errorf("%s: dial: %w", v.d.id, err)
+			return nil, fmt.Errorf("%s: dial: %w", v.d.ID, err)
 		}
 		v.conn = conn
-		o, err := v.d.open(ctx, conn, openOpts{inventory: true, start: time.Now(), timeout: cfg.timeout})
+		o, err := openSession(ctx, v.d, conn, openOpts{inventory: true, start: time.Now(), timeout: cfg.timeout})
 		if err != nil {
-			return nil, fmt.Errorf("%s: first session: %w", v.d.id, err)
+			return nil, fmt.Errorf("%s: first session: %w", v.d.ID, err)
 		}
 		v.s = o.s
 		acc := accountDelta(o.delta)
 		if acc.Upserts != cfg.resources {
-			return nil, fmt.Errorf("%s: first Delta has %d upserts, want %d", v.d.id, acc.Upserts, cfg.resources)
+			return nil, fmt.Errorf("%s: first Delta has %d upserts, want %d", v.d.ID, acc.Upserts, cfg.resources)
 		}
 		if i == 0 {
 			res.InitialSync = acc
@@ -137,15 +138,15 @@ func runResync(ctx context.Context, cfg *config, srv *cluster.Server, p *pki, lo
 		for _, fr := range o.delta {
 			for _, u := range fr.Upserts {
 				if len(u.Body) != cfg.bodySize {
-					return nil, fmt.Errorf("%s: body of %s is %d bytes, want %d", v.d.id, u.Key, len(u.Body), cfg.bodySize)
+					return nil, fmt.Errorf("%s: body of %s is %d bytes, want %d", v.d.ID, u.Key, len(u.Body), cfg.bodySize)
 				}
 			}
 		}
-		if err := v.s.send(v.d.report(1)); err != nil {
+		if err := v.s.send(v.d.Report()); err != nil {
 			return nil, err
 		}
 		if err := v.s.waitReportAck(1); err != nil {
-			return nil, fmt.Errorf("%s: %w", v.d.id, err)
+			return nil, fmt.Errorf("%s: %w", v.d.ID, err)
 		}
 	}
 	for _, v := range devs[:2] {
@@ -161,7 +162,7 @@ func runResync(ctx context.Context, cfg *config, srv *cluster.Server, p *pki, lo
 		if _, err := putIntent(ctx, cl, f); err != nil {
 			return nil, err
 		}
-		if err := obs.s.send(obs.d.pull(true)); err != nil {
+		if err := obs.s.send(obs.d.Pull(true)); err != nil {
 			return nil, err
 		}
 		frames, err := obs.s.recvDelta()
@@ -177,7 +178,7 @@ func runResync(ctx context.Context, cfg *config, srv *cluster.Server, p *pki, lo
 		}
 		res.Replay.add(accountDelta(frames))
 		res.ReplayDeltas++
-		if rev := obs.d.take(frames); rev != 0 {
+		if rev := obs.d.Take(frames); rev != 0 {
 			if err := obs.s.send(&wire.Ack{Revision: rev}); err != nil {
 				return nil, err
 			}
@@ -187,14 +188,14 @@ func runResync(ctx context.Context, cfg *config, srv *cluster.Server, p *pki, lo
 	// The device resumes with its inventory, Hello and Pull pipelined as
 	// the agent sends them in 0-RTT.
 	resync := func(v *dev, inventory bool) (*opened, uint64, uint64, error) {
-		prev := v.d.session
+		prev := v.d.Session
 		before := srv.AgentStats()
 		conn, err := dial(v)
 		if err != nil {
 			return nil, 0, 0, err
 		}
 		v.conn = conn
-		o, err := v.d.open(ctx, conn, openOpts{inventory: inventory, pipeline: true, start: time.Now(), timeout: cfg.timeout})
+		o, err := openSession(ctx, v.d, conn, openOpts{inventory: inventory, pipeline: true, start: time.Now(), timeout: cfg.timeout})
 		if err != nil {
 			return nil, 0, 0, err
 		}
@@ -218,7 +219,7 @@ func runResync(ctx context.Context, cfg *config, srv *cluster.Server, p *pki, lo
 	fmt.Fprintln(log, "resync: the devices resume and pull")
 	o, sb, sf, err := resync(devs[0], true)
 	if err != nil {
-		return nil, fmt.Errorf("%s: resync: %w", devs[0].d.id, err)
+		return nil, fmt.Errorf("%s: resync: %w", devs[0].d.ID, err)
 	}
 	res.Resync, res.ServerBytes, res.ServerFrames = accountDelta(o.delta), sb, sf
 	res.ResyncKeys = upsertKeys(o.delta)
@@ -227,7 +228,7 @@ func runResync(ctx context.Context, cfg *config, srv *cluster.Server, p *pki, lo
 
 	o, _, _, err = resync(devs[1], false)
 	if err != nil {
-		return nil, fmt.Errorf("%s: resync: %w", devs[1].d.id, err)
+		return nil, fmt.Errorf("%s: resync: %w", devs[1].d.ID, err)
 	}
 	res.RevisionOnly = accountDelta(o.delta)
 	res.RevisionOnlyUplink = o.s.tx.bytesOf(wire.TypeHello, wire.TypePull)

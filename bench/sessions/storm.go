@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
+	"github.com/meteor-edge/meteor/bench/internal/wiredev"
 	"github.com/meteor-edge/meteor/cluster/api"
 )
 
@@ -167,7 +168,7 @@ const stormServers = 3
 // runStorm measures part 4: for each mode, a fresh three-server cluster,
 // every device on one follower, SIGKILL, and the storm onto the other
 // two.
-func runStorm(ctx context.Context, cfg *config, bin string, p *pki, dir string, out, log io.Writer) (*stormResult, error) {
+func runStorm(ctx context.Context, cfg *config, bin string, p *pki, dir string, elections *benchkit.ElectionLog, out, log io.Writer) (*stormResult, error) {
 	res := &stormResult{Agents: cfg.stormAgents, Detect: cfg.stormDetect, Sockets: cfg.stormSockets}
 	ids := make([]string, cfg.stormAgents)
 	for i := range ids {
@@ -180,7 +181,7 @@ func runStorm(ctx context.Context, cfg *config, bin string, p *pki, dir string, 
 	}
 	stormHeader(out, res)
 	for mi, key := range cfg.stormModes {
-		m, err := runStormMode(ctx, cfg, bin, p, filepath.Join(dir, "storm-"+key), key, ids, certs, uint64(mi), log)
+		m, err := runStormMode(ctx, cfg, bin, p, filepath.Join(dir, "storm-"+key), key, ids, certs, uint64(mi), elections, log)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", stormModeName(key), err)
 		}
@@ -192,7 +193,7 @@ func runStorm(ctx context.Context, cfg *config, bin string, p *pki, dir string, 
 
 // runStormMode runs one mode on a fresh cluster in dir: the devices
 // connect to a follower, which is then killed; see stormMode.storm.
-func runStormMode(ctx context.Context, cfg *config, bin string, p *pki, dir, key string, ids []string, certs []tls.Certificate, seed uint64, log io.Writer) (*stormMode, error) {
+func runStormMode(ctx context.Context, cfg *config, bin string, p *pki, dir, key string, ids []string, certs []tls.Certificate, seed uint64, elections *benchkit.ElectionLog, log io.Writer) (*stormMode, error) {
 	m := &stormMode{Key: key, Mode: stormModeName(key), Agents: len(ids), PerServer: map[string]int{}}
 	g := &benchkit.Group{}
 	defer g.StopAll(3 * time.Second)
@@ -210,6 +211,8 @@ func runStormMode(ctx context.Context, cfg *config, bin string, p *pki, dir, key
 	if err != nil {
 		return nil, err
 	}
+	// Counted before the servers stop (the deferred StopAll runs after).
+	defer elections.Record(context.WithoutCancel(ctx), "storm "+key, c)
 	li, err := c.WaitLeader(ctx)
 	if err != nil {
 		return nil, err
@@ -284,7 +287,7 @@ func (m *stormMode) storm(ctx context.Context, cfg *config, c *benchkit.MeteorCl
 		return err
 	}
 	serverPorts, clientPorts := c.AgentPorts(survivors...), fl.ports()
-	drops0, dropsErr := udpDrops(append(serverPorts, clientPorts...))
+	drops0, dropsErr := benchkit.ReadUDPDrops(append(serverPorts, clientPorts...))
 	fmt.Fprintf(log, "storm: %s: SIGKILL %s, %d devices reconnect (detect: %s)\n", m.Mode, m.Victim, len(live), cfg.stormDetect)
 	t0 := time.Now()
 	if err := c.Kill(victim); err != nil {
@@ -324,8 +327,8 @@ func (m *stormMode) storm(ctx context.Context, cfg *config, c *benchkit.MeteorCl
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if drops1, err := udpDrops(append(serverPorts, clientPorts...)); err == nil && dropsErr == nil {
-		m.ServerUDPDrops, m.ClientUDPDrops = sumDrops(drops0, drops1, serverPorts), sumDrops(drops0, drops1, clientPorts)
+	if drops1, err := benchkit.ReadUDPDrops(append(serverPorts, clientPorts...)); err == nil && dropsErr == nil {
+		m.ServerUDPDrops, m.ClientUDPDrops = benchkit.SumDrops(drops0, drops1, serverPorts), benchkit.SumDrops(drops0, drops1, clientPorts)
 	} else {
 		m.ServerUDPDrops, m.ClientUDPDrops = -1, -1
 	}
@@ -374,11 +377,11 @@ func (m *stormMode) storm(ctx context.Context, cfg *config, c *benchkit.MeteorCl
 		if err := context.Cause(sd.conn.Context()); err != nil {
 			m.ClosedAfter++
 			if len(m.ClosedReasons) < 5 {
-				m.ClosedReasons = append(m.ClosedReasons, fmt.Sprintf("%s on %s: %v", sd.d.id, outcomes[i].server, err))
+				m.ClosedReasons = append(m.ClosedReasons, fmt.Sprintf("%s on %s: %v", sd.d.ID, outcomes[i].server, err))
 			}
 			continue
 		}
-		on[sd.d.id] = outcomes[i].server
+		on[sd.d.ID] = outcomes[i].server
 	}
 	m.checkRecords(ctx, c, t0, on, log)
 	summarizeStorm(m, outcomes)
@@ -402,12 +405,12 @@ func connectStormFleet(ctx context.Context, cfg *config, victimAddr string, p *p
 	}()
 	devs := make([]*stormDev, len(ids))
 	for i, id := range ids {
-		d := newDevice(id, certs[i])
+		d := wiredev.NewDevice(id, certs[i], fleetLabels)
 		fl.devs = append(fl.devs, d)
-		sd := &stormDev{d: d, tr: fl.trs[i%len(fl.trs)], pool: p.pool, rng: rand.New(rand.NewPCG(seed, uint64(i)))}
+		sd := &stormDev{d: d, tr: fl.socks.Transport(i), pool: p.pool, rng: rand.New(rand.NewPCG(seed, uint64(i)))}
 		if key == storm0RTT {
 			sd.cache = newTicketCache()
-			sd.tlsConf = d.tlsConfig(p.pool, sd.cache)
+			sd.tlsConf = d.TLSConfig(p.pool, sd.cache)
 		}
 		devs[i] = sd
 	}

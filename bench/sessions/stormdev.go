@@ -12,6 +12,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/meteor-edge/meteor/agent"
+	"github.com/meteor-edge/meteor/bench/internal/wiredev"
 	"github.com/meteor-edge/meteor/wire"
 )
 
@@ -50,7 +51,7 @@ type stormTarget struct {
 // stormDev is one device of the storm: connected to the server that will
 // die, then reconnecting as the agent does.
 type stormDev struct {
-	d  *device
+	d  *wiredev.Device
 	tr *quic.Transport
 	// tlsConf is kept across connections (with cache, for 0-RTT); nil
 	// means a fresh configuration without a session cache at every dial.
@@ -119,7 +120,8 @@ func (sd *stormDev) storm(ctx context.Context, t0 time.Time, detect string, targ
 // the last target (the server the session was on) starts in penalty. It
 // records the attempts in out.
 func (sd *stormDev) reconnect(ctx context.Context, t0 time.Time, targets []stormTarget, out *stormOutcome) {
-	oldSession := sd.d.session
+	oldSession := sd.d.Session
+
 	st := make([]serverState, len(targets))
 	dead := len(targets) - 1
 	st[dead] = serverState{failures: 1, until: time.Now().Add(jittered(sd.rng, backoff(stormBackoffMin, stormBackoffMax, 1)))}
@@ -177,7 +179,7 @@ func (sd *stormDev) reconnect(ctx context.Context, t0 time.Time, targets []storm
 func (sd *stormDev) attempt(ctx context.Context, t0 time.Time, target stormTarget, oldSession wire.SessionID, out *stormOutcome) error {
 	tlsConf := sd.tlsConf
 	if tlsConf == nil {
-		tlsConf = sd.d.tlsConfig(sd.pool, nil)
+		tlsConf = sd.d.TLSConfig(sd.pool, nil)
 	}
 	dctx, cancel := context.WithTimeout(ctx, stormDialTimeout)
 	conn, err := sd.tr.DialEarly(dctx, target.addr, tlsConf, deviceQUIC())
@@ -186,7 +188,7 @@ func (sd *stormDev) attempt(ctx context.Context, t0 time.Time, target stormTarge
 		out.dialFailures++
 		return fmt.Errorf("dial: %w", err)
 	}
-	o, err := sd.d.open(ctx, conn, openOpts{inventory: true, pipeline: true, start: t0, timeout: stormDialTimeout})
+	o, err := openSession(ctx, sd.d, conn, openOpts{inventory: true, pipeline: true, start: t0, timeout: stormDialTimeout})
 	if err != nil {
 		// With 0-RTT, DialEarly returns before the handshake completes:
 		// a handshake that never completed is a failed dial too.

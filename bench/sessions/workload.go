@@ -17,6 +17,9 @@ const (
 // deviceLabels are the labels every simulated device sends.
 func deviceLabels() map[string]string { return map[string]string{labelKey: labelValue} }
 
+// fleetLabels is the one map of deviceLabels every device shares.
+var fleetLabels = deviceLabels()
+
 func resourceID(i int) string { return fmt.Sprintf("r%02d", i) }
 
 func resourceKey(i int) string { return intent.ResourceKey(intentName, resourceID(i)) }

@@ -311,3 +311,116 @@ func TestThousands(t *testing.T) {
 		}
 	}
 }
+
+func TestTargetLogKeepsTheFirstTimeOfEachTarget(t *testing.T) {
+	var l TargetLog
+	t0 := time.Unix(100, 0)
+	l.Record(3, t0)
+	l.Record(3, t0.Add(time.Second)) // a repeat adds nothing
+	l.Record(2, t0.Add(2*time.Second))
+	l.Record(7, t0.Add(3*time.Second))
+	for _, tc := range []struct {
+		target uint64
+		want   time.Time
+		ok     bool
+	}{{1, t0, true}, {3, t0, true}, {4, t0.Add(3 * time.Second), true}, {7, t0.Add(3 * time.Second), true}, {8, time.Time{}, false}} {
+		if got, ok := l.First(tc.target); ok != tc.ok || !got.Equal(tc.want) {
+			t.Errorf("First(%d) = %v, %v; want %v, %v", tc.target, got, ok, tc.want, tc.ok)
+		}
+	}
+	var other TargetLog
+	other.Record(9, t0.Add(time.Second))
+	if got := TimesSince([]*TargetLog{&l, &other, {}}, 4, t0); len(got) != 2 || got[0] != time.Second || got[1] != 3*time.Second {
+		t.Errorf("TimesSince = %v", got)
+	}
+}
+
+func TestPercentileOfCountsDevicesThatNeverArrived(t *testing.T) {
+	sorted := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9}
+	if got, ok := PercentileOf(sorted, 10, 50); !ok || got != 5 {
+		t.Errorf("p50 of 9 arrivals out of 10 = %v, %v", got, ok)
+	}
+	if _, ok := PercentileOf(sorted, 10, 99); ok {
+		t.Error("p99 with one device missing out of 10: reached")
+	}
+	if got, ok := PercentileOf(sorted, 9, 100); !ok || got != 9 {
+		t.Errorf("p100 of all = %v, %v", got, ok)
+	}
+}
+
+func TestParseUDPDrops(t *testing.T) {
+	text := []byte(`   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops
+    0: 0100007F:E9CF 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 386332 2 000000006cfe84a1 17
+    1: 0100007F:A9CF 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 383488 2 0000000025f06d51 0
+    2: 0100007F:0035 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 383488 2 0000000025f06d51 9
+`)
+	got, err := ParseUDPDrops(text, []int{0xE9CF, 0xA9CF, 4242})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0xE9CF] != 17 || got[0xA9CF] != 0 || len(got) != 2 {
+		t.Errorf("drops %v", got)
+	}
+	if n := SumDrops(map[int]uint64{0xE9CF: 5}, got, []int{0xE9CF, 0xA9CF}); n != 12 {
+		t.Errorf("SumDrops = %d, want 12", n)
+	}
+	if _, err := ParseUDPDrops([]byte("garbage\n"), nil); err == nil {
+		t.Error("bad header: no error")
+	}
+}
+
+func TestParseUDPStats(t *testing.T) {
+	text := []byte(`Ip: Forwarding DefaultTTL
+Ip: 1 64
+Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors
+Udp: 79132 1129 40 80228 38 2 0 0 0
+UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors
+UdpLite: 0 0 0 0 0 0 0 0 0
+`)
+	got, err := ParseUDPStats(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (UDPStats{InDatagrams: 79132, RcvbufErrors: 38, SndbufErrors: 2}); got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	for _, bad := range []string{"Ip: 1\n", "Udp: InDatagrams RcvbufErrors SndbufErrors\nUdp: 1 2\n", "Udp: A B C\nUdp: 1 2 3\n"} {
+		if _, err := ParseUDPStats([]byte(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+func TestParseSSBuffers(t *testing.T) {
+	text := []byte(`UNCONN 0      0      127.0.0.1:33454   0.0.0.0:*    
+	 skmem:(r0,rb14680064,t0,tb14680064,f4096,w0,o0,bl0,d3)
+UNCONN 0      0      127.0.0.1:37145   0.0.0.0:*    
+	 skmem:(r0,rb8388608,t0,tb212992,f4096,w0,o0,bl0,d0) 
+UNCONN 0      0      [::1]:39152   [::]:*    
+	 skmem:(r0,rb212992,t0,tb212992,f4096,w0,o0,bl0,d0)  
+`)
+	got := parseSSBuffers(text, []int{33454, 37145, 39152, 1})
+	want := map[int]UDPBuffers{33454: {14680064, 14680064}, 37145: {8388608, 212992}, 39152: {212992, 212992}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if !got[33454].Granted() || got[37145].Granted() {
+		t.Errorf("granted: %v %v", got[33454].Granted(), got[37145].Granted())
+	}
+	if s := BufferSummary(got, []int{33454}); s != "7.0 MiB receive / 7.0 MiB send on 1 sockets" {
+		t.Errorf("summary %q", s)
+	}
+	if s := BufferSummary(got, []int{33454, 37145}); !strings.Contains(s, " to ") {
+		t.Errorf("summary of two sizes %q", s)
+	}
+	if s := BufferSummary(got, []int{5}); s != "unknown" {
+		t.Errorf("summary of none %q", s)
+	}
+}
+
+func TestUDPDropsString(t *testing.T) {
+	d := UDPDrops{Servers: 3, Devices: -1, HostRcvbuf: 5, HostSndbuf: 0, HostDatagrams: 100}
+	if s := d.String(); !strings.Contains(s, "3 on the servers'") || !strings.Contains(s, "unknown on the devices'") || !strings.Contains(s, "5 of 100") {
+		t.Errorf("%q", s)
+	}
+}

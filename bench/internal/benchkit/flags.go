@@ -17,6 +17,9 @@ type Flags struct {
 	MeteorBin string
 	OutDir    string
 	Keep      bool
+	// RaiseUDP is -raise-udp-buffers, for drivers that register it
+	// (RegisterUDP): see Scratch.UDPBuffers.
+	RaiseUDP bool
 }
 
 // NewFlagSet returns a flag set for the driver bench/name whose usage
@@ -37,6 +40,12 @@ func (f *Flags) Register(fs *flag.FlagSet, kept string) {
 	fs.StringVar(&f.MeteorBin, "meteor-bin", "", "meteor binary (default: build ./cmd/meteor into the run's temporary dir)")
 	fs.StringVar(&f.OutDir, "out", "", "results directory (default: bench/results in the module)")
 	fs.BoolVar(&f.Keep, "keep", false, "keep the temporary dir ("+kept+") after a successful run")
+}
+
+// RegisterUDP adds -raise-udp-buffers to fs, for drivers whose devices
+// speak QUIC.
+func (f *Flags) RegisterUDP(fs *flag.FlagSet) {
+	fs.BoolVar(&f.RaiseUDP, "raise-udp-buffers", true, fmt.Sprintf("as root, raise net.core.rmem_max and wmem_max to %d for the run (quic-go's recommendation) and put them back at its end", UDPBufferMax))
 }
 
 // Parse parses args into fs, refuses positional arguments, and makes
@@ -87,10 +96,12 @@ func ParseChoices(s, flagName string, choices ...string) ([]string, error) {
 // Scratch is what a driver's run sets up first: the module, the run's
 // scratch directory and the group of its child processes.
 type Scratch struct {
-	Root   string // the module root; "" outside the module (see Locate)
-	Dir    string // the run's scratch directory (TempDir)
-	Procs  *Group // the run's child processes
-	finish func(err *error)
+	Root     string // the module root; "" outside the module (see Locate)
+	Dir      string // the run's scratch directory (TempDir)
+	Procs    *Group // the run's child processes
+	finish   func(err *error)
+	restores []func() error // undone by Finish, last first
+	log      io.Writer
 }
 
 // Start locates the module and the results directory (Flags.Locate),
@@ -106,12 +117,28 @@ func (f *Flags) Start(ctx context.Context, prefix, what string, log io.Writer) (
 	if err != nil {
 		return nil, err
 	}
-	return &Scratch{Root: root, Dir: dir, Procs: &Group{}, finish: finish}, nil
+	return &Scratch{Root: root, Dir: dir, Procs: &Group{}, finish: finish, log: log}, nil
 }
 
-// Finish stops the run's processes (SIGKILL after grace), then keeps or
-// removes the scratch directory as TempDir's finish does with *err.
+// UDPBuffers raises the host's UDP buffer limits for the run if raise is
+// set and it can (RaiseUDPBufferMax; Finish puts them back), tells log
+// what it did, and returns that for the results.
+func (s *Scratch) UDPBuffers(raise bool) UDPBufferSetup {
+	setup, restore := RaiseUDPBufferMax(raise)
+	s.restores = append(s.restores, restore)
+	fmt.Fprintf(s.log, "UDP buffers: %s\n", setup.Note)
+	return setup
+}
+
+// Finish stops the run's processes (SIGKILL after grace), puts back what
+// the run changed on the host, then keeps or removes the scratch
+// directory as TempDir's finish does with *err.
 func (s *Scratch) Finish(err *error, grace time.Duration) {
 	s.Procs.StopAll(grace)
+	for i := len(s.restores) - 1; i >= 0; i-- {
+		if rerr := s.restores[i](); rerr != nil {
+			fmt.Fprintf(s.log, "%v\n", rerr)
+		}
+	}
 	s.finish(err)
 }

@@ -67,6 +67,8 @@ func MeteorIDs(prefix string, n int) []string {
 type MeteorCluster struct {
 	Servers []*MeteorServer // in the order of MeteorOptions.IDs
 	Version string          // the version the servers report
+	// term0 is the highest Raft term once every server knew the leader.
+	term0 uint64
 }
 
 // MeteorServer is one `meteor server` process.
@@ -204,6 +206,9 @@ func StartMeteor(ctx context.Context, g *Group, o MeteorOptions) (*MeteorCluster
 			return nil, fmt.Errorf("meteor server %s: %w", s.ID, err)
 		}
 	}
+	if c.term0, err = c.RaftTerm(ctx); err != nil {
+		return nil, fmt.Errorf("read the Raft term: %w", err)
+	}
 	return c, nil
 }
 
@@ -334,6 +339,12 @@ func (c *MeteorCluster) ElectionsSince(ctx context.Context, start uint64) (int, 
 		return 0, err
 	}
 	return Elections(start, end), nil
+}
+
+// ElectionsSinceStart returns the elections held since StartMeteor
+// returned.
+func (c *MeteorCluster) ElectionsSinceStart(ctx context.Context) (int, error) {
+	return c.ElectionsSince(ctx, c.term0)
 }
 
 // CPUTime sums the CPU time the servers idx have used so far.

@@ -11,6 +11,10 @@ type Row struct {
 	// Name is the benchmark's short name ("intents", "fanout", ...), and
 	// the stem of its results files.
 	Name string `json:"name"`
+	// Key names the goal of the issue's table this row answers (one of
+	// GoalKeys), "" for a row without one; bench/report shows a goal no
+	// results file answers as not run.
+	Key string `json:"key,omitempty"`
 	// Figure says what was measured, with its unit and conditions
 	// ("writes/s at 64 clients", "time to 99% applied, 5% loss").
 	Figure string `json:"figure"`
@@ -37,3 +41,21 @@ type Row struct {
 
 // MetGoal returns a pointer to v, for Row.Met.
 func MetGoal(v bool) *bool { return &v }
+
+// The goals of the issue's table, by Key, in the table's order, with the
+// target that measures each.
+var GoalKeys = []Goal{
+	{"intents-writes", "intent writes/s at 64 clients, 3 servers", ">= 1.2x etcd, p99 <= etcd's", "make bench-intents"},
+	{"intents-cpu", "server CPU per write", "<= etcd's", "make bench-intents"},
+	{"fanout-applied", "10,000 devices, 99 % applied", "<= 1.0x Mosquitto with TLS and persistence", "make bench-fanout"},
+	{"fanout-durable", "10,000 devices, 99 % reported and durable", "<= 2.0x Mosquitto's 99 % reported", "make bench-fanout"},
+	{"fleet-converge", "largest fleet converging on one change", "100,000 devices <= 60 s after the change", "make bench-fleet"},
+	{"fleet-connect", "connect 100,000 devices", "<= 120 s", "make bench-fleet"},
+	{"sessions-memory", "server memory per idle session", "<= 64 KiB", "make bench-sessions"},
+	{"elections", "leader elections during any benchmark", "0", "make bench-report"},
+}
+
+// Goal is one goal of the issue's table.
+type Goal struct {
+	Key, Row, Goal, Target string
+}
