@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hashicorp/go-memdb"
 	"github.com/hashicorp/raft"
 
 	"github.com/meteor-edge/meteor/cluster/api"
@@ -123,6 +124,38 @@ func (s *Server) leaderHTTP() (string, string, error) {
 		return string(id), "", fmt.Errorf("%w: leader %s is not known through gossip yet", ErrNoLeader, id)
 	}
 	return string(id), m.HTTPAddr, nil
+}
+
+// catchUp waits until this server's replica has applied everything the
+// leader had committed when asked: the leader's own commit index, or, on
+// a follower, the one the leader reports (/v1/internal/self), since a
+// follower that just restarted does not know how far behind it is until
+// the leader reaches it. It fails without a leader or once ctx ends.
+func (s *Server) catchUp(ctx context.Context) error {
+	var target uint64
+	if s.IsLeader() {
+		target = s.raft.CommitIndex()
+	} else {
+		_, addr, err := s.leaderHTTP()
+		if err != nil {
+			return err
+		}
+		st, err := s.peers.status(ctx, addr)
+		if err != nil {
+			return fmt.Errorf("ask the leader how far it committed: %w", err)
+		}
+		target = st.CommitIndex
+	}
+	for {
+		ws := memdb.NewWatchSet()
+		have := s.fsm.Read().WatchIndex(ws)
+		if have >= target {
+			return nil
+		}
+		if err := ws.WatchCtx(ctx); err != nil {
+			return fmt.Errorf("this replica is at index %d, the leader committed %d: %w", have, target, err)
+		}
+	}
 }
 
 // selfStatus is this server's own view, served at /v1/internal/self and

@@ -135,8 +135,56 @@ type authenticator struct {
 	// it names, over TLS (checkServerPeer).
 	mtls bool
 
+	// catchUp, if set, brings the replica up to what the leader has
+	// committed (Server.catchUp); a token this replica does not know is
+	// looked up again after it (lookupFresh).
+	catchUp func(context.Context) error
+
 	mu       sync.Mutex
 	failures map[string]*rate.Limiter // by remote IP; guarded by mu
+
+	// catchMu serialises catch-ups; caughtUp is when the last one began
+	// and catchErr how it ended, so that a stream of unknown tokens costs
+	// the leader at most one question per catchUpEvery.
+	catchMu  sync.Mutex
+	caughtUp time.Time
+	catchErr error
+}
+
+// catchUpWait bounds the wait for the replica to catch up with the
+// leader on a token it does not know; catchUpEvery spaces catch-ups.
+const (
+	catchUpWait  = 3 * time.Second
+	catchUpEvery = time.Second
+)
+
+// errCatchingUp answers a request whose token this server does not know
+// while its replica could not catch up with the leader: the token may be
+// newer than the replica (a server that just restarted replays its log).
+var errCatchingUp = errors.New("catching up")
+
+// lookupFresh finds a token in the replica and, if it is not there, once
+// more after catching up with the leader: a server that just restarted,
+// or trails the leader, must not refuse a token created since the state
+// it has applied. find returns an error for a token it does not find.
+func (a *authenticator) lookupFresh(ctx context.Context, find func(*fsm.Read) (*fsm.TokenRecord, error)) (*fsm.TokenRecord, error) {
+	rec, err := find(a.state.Read())
+	if err == nil || a.catchUp == nil {
+		return rec, err
+	}
+	a.catchMu.Lock()
+	defer a.catchMu.Unlock()
+	if now := a.clock.Mono(); a.caughtUp.IsZero() || now.Sub(a.caughtUp) >= catchUpEvery {
+		cctx, cancel := context.WithTimeout(ctx, catchUpWait)
+		a.catchErr = a.catchUp(cctx)
+		cancel()
+		a.caughtUp = now
+	}
+	rec, err = find(a.state.Read())
+	if err != nil && a.catchErr != nil {
+		return nil, fmt.Errorf("%w: %v", errCatchingUp, a.catchErr)
+	}
+	return rec, err
 }
 
 func newAuthenticator(cfg *ACLConfig, state stateReader, clock Clock, peers *peerClient, mtls bool) *authenticator {
@@ -149,6 +197,11 @@ func (a *authenticator) authenticate(r *http.Request) (*principal, *api.Error) {
 	p, err := a.verify(r)
 	if err == nil {
 		return p, nil
+	}
+	if errors.Is(err, errCatchingUp) {
+		// Not a failed authentication: the token may be valid.
+		return nil, &api.Error{StatusCode: http.StatusServiceUnavailable, Code: api.CodeCatchingUp, RetryAfterMS: 1000,
+			Message: "this server does not know the token yet and could not catch up with the leader (" + strings.TrimPrefix(err.Error(), errCatchingUp.Error()+": ") + "): retry, or ask another server"}
 	}
 	if !a.limiter(r.RemoteAddr).Allow() {
 		return nil, &api.Error{StatusCode: http.StatusTooManyRequests, Code: api.CodeRateLimited,
@@ -170,7 +223,11 @@ func (a *authenticator) verify(r *http.Request) (*principal, error) {
 	if err := acl.CheckSecretFormat(secret); err != nil {
 		return nil, fmt.Errorf("bad token: %w", err)
 	}
-	rec, err := a.state.Read().TokenBySecretHash(nil, acl.HashSecret(secret))
+	hash := acl.HashSecret(secret)
+	rec, err := a.lookupFresh(r.Context(), func(rd *fsm.Read) (*fsm.TokenRecord, error) { return rd.TokenBySecretHash(nil, hash) })
+	if errors.Is(err, errCatchingUp) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, errors.New("unknown or revoked token")
 	}
@@ -215,7 +272,10 @@ func (a *authenticator) verifySigned(r *http.Request) (*principal, error) {
 	if accessor == "" {
 		return &principal{server: r.Header.Get(headerForwarded)}, nil
 	}
-	rec, err := a.state.Read().Token(nil, accessor)
+	rec, err := a.lookupFresh(r.Context(), func(rd *fsm.Read) (*fsm.TokenRecord, error) { return rd.Token(nil, accessor) })
+	if errors.Is(err, errCatchingUp) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("token %s of the forwarded request: unknown or revoked", accessor)
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meteor-edge/meteor/chaos"
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/fsm/acl"
@@ -593,4 +594,72 @@ func TestACLIgnoresForgedForwarding(t *testing.T) {
 		t.Errorf("a signed request with its body swapped: %d, want 401", code)
 	}
 	c.checkUnchanged(t, c.voters())
+}
+
+// TestRestartedServerKnowsNewTokens: a server that restarts replays its
+// log only once the leader reaches it. Until its replica has caught up it
+// does not know a token created since its last state, and it must not
+// refuse that token as unknown (401): it asks the leader how far it
+// committed and waits for its replica to get there, and answers 503
+// catching_up, which clients retry, only when it cannot.
+func TestRestartedServerKnowsNewTokens(t *testing.T) {
+	faults := chaos.NewFaultLog()
+	n := chaos.NewNetwork(1, faults)
+	t.Cleanup(func() { n.Close() })
+	tok, err := acl.Generate(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	tc := newTestCluster(t, 3, func(cfg *Config) {
+		withNetwork(n)(cfg)
+		cfg.ClusterSecret = secret
+		cfg.ACL = &ACLConfig{BootstrapTokenHash: acl.HashSecret(tok.Secret), FailedAuthRate: 1000, FailedAuthBurst: 1000}
+	})
+	c := &aclCluster{testCluster: tc, admin: tok.Secret}
+	c.waitToken(tok.Secret)
+
+	f := c.follower()
+	i := c.index(f)
+	c.kill(i)
+	res, err := tokenClient(c.waitLeader(), c.admin).CreateToken(context.Background(), api.CreateTokenRequest{Policy: acl.PolicyRead, Name: "new"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Back, but cut off: it cannot learn the token, nor confirm it.
+	n.Isolate(f.ID())
+	f = c.restart(i)
+	if code, e, _ := call(t, f, res.Secret, http.MethodGet, "/v1/intents?stale=true", nil, nil); code != http.StatusServiceUnavailable || e.Code != api.CodeCatchingUp {
+		t.Fatalf("a new token on a cut-off restarted server: %d %+v; want 503 %s", code, e, api.CodeCatchingUp)
+	}
+	n.Heal()
+	waitFor(t, 60*time.Second, func() error {
+		code, e, _ := call(t, f, res.Secret, http.MethodGet, "/v1/intents?stale=true", nil, nil)
+		switch {
+		case code == http.StatusOK:
+			return nil
+		case code == http.StatusServiceUnavailable && e.Code == api.CodeCatchingUp:
+			return fmt.Errorf("still catching up: %s", e.Message)
+		}
+		t.Fatalf("a valid token on a server catching up: %d %+v", code, e)
+		return nil
+	})
+	// An unknown token is still refused as such once the server can
+	// confirm it with the leader.
+	other, err := acl.Generate(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, func() error {
+		code, e, _ := call(t, f, other.Secret, http.MethodGet, "/v1/intents?stale=true", nil, nil)
+		switch {
+		case code == http.StatusUnauthorized:
+			return nil
+		case code == http.StatusServiceUnavailable && e.Code == api.CodeCatchingUp:
+			return fmt.Errorf("still catching up: %s", e.Message)
+		}
+		t.Fatalf("an unknown token: %d %+v; want 401", code, e)
+		return nil
+	})
 }

@@ -24,6 +24,7 @@ const (
 	CodeTooLarge        = "request_too_large"  // 413: the body is over the limit the message names
 	CodeHeldBack        = "held_back"          // 409: a server of the cluster runs a feature level too low for it (upgrade it first)
 	CodeNotLeader       = "not_leader"         // 421: only the leader serves this request; LeaderAddr names it
+	CodeCatchingUp      = "catching_up"        // 503: this server's replica trails the leader and does not know the token yet; retry
 )
 
 // Error is the body of every error response.
@@ -51,7 +52,9 @@ func (e *Error) Error() string {
 
 // Retryable reports whether the request certainly had no effect and can be
 // sent again as it is.
-func (e *Error) Retryable() bool { return e.Code == CodeNoLeader || e.Code == CodeShuttingDown }
+func (e *Error) Retryable() bool {
+	return e.Code == CodeNoLeader || e.Code == CodeShuttingDown || e.Code == CodeCatchingUp
+}
 
 // WriteResponse answers a successful intent write or delete.
 type WriteResponse struct {
