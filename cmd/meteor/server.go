@@ -26,6 +26,7 @@ func newServerCmd() *cobra.Command {
 	var deviceCA deviceCAFlags
 	var historyLimit int
 	var conf cliflags.Config
+	var gc gcFlags
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run a Meteor server node",
@@ -149,6 +150,11 @@ command line override it. docs/config.md lists every key.`,
 			if cfg.Logger, err = logs.Logger(os.Stderr); err != nil {
 				return err
 			}
+			percent, limit, err := gc.apply()
+			if err != nil {
+				return err
+			}
+			cfg.Logger.Info("garbage collector", "gc_percent", percent, "memory_limit", limit)
 			srv, err := cluster.New(cfg)
 			if err != nil {
 				return err
@@ -190,6 +196,7 @@ command line override it. docs/config.md lists every key.`,
 	f.DurationVar(&cfg.PullInterval, "pull-interval", cfg.PullInterval, "how often agents are told to pull even without a push")
 	f.BoolVar(&cfg.EnableDebug, "enable-debug", false, "serve Go profiling endpoints under /debug/pprof/ on the HTTP API")
 	logs.Register(f, "info")
+	gc.register(f)
 	deviceCA.register(f)
 	conf.Register(f)
 	cliflags.MarkList(f, "join")
