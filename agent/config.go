@@ -112,7 +112,7 @@ type Config struct {
 	RTTProbeInterval time.Duration
 	// RTTProbeMaxInterval caps that backoff. A connection whose handshake
 	// race measured every server and found none nearer starts at the cap.
-	// Default 12 h; below RTTProbeInterval it is RTTProbeInterval (no
+	// Default 24 h; below RTTProbeInterval it is RTTProbeInterval (no
 	// backoff).
 	RTTProbeMaxInterval time.Duration
 	// KeepAliveMin and KeepAliveMax bound the interval of the agent's own
@@ -162,7 +162,7 @@ const (
 	DefaultBackoffMin       = 500 * time.Millisecond
 	DefaultBackoffMax       = 30 * time.Second
 	DefaultRTTProbeInterval = 60 * time.Second
-	DefaultRTTProbeMax      = 12 * time.Hour
+	DefaultRTTProbeMax      = 24 * time.Hour
 	DefaultKeepAliveMax     = 2 * time.Minute
 	DefaultKeepAliveTimeout = 15 * time.Second
 	DefaultSwitchRatio      = 0.3

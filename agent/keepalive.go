@@ -49,7 +49,7 @@ const keepAliveMargin = 0.9
 
 // learnGap ends the search: a gap between verified and failed silences
 // below this is not worth another test.
-func (b *bindingLearner) learnGap() time.Duration { return max(b.min/2, b.safe/4) }
+func (b *bindingLearner) learnGap() time.Duration { return max(b.min/2, b.safe/8) }
 
 func newBindingLearner(min, max time.Duration) *bindingLearner {
 	return &bindingLearner{min: min, max: max, safe: min}

@@ -22,7 +22,7 @@ func TestBindingLearner(t *testing.T) {
 	}{
 		{binding: 0, maxTests: 1, wantAbove: 200 * time.Second},
 		{binding: 5 * time.Minute, maxTests: 1, wantAbove: 200 * time.Second},
-		{binding: 2 * time.Minute, maxTests: 6, wantAbove: 90 * time.Second},
+		{binding: 2 * time.Minute, maxTests: 6, wantAbove: 95 * time.Second},
 		{binding: 60 * time.Second, maxTests: 6, wantAbove: 40 * time.Second},
 		// Below min: not learned, the interval stays at min.
 		{binding: 20 * time.Second, maxTests: 6, wantAbove: 0},
@@ -98,11 +98,17 @@ func TestBindingLearner(t *testing.T) {
 			t.Fatalf("after verifying it: next %v, want 115s (bisecting to the failed 130s)", s)
 		}
 		b.passed(115*time.Second, now)
+		// 15 s from the failed silence is still worth a test (an eighth of
+		// the verified one), 7.5 s is not.
+		if s := b.next(now); s != 122500*time.Millisecond {
+			t.Fatalf("after 115s: next %v, want 122.5s", s)
+		}
+		b.passed(122500*time.Millisecond, now)
 		if s := b.next(now.Add(retestAfter - time.Second)); s != 0 {
 			t.Fatalf("settled, yet testing %v", s)
 		}
-		if s := b.next(now.Add(retestAfter)); s != 115*time.Second {
-			t.Fatalf("a day later: %v, want the verified 115s tested again", s)
+		if s := b.next(now.Add(retestAfter)); s != 122500*time.Millisecond {
+			t.Fatalf("a day later: %v, want the verified 122.5s tested again", s)
 		}
 		// Restored past this run's cap: capped.
 		c := newBindingLearner(min, max)

@@ -393,7 +393,7 @@ func runProfile(ctx context.Context, cfg *config, g *benchkit.Group, bin string,
 		}
 	}
 	res.IPBytesPerDay = perDay(res.Total.ipBytes(), window)
-	// RTT probe rounds come every 12 h while the choice is stable (the
+	// RTT probe rounds come every 24 h while the choice is stable (the
 	// agent's default RTTProbeMaxInterval): count the day's at what the
 	// rounds seen so far cost on the other paths, whether or not one fell
 	// into the window.

@@ -169,7 +169,7 @@ func binaryNote(b binaryInfo) string {
 func notes(rep *report) []string {
 	n := []string{
 		"The bytes are the counts of the user-space UDP proxy in front of each server (upload: datagrams the agent sent, dropped ones included; download: datagrams delivered to it), with 28 bytes of IPv4 and UDP headers added per datagram; the agent's own counters are compared with them over the whole run.",
-		fmt.Sprintf("The session's bytes a day are extrapolated from a %s idle window per profile, which starts once the agent has learned its NAT binding and the Raft log has settled. RTT probe rounds to the other servers are counted apart: a stable day holds two (every 12 h), each at the cost measured over the rounds the agent made since it connected (counted in its log), since a round that falls into a window of minutes would be extrapolated into a hundred.", fmtSec(rep.Params.DurationSec)),
+		fmt.Sprintf("The session's bytes a day are extrapolated from a %s idle window per profile, which starts once the agent has learned its NAT binding and the Raft log has settled. RTT probe rounds to the other servers are counted apart: a stable day holds one (every 24 h), each at the cost measured over the rounds the agent made since it connected (counted in its log), since a round that falls into a window of minutes would be extrapolated into a hundred.", fmtSec(rep.Params.DurationSec)),
 		"Push latency runs from the write's answer (it is committed) to a blocking read (?index=N&wait=30s) showing the device's acknowledgement: it includes the owner committing the acknowledgement through Raft.",
 		"Everything runs on one machine on loopback: the servers, the proxies and the agent share its CPUs.",
 	}
