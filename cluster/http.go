@@ -133,6 +133,9 @@ func (h *httpAPI) handler() http.Handler {
 	}
 	mux.HandleFunc("POST /v1/rollouts/{name}/undo", h.authorize("", h.onLeader(h.handleRolloutUndo)))
 	mux.HandleFunc("POST /v1/plan", read(h.handlePlan))
+	mux.HandleFunc("GET /v1/classes", read(h.handleListClasses))
+	mux.HandleFunc("PUT /v1/classes/{name}", h.authorize(acl.ActionConfigure, h.onLeader(h.handlePutClass)))
+	mux.HandleFunc("DELETE /v1/classes/{name}", h.authorize(acl.ActionConfigure, h.onLeader(h.handleDeleteClass)))
 	mux.HandleFunc("GET /v1/cluster/members", h.authorize(acl.ActionRead, h.handleMembers))
 	mux.HandleFunc("GET /v1/cluster/ownership", h.authorize(acl.ActionRead, h.handleOwnership))
 	mux.HandleFunc("DELETE /v1/cluster/members/{id}", h.authorize(acl.ActionManageMembers, h.onLeader(h.handleRemoveMember)))

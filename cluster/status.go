@@ -38,7 +38,6 @@ import (
 type statusOwner struct {
 	self    string // this server's node ID
 	logger  hclog.Logger
-	classes scheduler.Classes
 	clock   Clock
 	state   stateReader
 	propose proposer
@@ -110,7 +109,7 @@ type ownerView interface {
 
 func newStatusOwner(cfg *Config, logger hclog.Logger, clock Clock, state stateReader, p proposer, owners ownerView, planner *scheduler.Planner) *statusOwner {
 	return &statusOwner{
-		self: cfg.NodeID, logger: logger, classes: cfg.Classes, clock: clock,
+		self: cfg.NodeID, logger: logger, clock: clock,
 		state: state, propose: p, owners: owners, planner: planner, cfg: cfg,
 		batchSize: cfg.StatusBatchSize, batchInterval: cfg.StatusBatchInterval,
 		evalInterval: cfg.StatusEvalInterval, applyTimeout: cfg.ApplyTimeout,
@@ -303,7 +302,7 @@ func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Ti
 		cp.LastSeen = now.Add(-o.clock.Mono().Sub(d.heard)).UnixNano()
 		judged = &cp
 	}
-	st := scheduler.Classify(view, judged, o.classes, classOf, now, d.mark)
+	st := scheduler.Classify(view, judged, o.cfg.effectiveClasses(read), classOf, now, d.mark)
 	states := make(map[string]string, len(st.Resources))
 	for _, r := range st.Resources {
 		states[r.Key] = r.Status

@@ -27,7 +27,7 @@ func withFastStatus(next func(*Config)) func(*Config) {
 		}
 		classes := scheduler.DefaultClasses()
 		for name, cl := range classes {
-			cl.ReportEvery = 500 * time.Millisecond
+			cl.ReportInterval = 500 * time.Millisecond
 			cl.UnreachableAfter = time.Second
 			classes[name] = cl
 		}

@@ -50,6 +50,8 @@ const (
 	// RolloutControlType records an operator's action on a rollout:
 	// approve, pause, resume or abort.
 	RolloutControlType MessageType = 16
+	// PutClassType creates, replaces or deletes a reconcile class.
+	PutClassType MessageType = 17
 
 	// IgnoreUnknownTypeFlag marks a command that older servers may skip
 	// rather than panic on. Set it only on commands whose loss cannot make
@@ -90,6 +92,8 @@ func (t MessageType) String() string {
 		return "rollout-step"
 	case RolloutControlType:
 		return "rollout-control"
+	case PutClassType:
+		return "put-class"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/meteor-edge/meteor/fsm/intent"
 )
 
 // FuzzCommand applies an arbitrary command, of any type byte, to two
@@ -28,6 +30,7 @@ func FuzzCommand(f *testing.F) {
 		DeviceSessionBatchType: &DeviceSessionBatchRequest{Sessions: []DeviceSessionRequest{{ID: "dev-4", SessionID: "t", Server: "s3"}}},
 		RolloutStepType:        &RolloutStepRequest{Intent: "intent-1", Revision: 1, Basis: 1, Release: []string{"dev-1"}, State: RolloutProgressing, Waves: make([]WaveState, 3)},
 		RolloutControlType:     &RolloutControlRequest{Intent: "intent-1", Action: RolloutPause, Reason: "x"},
+		PutClassType:           &PutClassRequest{Class: ptr(intent.BuiltinClasses()["network-policy"]), Time: 1},
 	}
 	seeded := map[MessageType]bool{}
 	add := func(cmd []byte) {

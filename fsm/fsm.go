@@ -31,6 +31,7 @@ var handlers = map[MessageType]handler{
 	AuditMemberChangeType: (*FSM).applyMemberChange,
 	RolloutStepType:       (*FSM).applyRolloutStep,
 	RolloutControlType:    (*FSM).applyRolloutControl,
+	PutClassType:          (*FSM).applyPutClass,
 }
 
 // Apply applies one committed command at Raft index index. It panics on a

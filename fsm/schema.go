@@ -23,6 +23,8 @@ const (
 	tableReleases        = "releases"
 	tableRolloutEvents   = "rollout_events"
 	tableRolloutOutcomes = "rollout_outcomes"
+
+	tableClasses = "classes"
 )
 
 // IntentRecord is the current version of an intent.
@@ -248,6 +250,12 @@ func schema() *memdb.DBSchema {
 					&memdb.StringFieldIndex{Field: "Intent"},
 					&memdb.UintFieldIndex{Field: "Revision"},
 				}}},
+			},
+		},
+		tableClasses: {
+			Name: tableClasses,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
 			},
 		},
 		tableMeta: {

@@ -23,7 +23,7 @@ const (
 // snapshotTables are the tables a snapshot holds, in order. A table added
 // later goes last, so older snapshots remain a prefix of the format.
 var snapshotTables = []string{tableIntents, tableHistory, tableDevices, tableTimeline, tableTokens, tableAudit, tableRevoked,
-	tableRollouts, tableReleases, tableRolloutEvents, tableRolloutOutcomes}
+	tableRollouts, tableReleases, tableRolloutEvents, tableRolloutOutcomes, tableClasses}
 
 type snapshotHeader struct {
 	Format       string `json:"format"`
@@ -49,6 +49,8 @@ type snapshotEntry struct {
 	Release        *ReleaseRecord `json:"release,omitempty"`
 	RolloutEvent   *RolloutEvent  `json:"rollout_event,omitempty"`
 	RolloutOutcome *RolloutRecord `json:"rollout_outcome,omitempty"`
+	// Reconcile classes came later still.
+	Class *ClassRecord `json:"class,omitempty"`
 }
 
 // Snapshot is a point-in-time copy of the state, cheap to take (memdb is
@@ -108,6 +110,8 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 				e.Release = r
 			case *RolloutEvent:
 				e.RolloutEvent = r
+			case *ClassRecord:
+				e.Class = r
 			default:
 				// A table in snapshotTables without its entry field
 				// would write empty entries that Restore refuses.
@@ -219,6 +223,8 @@ func (f *FSM) Restore(r io.Reader) error {
 			table, obj = tableRolloutEvents, e.RolloutEvent
 		case e.RolloutOutcome != nil:
 			table, obj = tableRolloutOutcomes, e.RolloutOutcome
+		case e.Class != nil:
+			table, obj = tableClasses, e.Class
 		default:
 			return fmt.Errorf("restore snapshot: entry %d: empty or of an unknown kind", n)
 		}

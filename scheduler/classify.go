@@ -11,86 +11,23 @@ import (
 	"time"
 
 	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/fsm/intent"
 )
 
 // DefaultClass is the class of a resource that names none, or names one
 // that is not configured.
 const DefaultClass = "default"
 
-// Class is the liveness and retry profile of one reconcile class. A device
-// is judged by the strictest class among its resources.
-type Class struct {
-	Name string
-	// ReportEvery is how often a healthy device of this class is expected
-	// to make contact.
-	ReportEvery time.Duration
-	// UnreachableAfter is how long a disconnected device may stay silent
-	// before the silence is a comms gap (status unreachable).
-	UnreachableAfter time.Duration
-	// ProgressDeadline is how long a connected device may go without
-	// progress while it has work left before it is stuck.
-	ProgressDeadline time.Duration
-	// RetryBase and RetryMax bound the exponential backoff the agent
-	// applies between failed attempts (see RetryDelay). The defaults
-	// mirror the agent's RetryMin and RetryMax, which are not per class.
-	RetryBase, RetryMax time.Duration
-}
-
-// RetryDelay is the wait after the attempts-th failed attempt: RetryBase,
-// doubled for every attempt after the first, capped at RetryMax.
-func (c Class) RetryDelay(attempts int) time.Duration {
-	d := c.RetryBase
-	for i := 1; i < attempts && d < c.RetryMax; i++ {
-		d *= 2
-	}
-	return min(d, c.RetryMax)
-}
-
-func (c Class) validate(key string) error {
-	var errs []string
-	if c.Name != key {
-		errs = append(errs, fmt.Sprintf("name %q does not match its key", c.Name))
-	}
-	for _, f := range []struct {
-		what string
-		d    time.Duration
-	}{{"report every", c.ReportEvery}, {"unreachable after", c.UnreachableAfter}, {"progress deadline", c.ProgressDeadline}, {"retry base", c.RetryBase}, {"retry max", c.RetryMax}} {
-		if f.d <= 0 {
-			errs = append(errs, fmt.Sprintf("%s must be positive, got %v", f.what, f.d))
-		}
-	}
-	if c.UnreachableAfter < c.ReportEvery {
-		errs = append(errs, fmt.Sprintf("unreachable after %v is shorter than report every %v", c.UnreachableAfter, c.ReportEvery))
-	}
-	if c.RetryBase > c.RetryMax {
-		errs = append(errs, fmt.Sprintf("retry base %v above retry max %v", c.RetryBase, c.RetryMax))
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("class %q: %s", key, strings.Join(errs, "; "))
-	}
-	return nil
-}
+// Class is the cadence and risk profile of one reconcile class
+// (intent.Class). A device is judged by the strictest class among its
+// resources.
+type Class = intent.Class
 
 // Classes maps class names to their profiles.
 type Classes map[string]Class
 
-// DefaultClasses returns the built-in classes: default, network-policy
-// (tight: a policy gap is a security gap), config, package (loose: large
-// downloads over slow links) and certificate.
-func DefaultClasses() Classes {
-	c := Classes{}
-	for _, cl := range []Class{
-		{Name: DefaultClass, ReportEvery: time.Minute, UnreachableAfter: 5 * time.Minute, ProgressDeadline: 15 * time.Minute},
-		{Name: "network-policy", ReportEvery: 15 * time.Second, UnreachableAfter: 2 * time.Minute, ProgressDeadline: 5 * time.Minute},
-		{Name: "config", ReportEvery: time.Minute, UnreachableAfter: 5 * time.Minute, ProgressDeadline: 5 * time.Minute},
-		{Name: "package", ReportEvery: 10 * time.Minute, UnreachableAfter: 30 * time.Minute, ProgressDeadline: time.Hour},
-		{Name: "certificate", ReportEvery: 5 * time.Minute, UnreachableAfter: 15 * time.Minute, ProgressDeadline: 30 * time.Minute},
-	} {
-		cl.RetryBase, cl.RetryMax = time.Second, 5*time.Minute
-		c[cl.Name] = cl
-	}
-	return c
-}
+// DefaultClasses returns the built-in classes (intent.BuiltinClasses).
+func DefaultClasses() Classes { return intent.BuiltinClasses() }
 
 // For returns the named class; an unknown or empty name gets the default
 // class (the built-in one if c has none).
@@ -111,7 +48,10 @@ func (c Classes) Validate() error {
 		errs = append(errs, fmt.Errorf("no %q class", DefaultClass))
 	}
 	for _, name := range slices.Sorted(maps.Keys(c)) {
-		if err := c[name].validate(name); err != nil {
+		if c[name].Name != name {
+			errs = append(errs, fmt.Errorf("class %q: name %q does not match its key", name, c[name].Name))
+		}
+		if err := c[name].Validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}

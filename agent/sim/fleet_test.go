@@ -62,7 +62,7 @@ func testServer(t *testing.T) (*cluster.Server, string) {
 	cfg.ClusterSecret = []byte("0123456789abcdef0123456789abcdef")
 	classes := scheduler.DefaultClasses()
 	for name, cl := range classes {
-		cl.ReportEvery = time.Second
+		cl.ReportInterval = time.Second
 		cl.UnreachableAfter = 10 * time.Second
 		classes[name] = cl
 	}

@@ -126,7 +126,7 @@ func (h *Harness) configure(i int, c *cluster.Config) {
 func agentClasses() map[string]scheduler.Class {
 	classes := scheduler.DefaultClasses()
 	for name, cl := range classes {
-		cl.ReportEvery = time.Second
+		cl.ReportInterval = time.Second
 		cl.UnreachableAfter = 5 * time.Second
 		cl.ProgressDeadline = 20 * time.Second
 		cl.RetryBase, cl.RetryMax = 200*time.Millisecond, 2*time.Second

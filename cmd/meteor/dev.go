@@ -290,7 +290,7 @@ func showCluster(ctx context.Context, out io.Writer, c *api.Client) error {
 func devClasses() scheduler.Classes {
 	classes := scheduler.DefaultClasses()
 	for name, cl := range classes {
-		cl.ReportEvery = 5 * time.Second
+		cl.ReportInterval = 5 * time.Second
 		cl.UnreachableAfter = 15 * time.Second
 		cl.ProgressDeadline = time.Minute
 		classes[name] = cl

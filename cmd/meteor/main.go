@@ -229,6 +229,7 @@ func newRootCmd() *cobra.Command {
 		newTokenCmd(g),
 		newAuditCmd(g),
 		newDeviceCmd(g),
+		newClassCmd(g),
 		newDescribeCmd(g),
 		newCACmd(),
 		newTLSCmd(),

@@ -173,7 +173,7 @@ func parseDocs(name string, data []byte) ([]*intent.Intent, error) {
 
 func newGetCmd(g *globals) *cobra.Command {
 	var stale bool
-	cmd := &cobra.Command{Use: "get", Short: "Show intents and devices"}
+	cmd := &cobra.Command{Use: "get", Short: "Show intents, devices and reconcile classes"}
 	cmd.PersistentFlags().BoolVar(&stale, "stale", false, "read from the contacted server's replica without confirming leadership (faster, may lag)")
 
 	list := &cobra.Command{
@@ -377,7 +377,20 @@ history NAME' shows how earlier revisions' rollouts ended.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(list, one, devices, device, progress, ownership)
+	classes := &cobra.Command{
+		Use: "classes", Short: "List the reconcile classes in effect", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := g.client().Classes(cmd.Context(), api.ReadOptions{Stale: stale})
+			if err != nil {
+				return err
+			}
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
+			}
+			return printClasses(cmd.OutOrStdout(), res)
+		},
+	}
+	cmd.AddCommand(list, one, devices, device, progress, ownership, classes)
 	return cmd
 }
 

@@ -16,7 +16,8 @@ const (
 	// PolicyRead reads intents, devices, status and cluster membership.
 	PolicyRead Policy = "read"
 	// PolicyOperator reads, writes and deletes intents, labels and revokes
-	// devices, and reads the audit log.
+	// devices, writes reconcile classes and maintenance windows, and reads
+	// the audit log.
 	PolicyOperator Policy = "operator"
 	// PolicyAdmin may do everything an operator may, and manage tokens,
 	// cluster members and revocations (unrevoking a device).
@@ -60,6 +61,9 @@ const (
 	ActionManageTokens Action = "manage-tokens"
 	// ActionEnroll enrolls a device.
 	ActionEnroll Action = "enroll"
+	// ActionConfigure writes cluster-wide configuration: reconcile
+	// classes and maintenance windows.
+	ActionConfigure Action = "configure"
 )
 
 // Actions lists every action.
@@ -67,7 +71,7 @@ func Actions() []Action {
 	return []Action{
 		ActionRead, ActionReadAudit, ActionWriteIntent, ActionDeleteIntent,
 		ActionLabelDevice, ActionRevokeDevice, ActionUnrevokeDevice,
-		ActionManageMembers, ActionManageTokens, ActionEnroll,
+		ActionManageMembers, ActionManageTokens, ActionEnroll, ActionConfigure,
 	}
 }
 
@@ -83,6 +87,7 @@ var allowed = map[Action][]Policy{
 	ActionManageMembers:  {PolicyAdmin},
 	ActionManageTokens:   {PolicyAdmin},
 	ActionEnroll:         {PolicyEnroll},
+	ActionConfigure:      {PolicyOperator, PolicyAdmin},
 }
 
 // scoped reports whether a scope can narrow the action to the intents or

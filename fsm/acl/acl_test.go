@@ -23,6 +23,7 @@ func TestPermissionTable(t *testing.T) {
 		ActionManageMembers:  {PolicyAdmin},
 		ActionManageTokens:   {PolicyAdmin},
 		ActionEnroll:         {PolicyEnroll},
+		ActionConfigure:      {PolicyOperator, PolicyAdmin},
 	}
 	got := map[Action][]Policy{}
 	for _, a := range Actions() {
