@@ -15,6 +15,7 @@ import (
 
 	"github.com/meteor-edge/meteor/agent/driver"
 	"github.com/meteor-edge/meteor/agent/journal"
+	"github.com/meteor-edge/meteor/wire"
 )
 
 // Agent is a device agent: it keeps a session with the nearest server,
@@ -38,6 +39,8 @@ type Agent struct {
 	binding *bindingLearner
 	// traffic counts the datagrams of the agent's socket.
 	traffic *trafficMeter
+	// book holds the settings the control plane sent (classes first).
+	book *settingsBook
 
 	// Set by Run before its goroutines start, read by them.
 	j   *journal.Journal
@@ -67,6 +70,7 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	a.st = newStatusStore(id)
+	a.book = newSettingsBook(&a.cfg)
 	a.binding = newBindingLearner(cfg.KeepAliveMin, cfg.KeepAliveMax)
 	a.publishBinding(false)
 	cert := cfg.Certificate
@@ -149,8 +153,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer tr.Close()
 
 	a.j = j
-	a.rp = newReporter(j, a.st, a.cfg.Clock, a.cfg.ReportInterval, a.log.Named("report"))
-	a.rec = newReconciler(&a.cfg, j, a.drivers, a.st, a.rp, a.log.Named("reconcile"))
+	if body, ok, err := j.Settings(); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	} else if ok {
+		var s wire.Settings
+		if err := s.Decode(body); err != nil {
+			a.log.Warn("settings in the journal unreadable; waiting for the servers'", "error", err)
+		} else {
+			a.book.set(&s)
+		}
+	}
+	a.rp = newReporter(j, a.st, a.cfg.Clock, a.book.reportInterval, a.log.Named("report"))
+	a.rec = newReconciler(&a.cfg, j, a.drivers, a.st, a.rp, a.book, a.log.Named("reconcile"))
 	cm := newConnManager(a, tr)
 	// Connections present the current certificate, which a renewal
 	// replaces.
@@ -178,6 +192,10 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) Status() Status {
 	s := a.st.snapshot()
 	s.Traffic = a.traffic.snapshot()
+	if set := a.book.settings(); set != nil {
+		s.SettingsSeq = set.Seq
+	}
+	s.PullInterval, s.ReportInterval, s.ProbeIntervals = a.book.pullInterval(a.cfg.PullInterval), a.book.reportInterval(), a.book.probeIntervals()
 	if j := a.jnl.Load(); j != nil {
 		if sum, err := j.Summary(); err == nil {
 			sess := sum.Session

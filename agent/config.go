@@ -83,15 +83,19 @@ type Config struct {
 	// wait is jittered and doubles up to ReportResendMax. Defaults 1 s
 	// and 60 s.
 	ReportResendMin, ReportResendMax time.Duration
-	// ProbeInterval is the default cadence at which applied resources are
-	// re-read (drift) and re-probed (effective state). Default 60 s.
+	// ProbeInterval is the cadence at which applied resources are re-read
+	// (drift) and re-probed (effective state). Default 60 s.
 	ProbeInterval time.Duration
-	// ClassIntervals overrides ProbeInterval per reconcile class (e.g.
-	// "network-policy": 15 s).
-	ClassIntervals map[string]time.Duration
 	// RetryMin and RetryMax bound the exponential backoff of a failing
 	// apply, and of re-probes of an applied resource that is not yet
 	// effective. Defaults 1 s and 5 min.
+	//
+	// PullInterval, ReportInterval, ProbeInterval, RetryMin and RetryMax
+	// are the agent's own cadences: they hold for every class until a
+	// server of protocol 1.4 sends the reconcile classes in effect
+	// (wire.Settings), and with older servers. From then on each resource
+	// is reconciled on its class's cadence, the pull and report intervals
+	// being the shortest among the classes of the desired resources.
 	RetryMin, RetryMax time.Duration
 
 	// BackoffMin and BackoffMax bound the jittered exponential backoff
@@ -238,11 +242,6 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
 		}
 	}
-	for class, d := range c.ClassIntervals {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("class %q interval %v must be positive", class, d))
-		}
-	}
 	if c.RetryMin > 0 && c.RetryMax > 0 && c.RetryMin > c.RetryMax {
 		errs = append(errs, fmt.Errorf("retry min %v above retry max %v", c.RetryMin, c.RetryMax))
 	}
@@ -307,14 +306,6 @@ func (c Config) withDefaults() Config {
 		c.QUIC = wire.ClientQUICConfig()
 	}
 	return c
-}
-
-// probeInterval returns the drift and probe cadence of a reconcile class.
-func (c *Config) probeInterval(class string) time.Duration {
-	if d, ok := c.ClassIntervals[class]; ok {
-		return d
-	}
-	return c.ProbeInterval
 }
 
 // certDeviceID returns the device ID of a device certificate.

@@ -31,7 +31,8 @@ type reconciler struct {
 	log     hclog.Logger
 	st      *statusStore
 	rp      *reporter
-	kick    chan struct{} // desired set changed; capacity 1
+	book    *settingsBook // each class's cadence
+	kick    chan struct{} // desired set or settings changed; capacity 1
 	// hook, when set (tests), is called after each journal write of a
 	// step: "begin", "apply" (driver returned), "end".
 	hook func(event, key string)
@@ -48,6 +49,7 @@ type resState struct {
 	nextRetry  time.Time // earliest next apply after a failure
 	terminal   bool      // the last failure cannot be fixed by retrying
 	nextProbe  time.Time // next drift check and probe; zero: now
+	checkedAt  time.Time // when the last check ran; zero: none yet
 	probeFails int       // consecutive probes that were not OK
 	eff        driver.Effective
 	drift      string // "", StateDrifted or StateOverridden
@@ -56,9 +58,9 @@ type resState struct {
 	corrections int
 }
 
-func newReconciler(cfg *Config, j *journal.Journal, drivers *driver.Registry, st *statusStore, rp *reporter, log hclog.Logger) *reconciler {
+func newReconciler(cfg *Config, j *journal.Journal, drivers *driver.Registry, st *statusStore, rp *reporter, book *settingsBook, log hclog.Logger) *reconciler {
 	return &reconciler{
-		cfg: cfg, j: j, drivers: drivers, st: st, rp: rp, log: log,
+		cfg: cfg, j: j, drivers: drivers, st: st, rp: rp, book: book, log: log,
 		kick:  make(chan struct{}, 1),
 		cache: map[string]*item{},
 		rt:    map[string]*resState{},
@@ -142,6 +144,11 @@ func (r *reconciler) pass(ctx context.Context) (next time.Time, err error) {
 			delete(r.rt, k)
 		}
 	}
+	classes := make([]string, 0, len(items))
+	for _, it := range items {
+		classes = append(classes, it.res.EffectiveClass())
+	}
+	r.book.setInUse(classes)
 
 	ordered, cycles := order(items)
 	ready := make(map[string]bool, len(items))
@@ -282,6 +289,14 @@ func (r *reconciler) reconcileOne(ctx context.Context, it *item, rs *resState, a
 		return a, nil
 	}
 	now := r.cfg.Clock.Now()
+	if p := r.book.paceOf(it.res.EffectiveClass()); rs.probeFails == 0 && !rs.checkedAt.IsZero() {
+		// The class's cadence may have shortened since the last check
+		// (settings changed live): the next check comes no later than
+		// one new interval after the last.
+		if due := rs.checkedAt.Add(p.probe); due.Before(rs.nextProbe) {
+			rs.nextProbe = due
+		}
+	}
 	if a.Digest != it.digest {
 		if rs.terminal || blocked != "" || now.Before(rs.nextRetry) {
 			return a, nil
@@ -329,7 +344,7 @@ func (r *reconciler) apply(ctx context.Context, it *item, rs *resState, why stri
 	now := r.cfg.Clock.Now()
 	if applyErr != nil {
 		rs.terminal = isTerminal(applyErr)
-		rs.nextRetry = now.Add(backoff(r.cfg.RetryMin, r.cfg.RetryMax, a.Attempts))
+		rs.nextRetry = now.Add(r.book.paceOf(it.res.EffectiveClass()).retryAfter(a.Attempts, jitterRand))
 		rs.nextProbe = rs.nextRetry
 		r.log.Warn("step failed", "resource", it.key, "why", why, "attempts", a.Attempts,
 			"terminal", rs.terminal, "retry_at", rs.nextRetry, "error", applyErr)
@@ -347,8 +362,10 @@ func (r *reconciler) check(ctx context.Context, it *item, rs *resState, a journa
 	if err != nil {
 		return a, err
 	}
-	interval := r.cfg.probeInterval(it.res.EffectiveClass())
+	p := r.book.paceOf(it.res.EffectiveClass())
+	interval := p.probe
 	now := r.cfg.Clock.Now()
+	rs.checkedAt = now
 	cur, err := drv.Current(ctx, it.res)
 	var diff driver.Diff
 	if err == nil {
@@ -360,7 +377,7 @@ func (r *reconciler) check(ctx context.Context, it *item, rs *resState, a journa
 	if err != nil {
 		rs.eff = driver.Effective{Result: driver.EffectiveUnknown, Detail: "read current state: " + err.Error()}
 		rs.probeFails++
-		rs.nextProbe = now.Add(min(interval, backoff(r.cfg.RetryMin, r.cfg.RetryMax, rs.probeFails)))
+		rs.nextProbe = now.Add(min(interval, backoff(p.retryBase, p.retryMax, rs.probeFails)))
 		return a, nil
 	}
 	rs.drift, rs.driftWhy = "", ""
@@ -400,7 +417,7 @@ func (r *reconciler) check(ctx context.Context, it *item, rs *resState, a journa
 		rs.nextProbe = now.Add(interval)
 	} else {
 		rs.probeFails++
-		rs.nextProbe = now.Add(min(interval, backoff(r.cfg.RetryMin, r.cfg.RetryMax, rs.probeFails)))
+		rs.nextProbe = now.Add(min(interval, backoff(p.retryBase, p.retryMax, rs.probeFails)))
 	}
 	return a, nil
 }

@@ -94,6 +94,14 @@ type Status struct {
 	// Traffic is what the agent counted of its own traffic, today and the
 	// day before, per server address.
 	Traffic Traffic
+	// SettingsSeq is the Seq of the settings the control plane last sent
+	// (protocol 1.4); 0 before any.
+	SettingsSeq uint64
+	// PullInterval and ReportInterval are the pull and full-report
+	// intervals now: the shortest among the classes of the desired
+	// resources. ProbeIntervals is each such class's probe cadence.
+	PullInterval, ReportInterval time.Duration
+	ProbeIntervals               map[string]time.Duration
 	// ReportedTraffic is the traffic the last report written to a server
 	// carried, and ReportedTrafficSeq that report's seq; nil before one
 	// (and in sessions below protocol 1.3, which carry none).
@@ -234,6 +242,7 @@ func (st *statusStore) report() *wire.Report {
 		BlockedReason:   truncate(st.s.BlockedReason, wire.MaxTextLen),
 		States:          true,
 		Corrections:     true,
+		Edge:            true,
 	}
 	for _, r := range st.sorted {
 		rep.Resources = append(rep.Resources, wire.ResourceReport{

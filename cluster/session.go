@@ -32,6 +32,9 @@ type agentSession struct {
 	// commits (fsm.DeviceRecord.ReportedLabels), not what intents are
 	// selected by (selectionLabels).
 	labels map[string]string
+	// minor is the session's protocol minor: the lower of the agent's
+	// Hello and this server's.
+	minor uint16
 
 	wmu    sync.Mutex // serialises frames on the control stream
 	w      *wire.Writer
@@ -69,6 +72,13 @@ type agentSession struct {
 	// retrying is the newest report the server could not record yet and
 	// is retrying (retryReports); nil while none is.
 	retrying *wire.Report
+
+	// settingsMu guards the settings last sent (sendSettings): their
+	// encoding without Seq, and Seq.
+	settingsMu   sync.Mutex
+	welcomed     bool // the Welcome is written; guarded by settingsMu
+	settingsSent []byte
+	settingsSeq  uint64
 }
 
 // serveConn runs one agent connection to its end. srvCtx is the agent
@@ -130,6 +140,7 @@ func (a *agentServer) handshake(ctx context.Context, conn *quic.Conn, streamOut 
 		a: a, conn: conn, deviceID: deviceID, labels: hello.Labels, connID: newConnID(),
 		w: wire.NewWriter(stream), stream: stream,
 		logger: a.logger.With("device", deviceID),
+		minor:  min(hello.Minor, wire.ProtocolMinor),
 	}
 	if hello.Minor >= wire.MinorKeepAlive {
 		// Until its first Ping, an agent of 1.3 keeps alive at the
@@ -204,6 +215,10 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 		DesiredRevision: welcome.Revision(), AcceptedReportSeq: sess.reportSeq,
 		ServerTimeUnixNano: now.UnixNano(), PullInterval: cfg.PullInterval,
 	}); err != nil {
+		return err
+	}
+	sess.welcomeSent()
+	if err := sess.sendSettings(welcome); err != nil {
 		return err
 	}
 

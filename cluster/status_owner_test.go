@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/fsm/intent"
 	"github.com/meteor-edge/meteor/scheduler"
 	"github.com/meteor-edge/meteor/wire"
 )
@@ -127,10 +128,10 @@ func TestStatusOwnerSilenceBecomesUnreachable(t *testing.T) {
 // reachable, which the built-in threshold (1 s here) would not.
 func TestStatusOwnerJudgesByWrittenClasses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, o, stop := runUnitStatusOwner(t, "dev-quiet")
+		p, _, stop := runUnitStatusOwner(t, "dev-quiet")
 		defer stop()
-		def := o.cfg.Classes[scheduler.DefaultClass]
-		def.UnreachableAfter, def.ReportInterval = 10*time.Second, time.Minute
+		def := intent.BuiltinClasses()[scheduler.DefaultClass]
+		def.UnreachableAfter = 10 * time.Second
 		p.mustApply(t, fsm.PutClassType, &fsm.PutClassRequest{Class: &def, Time: time.Now().UnixNano()})
 		connectDevice(t, p, "dev-quiet", false)
 		time.Sleep(2500 * time.Millisecond)

@@ -25,7 +25,7 @@ func withFastStatus(next func(*Config)) func(*Config) {
 		if next != nil {
 			next(cfg)
 		}
-		classes := scheduler.DefaultClasses()
+		classes := testAgentClasses()
 		for name, cl := range classes {
 			cl.ReportInterval = 500 * time.Millisecond
 			cl.UnreachableAfter = time.Second
