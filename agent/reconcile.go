@@ -54,6 +54,9 @@ type resState struct {
 	eff        driver.Effective
 	drift      string // "", StateDrifted or StateOverridden
 	driftWhy   string
+	// hold says what holds the resource back in this pass (a rotation
+	// window not open yet, ...); the zero Hold for nothing.
+	hold wire.Hold
 	// corrections counts drift corrections; it survives digest changes.
 	corrections int
 }
@@ -176,9 +179,12 @@ func (r *reconciler) pass(ctx context.Context) (next time.Time, err error) {
 		states[it.key] = rs2.State
 		ready[it.key] = a.Digest == it.digest && rs.eff.Result == driver.EffectiveOK
 		list = append(list, rs2)
-		if a.Digest == it.digest {
+		switch {
+		case a.Digest == it.digest:
 			wake(rs.nextProbe)
-		} else if !rs.terminal && blocked == "" && it.err == nil {
+		case rs.hold.Kind == wire.HoldSchedule:
+			wake(time.Unix(0, rs.hold.Until))
+		case !rs.terminal && blocked == "" && it.err == nil:
 			wake(rs.nextRetry)
 		}
 	}
@@ -297,7 +303,13 @@ func (r *reconciler) reconcileOne(ctx context.Context, it *item, rs *resState, a
 			rs.nextProbe = due
 		}
 	}
+	rs.hold = wire.Hold{}
 	if a.Digest != it.digest {
+		if nb, _ := it.res.Rotation.Times(); nb.After(now) {
+			// Its rotation window has not opened: no step before.
+			rs.hold = wire.Hold{Kind: wire.HoldSchedule, Until: nb.UnixNano()}
+			return a, nil
+		}
 		if rs.terminal || blocked != "" || now.Before(rs.nextRetry) {
 			return a, nil
 		}
@@ -431,6 +443,7 @@ func (r *reconciler) status(it *item, rs *resState, a journal.Applied, blocked s
 		AppliedDigest:   a.Digest,
 		AppliedRevision: a.Revision,
 		Corrections:     rs.corrections,
+		Hold:            rs.hold,
 	}
 	if a.LastStepDigest == it.digest {
 		s.Attempts, s.LastError = a.Attempts, a.LastError
@@ -439,6 +452,8 @@ func (r *reconciler) status(it *item, rs *resState, a journal.Applied, blocked s
 	switch {
 	case it.err != nil:
 		s.State, s.LastError, s.Detail = StateFailed, it.err.Error(), "terminal: waiting for a new desired state"
+	case a.Digest != it.digest && rs.hold.Kind == wire.HoldSchedule:
+		s.State, s.Detail = StatePending, "rotation window opens at "+time.Unix(0, rs.hold.Until).UTC().Format(time.RFC3339)
 	case a.Digest != it.digest && blocked != "":
 		s.State, s.Detail = StateBlocked, blocked
 	case a.Digest != it.digest && failedStep && rs.terminal:
@@ -462,6 +477,11 @@ func (r *reconciler) status(it *item, rs *resState, a journal.Applied, blocked s
 			s.Detail = rs.eff.Detail
 		} else if rs.eff.Detail != "" {
 			s.Detail += "; effective: " + rs.eff.Detail
+		}
+	}
+	if _, dl := it.res.Rotation.Times(); !dl.IsZero() && a.Digest != it.digest {
+		if now := r.cfg.Clock.Now(); !now.Before(dl) {
+			s.Detail += " (rotation deadline " + dl.UTC().Format(time.RFC3339) + " passed)"
 		}
 	}
 	switch {

@@ -131,6 +131,9 @@ type ResourceStatus struct {
 	Attempts int
 	// Corrections counts drift corrections since the agent started.
 	Corrections int
+	// Hold says what holds the resource back: a rotation window not open
+	// yet, and so on (wire.Hold); zero for nothing.
+	Hold wire.Hold
 	// UpdatedAt is when an observable field last changed.
 	UpdatedAt time.Time
 }
@@ -256,9 +259,16 @@ func (st *statusStore) report() *wire.Report {
 			Attempts:          uint32(min(r.Attempts, 1<<32-1)),
 			UpdatedAtUnixNano: r.UpdatedAt.UnixNano(),
 			Corrections:       uint32(min(r.Corrections, 1<<32-1)),
+			Hold:              fitHold(r.Hold),
 		})
 	}
 	return rep
+}
+
+// fitHold cuts a hold's texts to what the wire takes.
+func fitHold(h wire.Hold) wire.Hold {
+	h.Holder, h.Note = truncate(h.Holder, wire.MaxNameLen), truncate(h.Note, wire.MaxTextLen)
+	return h
 }
 
 // digestFromHex decodes a hex digest; anything else is the zero digest.

@@ -243,7 +243,7 @@ func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]st
 		res = append(res, fsm.ResourceStatus{
 			Key: r.Key, AppliedDigest: hex.EncodeToString(r.AppliedDigest[:]), AppliedRevision: r.AppliedRevision,
 			Effective: effectiveName(r.Effective), State: reportedState(rep, r), Detail: r.Detail, LastError: r.LastError,
-			Attempts: r.Attempts, Corrections: r.Corrections, UpdatedAt: r.UpdatedAtUnixNano,
+			Attempts: r.Attempts, Corrections: r.Corrections, UpdatedAt: r.UpdatedAtUnixNano, Hold: holdOf(r.Hold),
 		})
 	}
 	d.rec.ReportSeq = rep.Seq
@@ -289,10 +289,7 @@ func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Ti
 		return nil, err
 	}
 	view := scheduler.Compare(desired, &d.rec)
-	classOf := make(map[string]string, len(desired.Resources))
-	for _, r := range desired.Resources {
-		classOf[r.Key] = r.Resource.EffectiveClass()
-	}
+	classOf := scheduler.IntendedOf(desired)
 	d.mark = scheduler.NextProgressMark(d.mark, view, &d.rec, now)
 	judged := &d.rec
 	if !d.rec.Connected && d.status != scheduler.StatusUnreachable && d.rec.LastSeen != 0 {
@@ -491,11 +488,20 @@ func sameApplied(a, b []fsm.ResourceStatus) bool {
 	for i := range a {
 		x, y := a[i], b[i]
 		if x.Key != y.Key || x.AppliedDigest != y.AppliedDigest || x.AppliedRevision != y.AppliedRevision ||
-			x.Effective != y.Effective || x.LastError != y.LastError || x.Corrections != y.Corrections {
+			x.Effective != y.Effective || x.LastError != y.LastError || x.Corrections != y.Corrections ||
+			(x.Hold == nil) != (y.Hold == nil) || x.Hold != nil && *x.Hold != *y.Hold {
 			return false
 		}
 	}
 	return true
+}
+
+// holdOf is a reported hold as the device record keeps it; nil for none.
+func holdOf(h wire.Hold) *fsm.ResourceHold {
+	if h.Kind == wire.HoldNone {
+		return nil
+	}
+	return &fsm.ResourceHold{Kind: h.Kind.String(), Since: h.Since, Until: h.Until, Count: h.Count, Holder: h.Holder, Note: h.Note}
 }
 
 // reportedTraffic is a report's traffic as the device record keeps it,

@@ -173,6 +173,23 @@ type ResourceStatus struct {
 	// Corrections counts the drift corrections the agent made since it
 	// started (protocol 1.2; zero from older agents).
 	Corrections uint32 `json:"corrections,omitempty"`
+	// Hold says what holds the resource back on the device (protocol
+	// 1.4); nil for nothing.
+	Hold *ResourceHold `json:"hold,omitempty"`
+}
+
+// ResourceHold is what holds a resource back on its device, as its agent
+// reported it (wire.Hold): an override, a fight, a maintenance window, a
+// lock, a precondition or a rotation window not open yet.
+type ResourceHold struct {
+	// Kind is override, fighting, window, lock, precondition or schedule.
+	Kind string `json:"kind"`
+	// Since and Until are Unix nanoseconds; 0 for none.
+	Since  int64  `json:"since,omitempty"`
+	Until  int64  `json:"until,omitempty"`
+	Count  uint32 `json:"count,omitempty"`
+	Holder string `json:"holder,omitempty"`
+	Note   string `json:"note,omitempty"`
 }
 
 // StatusTransition is one device's change of status, with what its agent

@@ -67,6 +67,11 @@ func (f *FSM) applySession(txn *memdb.Txn, index uint64, req *DeviceSessionReque
 		if rec.SessionID != req.SessionID || rec.Server != req.Server || rec.Conn != req.Conn {
 			return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
 		}
+		if rec.Connected {
+			link := rec.Link.clone()
+			link.OfflineSince = req.Time
+			rec.Link = link
+		}
 		rec.Connected = false
 		f.emit(index, Event{Kind: KindSession, Action: "disconnected", Time: req.Time, Device: req.ID, Message: "from " + req.Server})
 	} else {
@@ -82,6 +87,18 @@ func (f *FSM) applySession(txn *memdb.Txn, index uint64, req *DeviceSessionReque
 		}
 		if cur == nil || !cur.Connected || cur.Server != req.Server || cur.Conn != req.Conn {
 			f.emit(index, Event{Kind: KindSession, Action: "connected", Time: req.Time, Device: req.ID, Message: "to " + req.Server})
+		}
+		if cur != nil && !cur.Connected && cur.Link != nil && cur.Link.OfflineSince != 0 {
+			// The end of a gap: it goes into the link history.
+			link := cur.Link.clone()
+			if req.Time > link.OfflineSince {
+				link.Gaps = append(link.Gaps, LinkGap{From: link.OfflineSince, To: req.Time})
+				if n := len(link.Gaps); n > LinkGapLimit {
+					link.Gaps = link.Gaps[n-LinkGapLimit:]
+				}
+			}
+			link.OfflineSince = 0
+			rec.Link = link
 		}
 		rec.SessionID, rec.Server, rec.Conn, rec.Connected = req.SessionID, req.Server, req.Conn, true
 		changed := false
@@ -103,6 +120,15 @@ func (f *FSM) applySession(txn *memdb.Txn, index uint64, req *DeviceSessionReque
 		return ApplyResult{}, err
 	}
 	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+}
+
+// clone returns a copy of the history to change (an empty one for nil):
+// records in the state are never changed in place.
+func (h *LinkHistory) clone() *LinkHistory {
+	if h == nil {
+		return &LinkHistory{}
+	}
+	return &LinkHistory{OfflineSince: h.OfflineSince, Gaps: slices.Clone(h.Gaps)}
 }
 
 // MergeResources applies a report to stored resource states: a full

@@ -3,6 +3,7 @@ package fsm
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/go-memdb"
 
@@ -138,6 +139,43 @@ type DeviceRecord struct {
 	// Traffic is the agent's count of its own traffic that the latest
 	// report carrying one brought (agents of protocol 1.3); nil before.
 	Traffic *DeviceTraffic `json:"traffic,omitempty"`
+	// Link is the device's link history as its sessions were recorded:
+	// the servers judge from it whether it will make a rotation
+	// deadline. Nil before its first disconnect.
+	Link *LinkHistory `json:"link,omitempty"`
+}
+
+// LinkHistory is a device's recent time offline.
+type LinkHistory struct {
+	// OfflineSince is when its last session ended (Unix ns, the session
+	// server's clock); 0 while one is connected.
+	OfflineSince int64 `json:"offline_since,omitempty"`
+	// Gaps are its last LinkGapLimit periods without a session, oldest
+	// first.
+	Gaps []LinkGap `json:"gaps,omitempty"`
+}
+
+// LinkGap is a period a device had no session, from the end of one to
+// the start of the next (Unix ns).
+type LinkGap struct {
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+}
+
+// LinkGapLimit is how many gaps a device's link history keeps.
+const LinkGapLimit = 16
+
+// LongestGap returns the longest gap of the history; 0 for none (or a nil
+// history).
+func (h *LinkHistory) LongestGap() time.Duration {
+	if h == nil {
+		return 0
+	}
+	var out time.Duration
+	for _, g := range h.Gaps {
+		out = max(out, time.Duration(g.To-g.From))
+	}
+	return out
 }
 
 // TimelineEntry is one status transition of a device.

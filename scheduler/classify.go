@@ -58,8 +58,9 @@ func (c Classes) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Device (and resource) statuses, as the API reports them. Resources only
-// take the first seven; unreachable and stuck are judgements on the device.
+// Device (and resource) statuses, as the API reports them. Resources
+// take the first seven and the deadline ones; unreachable and stuck are
+// judgements on the device.
 const (
 	StatusPending     = "pending"     // the desired revision is not acknowledged yet
 	StatusProgressing = "progressing" // acknowledged and moving
@@ -70,20 +71,38 @@ const (
 	StatusFailed      = "failed"      // the last apply failed; retrying with backoff
 	StatusUnreachable = "unreachable" // no contact past the class threshold: a comms gap
 	StatusStuck       = "stuck"       // connected, but no progress past the progress deadline
+	// StatusDeadlineAtRisk: a resource's rotation deadline will be missed
+	// at the device's current rate (its link history, its class's
+	// backoff); StatusDeadlineMissed: it passed with the resource not
+	// applied.
+	StatusDeadlineAtRisk = "deadline-at-risk"
+	StatusDeadlineMissed = "deadline-missed"
 )
 
-// Urgency ranks statuses for the device level, most urgent highest:
-// unreachable > failed > blocked > stuck > pending > progressing > drifted
-// > overridden > converged. An unknown status ranks below all.
-//
-// Unreachable comes first because nothing else the control plane knows is
-// current during a comms gap; stuck ranks below failed and blocked, which
-// already explain why the device does not move, and above pending and
-// progressing, which it qualifies.
-func Urgency(status string) int {
-	return slices.Index([]string{StatusConverged, StatusOverridden, StatusDrifted, StatusProgressing,
-		StatusPending, StatusStuck, StatusBlocked, StatusFailed, StatusUnreachable}, status)
+// Statuses lists every device status, most urgent first.
+func Statuses() []string {
+	out := slices.Clone(byUrgency)
+	slices.Reverse(out)
+	return out
 }
+
+// byUrgency orders the statuses, least urgent first (Urgency).
+var byUrgency = []string{StatusConverged, StatusOverridden, StatusDrifted, StatusProgressing,
+	StatusPending, StatusStuck, StatusBlocked, StatusFailed, StatusUnreachable, StatusDeadlineAtRisk, StatusDeadlineMissed}
+
+// Urgency ranks statuses for the device level, most urgent highest:
+// deadline-missed > deadline-at-risk > unreachable > failed > blocked >
+// stuck > pending > progressing > drifted > overridden > converged. An
+// unknown status ranks below all.
+//
+// A missed or threatened deadline comes first: it is the one an operator
+// must act on before a date, and a device offline for long is the usual
+// reason for it (its reason says so). Unreachable comes next because
+// nothing else the control plane knows is current during a comms gap;
+// stuck ranks below failed and blocked, which already explain why the
+// device does not move, and above pending and progressing, which it
+// qualifies.
+func Urgency(status string) int { return slices.Index(byUrgency, status) }
 
 // DeviceStatus is the classified status of a device.
 type DeviceStatus struct {
@@ -175,10 +194,11 @@ func stepsLeft(state string) int {
 
 // Classify turns a device's view (Compare) and record into a status.
 // classes may be nil (DefaultClasses); resources maps each desired key to
-// its class name (missing: default); progress is the device's mark after
-// NextProgressMark for the same observation. It is pure: the same input
-// gives the same output.
-func Classify(v DeviceView, rec *fsm.DeviceRecord, classes Classes, resources map[string]string, now time.Time, progress ProgressMark) DeviceStatus {
+// its class and rotation window (IntendedOf; a missing key is of the
+// default class); progress is the device's mark after NextProgressMark
+// for the same observation. It is pure: the same input gives the same
+// output.
+func Classify(v DeviceView, rec *fsm.DeviceRecord, classes Classes, resources map[string]Intended, now time.Time, progress ProgressMark) DeviceStatus {
 	if classes == nil {
 		classes = DefaultClasses()
 	}
@@ -188,8 +208,24 @@ func Classify(v DeviceView, rec *fsm.DeviceRecord, classes Classes, resources ma
 	counts := map[string]int{}
 	pendingRev := uint64(0)
 	out.Resources = make([]ResourceStatus, 0, len(v.Resources))
+	var deadlines []int          // resources whose rotation deadline is missed or at risk
+	waiting := map[string]bool{} // resources whose rotation window has not opened
 	for _, rv := range v.Resources {
-		rs, updated := classifyResource(rv, rec, classes.For(resources[rv.Key]))
+		in := resources[rv.Key]
+		cl := classes.For(in.Class)
+		rs, updated := classifyResource(rv, rec, cl)
+		if in.NotBefore.After(now) && (rs.Status == StatusPending || rs.Status == StatusProgressing) &&
+			(rv.Reported == nil || rv.Reported.AppliedDigest != rv.IntendedDigest) {
+			// Not due yet: no step before its window opens.
+			rs.Reason = "its rotation window opens at " + in.NotBefore.UTC().Format(time.RFC3339) + "; " + rs.Reason
+			waiting[rv.Key] = true
+		}
+		if st, why := judgeDeadline(rv, in, rec, cl, rs.Status, rs.Reason, now); st != "" {
+			rs.Status, rs.Reason, rs.NextRetry = st, why, time.Time{}
+			deadlines = append(deadlines, len(out.Resources))
+			out.Resources = append(out.Resources, rs)
+			continue // judged at the device level after the comms gap
+		}
 		out.Resources = append(out.Resources, rs) // capacity is fixed: pointers stay valid
 		counts[rs.Status]++
 		if rs.Status == StatusPending {
@@ -201,6 +237,8 @@ func Classify(v DeviceView, rec *fsm.DeviceRecord, classes Classes, resources ma
 	}
 	out.Status, out.Since = StatusConverged, progress.At
 	switch {
+	case subject == nil && rec.BlockedReason == "" && len(deadlines) > 0:
+		out.Reason = "" // the deadline below decides
 	case subject == nil && rec.BlockedReason == "":
 		out.Reason = "no resources are desired"
 	case subject == nil || subject.Status != StatusBlocked && Urgency(subject.Status) < Urgency(StatusBlocked) && rec.BlockedReason != "":
@@ -237,10 +275,12 @@ func Classify(v DeviceView, rec *fsm.DeviceRecord, classes Classes, resources ma
 
 	// Stuck: connected, with work left, and no progress past the
 	// strictest deadline among the resources still moving.
-	if rec.Connected && !progress.At.IsZero() && (out.Status == StatusPending || out.Status == StatusProgressing) {
-		cl := strictest(classes, out.Resources, func(rs ResourceStatus) bool {
-			return rs.Status == StatusPending || rs.Status == StatusProgressing
-		}, func(c Class) time.Duration { return c.ProgressDeadline })
+	// A resource waiting for its rotation window is not late.
+	moving := func(rs ResourceStatus) bool {
+		return (rs.Status == StatusPending || rs.Status == StatusProgressing) && !waiting[rs.Key]
+	}
+	if rec.Connected && !progress.At.IsZero() && (out.Status == StatusPending || out.Status == StatusProgressing) && slices.ContainsFunc(out.Resources, moving) {
+		cl := strictest(classes, out.Resources, moving, func(c Class) time.Duration { return c.ProgressDeadline })
 		if idle := now.Sub(progress.At); idle > cl.ProgressDeadline {
 			out.Status, out.Since = StatusStuck, progress.At
 			out.Reason = fmt.Sprintf("no progress for %s (%s allows %s); last state: %s %s: %s",
@@ -257,6 +297,26 @@ func Classify(v DeviceView, rec *fsm.DeviceRecord, classes Classes, resources ma
 		if gap := now.Sub(last); gap > cl.UnreachableAfter {
 			out.Status, out.Since, out.NextRetry = StatusUnreachable, last, time.Time{}
 			out.Reason = fmt.Sprintf("no contact for %s (%s allows %s)", fmtDuration(gap), cl.Name, fmtDuration(cl.UnreachableAfter))
+		}
+	}
+
+	// A rotation deadline missed or at risk, most urgent of all.
+	var worst *ResourceStatus
+	more := 0
+	for _, i := range deadlines {
+		rs := &out.Resources[i]
+		switch {
+		case worst == nil || Urgency(rs.Status) > Urgency(worst.Status):
+			worst, more = rs, 0
+		case rs.Status == worst.Status:
+			more++
+		}
+	}
+	if worst != nil {
+		out.Status, out.Since, out.NextRetry = worst.Status, time.Time{}, time.Time{}
+		out.Reason = worst.Key + ": " + worst.Reason
+		if more > 0 {
+			out.Reason += fmt.Sprintf("; %d more %s", more, worst.Status)
 		}
 	}
 	return out

@@ -23,7 +23,7 @@ const (
 	pkg  = "pkg/nginx" // package: unreachable after 30m, progress deadline 1h
 )
 
-var testClassOf = map[string]string{fw: "network-policy", motd: "config", pkg: "package"}
+var testClassOf = map[string]Intended{fw: {Class: "network-policy"}, motd: {Class: "config"}, pkg: {Class: "package"}}
 
 func digestOf(key string) wire.Digest { return wire.DigestOf([]byte(key)) }
 

@@ -317,6 +317,56 @@ type ResourceState struct {
 	// Corrections counts the drift corrections the agent made since it
 	// started (agents of protocol 1.2 and later).
 	Corrections uint32 `json:"corrections,omitempty"`
+	// Status is the resource's status as the servers judge it (the
+	// device statuses a resource takes: pending, progressing, converged,
+	// drifted, overridden, blocked, failed, deadline-at-risk,
+	// deadline-missed); Reason says why. GET /v1/devices/{id} only.
+	Status string `json:"status,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Rotation is the resource's rotation window, as the intent gives it.
+	Rotation *Rotation `json:"rotation,omitempty"`
+	// Hold is what holds the resource back on the device, as its agent
+	// (protocol 1.4) reports it.
+	Hold *Hold `json:"hold,omitempty"`
+}
+
+// Rotation is a resource's rotation window (RFC 3339 times).
+type Rotation struct {
+	NotBefore string `json:"not_before,omitempty"`
+	Deadline  string `json:"deadline,omitempty"`
+}
+
+// Hold is what holds a resource back on its device: kind override (a
+// site operator pinned it until Until, for the reason in Note; Holder is
+// who), fighting (something keeps undoing it: corrected Count times since
+// Since, the next correction at Until), window (a disruptive step waits
+// for the maintenance window Holder, opening at Until), lock (a step
+// waits for the lock Note, held by Holder since Since, stale at Until),
+// precondition (Note says which) or schedule (its rotation window opens at
+// Until).
+type Hold struct {
+	Kind   string     `json:"kind"`
+	Since  *time.Time `json:"since,omitempty"`
+	Until  *time.Time `json:"until,omitempty"`
+	Count  uint32     `json:"count,omitempty"`
+	Holder string     `json:"holder,omitempty"`
+	Note   string     `json:"note,omitempty"`
+}
+
+// LinkHistory is a device's recent time without a session, from which
+// the servers judge whether it will make a rotation deadline.
+type LinkHistory struct {
+	// OfflineSince is when its last session ended; absent while connected.
+	OfflineSince *time.Time `json:"offline_since,omitempty"`
+	// Gaps are its last periods without a session, oldest first.
+	Gaps []LinkGap `json:"gaps,omitempty"`
+}
+
+// LinkGap is one period without a session.
+type LinkGap struct {
+	From     time.Time `json:"from"`
+	To       time.Time `json:"to"`
+	Duration string    `json:"duration"`
 }
 
 // Device is the answer to GET /v1/devices/{id}.
@@ -335,6 +385,8 @@ type Device struct {
 	// Traffic is what the device's agent last reported of its own
 	// traffic; absent before a report of protocol 1.3 carried any.
 	Traffic *DeviceTraffic `json:"traffic,omitempty"`
+	// Link is its link history; absent before its first disconnect.
+	Link *LinkHistory `json:"link,omitempty"`
 }
 
 // OwnerShare is one server's share of the devices.
