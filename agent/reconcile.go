@@ -182,7 +182,7 @@ func (r *reconciler) pass(ctx context.Context) (next time.Time, err error) {
 		switch {
 		case a.Digest == it.digest:
 			wake(rs.nextProbe)
-		case rs.hold.Kind == wire.HoldSchedule:
+		case rs.hold.Kind == wire.HoldSchedule || rs.hold.Kind == wire.HoldWindow:
 			wake(time.Unix(0, rs.hold.Until))
 		case !rs.terminal && blocked == "" && it.err == nil:
 			wake(rs.nextRetry)
@@ -313,6 +313,11 @@ func (r *reconciler) reconcileOne(ctx context.Context, it *item, rs *resState, a
 		if rs.terminal || blocked != "" || now.Before(rs.nextRetry) {
 			return a, nil
 		}
+		if it.res.Disruptive {
+			if rs.hold = r.book.maintenanceHold(now); rs.hold.Kind != wire.HoldNone {
+				return a, nil // outside the device's maintenance windows
+			}
+		}
 		var err error
 		a, err = r.apply(ctx, it, rs, "apply")
 		if err != nil || a.Digest != it.digest {
@@ -405,6 +410,12 @@ func (r *reconciler) check(ctx context.Context, it *item, rs *resState, a journa
 				rs.drift, rs.driftWhy = StateDrifted, "drift correction "+blocked+": "+why
 				break
 			}
+			if it.res.Disruptive {
+				if rs.hold = r.book.maintenanceHold(now); rs.hold.Kind != wire.HoldNone {
+					rs.drift, rs.driftWhy = StateDrifted, "drift correction "+windowText(rs.hold)+": "+why
+					break
+				}
+			}
 			rs.corrections++
 			r.log.Info("correcting drift", "resource", it.key, "drift", why, "corrections", rs.corrections)
 			if a, err = r.apply(ctx, it, rs, "drift"); err != nil {
@@ -431,6 +442,10 @@ func (r *reconciler) check(ctx context.Context, it *item, rs *resState, a journa
 		rs.probeFails++
 		rs.nextProbe = now.Add(min(interval, backoff(p.retryBase, p.retryMax, rs.probeFails)))
 	}
+	if rs.hold.Kind == wire.HoldWindow {
+		// Check again, and correct, when the window opens.
+		rs.nextProbe = minTime(rs.nextProbe, time.Unix(0, rs.hold.Until))
+	}
 	return a, nil
 }
 
@@ -454,6 +469,8 @@ func (r *reconciler) status(it *item, rs *resState, a journal.Applied, blocked s
 		s.State, s.LastError, s.Detail = StateFailed, it.err.Error(), "terminal: waiting for a new desired state"
 	case a.Digest != it.digest && rs.hold.Kind == wire.HoldSchedule:
 		s.State, s.Detail = StatePending, "rotation window opens at "+time.Unix(0, rs.hold.Until).UTC().Format(time.RFC3339)
+	case a.Digest != it.digest && rs.hold.Kind == wire.HoldWindow:
+		s.State, s.Detail = StateBlocked, windowText(rs.hold)
 	case a.Digest != it.digest && blocked != "":
 		s.State, s.Detail = StateBlocked, blocked
 	case a.Digest != it.digest && failedStep && rs.terminal:
@@ -513,6 +530,14 @@ func wireEffective(e driver.EffectiveResult) wire.Effective {
 		return wire.EffectiveMismatch
 	}
 	return wire.EffectiveUnknown
+}
+
+// minTime returns the earlier of two times.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // backoff returns min(hi, lo*2^(n-1)) for n >= 1.

@@ -90,9 +90,13 @@ func (sess *agentSession) watchDevice(ctx context.Context) {
 		}
 		last, first = key, false
 		// The settings follow the classes, the labels and the rest.
-		if _, err := read.Classes(ws); err != nil {
-			sess.logger.Error("watch classes: closing the session", "error", err)
-			sess.conn.CloseWithError(wire.CloseInternalError, "cannot watch the classes")
+		_, err = read.Classes(ws)
+		if err == nil {
+			_, err = read.Windows(ws)
+		}
+		if err != nil {
+			sess.logger.Error("watch the configuration: closing the session", "error", err)
+			sess.conn.CloseWithError(wire.CloseInternalError, "cannot watch the configuration")
 			return
 		}
 		if err := sess.sendSettings(read); err != nil {

@@ -52,6 +52,8 @@ const (
 	RolloutControlType MessageType = 16
 	// PutClassType creates, replaces or deletes a reconcile class.
 	PutClassType MessageType = 17
+	// PutWindowType creates, replaces or deletes a maintenance window.
+	PutWindowType MessageType = 18
 
 	// IgnoreUnknownTypeFlag marks a command that older servers may skip
 	// rather than panic on. Set it only on commands whose loss cannot make
@@ -94,6 +96,8 @@ func (t MessageType) String() string {
 		return "rollout-control"
 	case PutClassType:
 		return "put-class"
+	case PutWindowType:
+		return "put-maintenance-window"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }

@@ -27,7 +27,7 @@ const (
 	KindDrift    = "drift"    // a resource drifted, a local change is tolerated, or the agent corrected drift
 	KindDevice   = "device"   // a device registered, was labelled, revoked or unrevoked
 	KindSession  = "session"  // a device connected or disconnected
-	KindConfig   = "config"   // a reconcile class was written or deleted
+	KindConfig   = "config"   // a reconcile class or a maintenance window was written or deleted
 )
 
 // EventKinds lists every kind, for validation and documentation.

@@ -32,6 +32,7 @@ var handlers = map[MessageType]handler{
 	RolloutStepType:       (*FSM).applyRolloutStep,
 	RolloutControlType:    (*FSM).applyRolloutControl,
 	PutClassType:          (*FSM).applyPutClass,
+	PutWindowType:         (*FSM).applyPutWindow,
 }
 
 // Apply applies one committed command at Raft index index. It panics on a

@@ -26,6 +26,7 @@ const (
 	tableRolloutOutcomes = "rollout_outcomes"
 
 	tableClasses = "classes"
+	tableWindows = "maintenance_windows"
 )
 
 // IntentRecord is the current version of an intent.
@@ -292,6 +293,12 @@ func schema() *memdb.DBSchema {
 		},
 		tableClasses: {
 			Name: tableClasses,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
+			},
+		},
+		tableWindows: {
+			Name: tableWindows,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
 			},

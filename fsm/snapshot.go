@@ -23,7 +23,7 @@ const (
 // snapshotTables are the tables a snapshot holds, in order. A table added
 // later goes last, so older snapshots remain a prefix of the format.
 var snapshotTables = []string{tableIntents, tableHistory, tableDevices, tableTimeline, tableTokens, tableAudit, tableRevoked,
-	tableRollouts, tableReleases, tableRolloutEvents, tableRolloutOutcomes, tableClasses}
+	tableRollouts, tableReleases, tableRolloutEvents, tableRolloutOutcomes, tableClasses, tableWindows}
 
 type snapshotHeader struct {
 	Format       string `json:"format"`
@@ -50,7 +50,8 @@ type snapshotEntry struct {
 	RolloutEvent   *RolloutEvent  `json:"rollout_event,omitempty"`
 	RolloutOutcome *RolloutRecord `json:"rollout_outcome,omitempty"`
 	// Reconcile classes came later still.
-	Class *ClassRecord `json:"class,omitempty"`
+	Class  *ClassRecord  `json:"class,omitempty"`
+	Window *WindowRecord `json:"maintenance_window,omitempty"`
 }
 
 // Snapshot is a point-in-time copy of the state, cheap to take (memdb is
@@ -112,6 +113,8 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 				e.RolloutEvent = r
 			case *ClassRecord:
 				e.Class = r
+			case *WindowRecord:
+				e.Window = r
 			default:
 				// A table in snapshotTables without its entry field
 				// would write empty entries that Restore refuses.
@@ -225,6 +228,8 @@ func (f *FSM) Restore(r io.Reader) error {
 			table, obj = tableRolloutOutcomes, e.RolloutOutcome
 		case e.Class != nil:
 			table, obj = tableClasses, e.Class
+		case e.Window != nil:
+			table, obj = tableWindows, e.Window
 		default:
 			return fmt.Errorf("restore snapshot: entry %d: empty or of an unknown kind", n)
 		}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -114,4 +115,78 @@ func (c *Client) PutClass(ctx context.Context, class Class) (*Class, error) {
 // takes its place again.
 func (c *Client) DeleteClass(ctx context.Context, name string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/classes/"+url.PathEscape(name), nil, nil, nil, nil)
+}
+
+// MaintenanceWindow is a maintenance window as GET /v1/maintenance-windows
+// shows it and PUT /v1/maintenance-windows/{name} takes it.
+type MaintenanceWindow struct {
+	Name        string            `json:"name"`
+	Description string            `json:"description,omitempty"`
+	Selector    map[string]string `json:"selector,omitempty"`
+	// Schedule is when it is open, in each device's local time.
+	Schedule []WindowSpan `json:"schedule"`
+	// Actor wrote it at UpdatedAt, Raft index Index. Ignored in a PUT.
+	Actor     string     `json:"actor,omitempty"`
+	UpdatedAt *time.Time `json:"updated_at,omitempty"`
+	Index     uint64     `json:"index,omitempty"`
+}
+
+// WindowSpan is one part of a schedule: days such as "mon-fri" or
+// "sat,sun", from and to as "HH:MM" (to before from: the next day).
+type WindowSpan struct {
+	Days string `json:"days"`
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// MaintenanceWindowList answers GET /v1/maintenance-windows.
+type MaintenanceWindowList struct {
+	Windows []MaintenanceWindow `json:"windows"`
+}
+
+// WindowOf returns w as the API shows it.
+func WindowOf(w intent.MaintenanceWindow) MaintenanceWindow {
+	out := MaintenanceWindow{Name: w.Name, Description: w.Description, Selector: w.Selector}
+	for _, s := range w.Spans {
+		out.Schedule = append(out.Schedule, WindowSpan{Days: intent.FormatDays(s.Days),
+			From: fmt.Sprintf("%02d:%02d", s.Start/60, s.Start%60), To: fmt.Sprintf("%02d:%02d", s.End/60, s.End%60)})
+	}
+	return out
+}
+
+// Intent returns the window the API form describes, validated.
+func (w MaintenanceWindow) Intent() (intent.MaintenanceWindow, error) {
+	doc, err := json.Marshal(map[string]any{"kind": "maintenance-window", "name": w.Name, "description": w.Description, "selector": w.Selector, "schedule": w.Schedule})
+	if err != nil {
+		return intent.MaintenanceWindow{}, err
+	}
+	ws, err := intent.ParseMaintenanceWindows(doc)
+	if err != nil {
+		return intent.MaintenanceWindow{}, err
+	}
+	return ws[0], nil
+}
+
+// MaintenanceWindows lists the maintenance windows.
+func (c *Client) MaintenanceWindows(ctx context.Context, o ReadOptions) (*MaintenanceWindowList, error) {
+	var out MaintenanceWindowList
+	err := c.do(ctx, http.MethodGet, "/v1/maintenance-windows", o.query(), nil, nil, &out)
+	return &out, err
+}
+
+// PutMaintenanceWindow writes a maintenance window and returns it as
+// committed.
+func (c *Client) PutMaintenanceWindow(ctx context.Context, w MaintenanceWindow) (*MaintenanceWindow, error) {
+	body, err := jsonBody(w)
+	if err != nil {
+		return nil, err
+	}
+	var out MaintenanceWindow
+	err = c.do(ctx, http.MethodPut, "/v1/maintenance-windows/"+url.PathEscape(w.Name), nil, http.Header{"Content-Type": {"application/json"}}, body, &out)
+	return &out, err
+}
+
+// DeleteMaintenanceWindow deletes a maintenance window.
+func (c *Client) DeleteMaintenanceWindow(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/maintenance-windows/"+url.PathEscape(name), nil, nil, nil, nil)
 }

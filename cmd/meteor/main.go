@@ -230,6 +230,7 @@ func newRootCmd() *cobra.Command {
 		newAuditCmd(g),
 		newDeviceCmd(g),
 		newClassCmd(g),
+		newWindowCmd(g),
 		newDescribeCmd(g),
 		newCACmd(),
 		newTLSCmd(),

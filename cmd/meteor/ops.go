@@ -173,7 +173,7 @@ func parseDocs(name string, data []byte) ([]*intent.Intent, error) {
 
 func newGetCmd(g *globals) *cobra.Command {
 	var stale bool
-	cmd := &cobra.Command{Use: "get", Short: "Show intents, devices and reconcile classes"}
+	cmd := &cobra.Command{Use: "get", Short: "Show intents, devices, reconcile classes and maintenance windows"}
 	cmd.PersistentFlags().BoolVar(&stale, "stale", false, "read from the contacted server's replica without confirming leadership (faster, may lag)")
 
 	list := &cobra.Command{
@@ -390,7 +390,20 @@ history NAME' shows how earlier revisions' rollouts ended.`,
 			return printClasses(cmd.OutOrStdout(), res)
 		},
 	}
-	cmd.AddCommand(list, one, devices, device, progress, ownership, classes)
+	windows := &cobra.Command{
+		Use: "windows", Short: "List the maintenance windows", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := g.client().MaintenanceWindows(cmd.Context(), api.ReadOptions{Stale: stale})
+			if err != nil {
+				return err
+			}
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
+			}
+			return printWindows(cmd.OutOrStdout(), res)
+		},
+	}
+	cmd.AddCommand(list, one, devices, device, progress, ownership, classes, windows)
 	return cmd
 }
 

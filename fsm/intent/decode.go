@@ -184,12 +184,29 @@ func (d *decoder) resource(p path, n *yaml.Node) (Resource, error) {
 			r.Requires, err = d.stringList(p, v)
 		case "rotation":
 			r.Rotation, err = d.rotation(p, v)
+		case "disruptive":
+			r.Disruptive, err = d.boolean(p, v)
 		default:
 			err = d.errorf(p, "unknown field")
 		}
 		return err
 	})
 	return r, err
+}
+
+// boolean decodes true or false; null means false.
+func (d *decoder) boolean(p path, n *yaml.Node) (bool, error) {
+	n, err := d.deref(p, n)
+	if err != nil || isNull(n) {
+		return false, err
+	}
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!bool" {
+		var b bool
+		if err := n.Decode(&b); err == nil {
+			return b, nil
+		}
+	}
+	return false, d.errorf(p, "must be true or false, got %s", nodeKind(n))
 }
 
 // rotation decodes a resource's rotation window; null means none.

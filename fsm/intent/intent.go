@@ -56,6 +56,11 @@ type Resource struct {
 	// applied in: not before its NotBefore, and by its Deadline, which
 	// the servers watch (deadline-at-risk, deadline-missed).
 	Rotation *Rotation `json:"rotation,omitempty" yaml:"rotation,omitempty"`
+	// Disruptive marks a resource whose step interrupts the site (a
+	// service restart, an exec step that stops a till): a device takes it,
+	// and corrects its drift, only while one of its maintenance windows is
+	// open (a device no window selects is not held).
+	Disruptive bool `json:"disruptive,omitempty" yaml:"disruptive,omitempty"`
 }
 
 // Rotation is a resource's rotation window: RFC 3339 times, either of

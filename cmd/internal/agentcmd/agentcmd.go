@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/meteor-edge/meteor/agent/driver"
 	"github.com/meteor-edge/meteor/cluster/pki"
 	"github.com/meteor-edge/meteor/cmd/internal/cliflags"
+	"github.com/meteor-edge/meteor/fsm/intent"
 	"github.com/meteor-edge/meteor/wire"
 )
 
@@ -100,6 +102,16 @@ resources may run. See docs/agent.md and docs/security.md.`,
 			}
 			if cfg.Labels, err = parseLabelFlag(labelList); err != nil {
 				return err
+			}
+			if _, ok := cfg.Labels[intent.ZoneLabel]; !ok {
+				// The device's time zone is a fact it reports, for its
+				// maintenance windows; the control plane's label wins.
+				if zone := systemZone(); zone != "" {
+					if cfg.Labels == nil {
+						cfg.Labels = map[string]string{}
+					}
+					cfg.Labels[intent.ZoneLabel] = intent.ZoneLabelValue(zone)
+				}
 			}
 			if cfg.Root != "" {
 				if cfg.Root, err = filepath.Abs(cfg.Root); err != nil {
@@ -222,6 +234,27 @@ func parseExecPolicy(execAllow, execEnvAllow string) (driver.ExecPolicy, error) 
 		return p, fmt.Errorf("--exec-env-allow: %w", err)
 	}
 	return p, nil
+}
+
+// systemZone returns the host's IANA time zone: $TZ, else the zone
+// /etc/localtime links to; "" when neither names a known zone.
+func systemZone() string {
+	zone := os.Getenv("TZ")
+	if zone == "" {
+		target, err := os.Readlink("/etc/localtime")
+		if err != nil {
+			return ""
+		}
+		_, zone, _ = strings.Cut(target, "zoneinfo/")
+	}
+	zone = strings.TrimPrefix(zone, ":")
+	if zone == "" || zone == "Local" {
+		return ""
+	}
+	if _, err := time.LoadLocation(zone); err != nil {
+		return ""
+	}
+	return zone
 }
 
 // parseLabelFlag parses "k=v,k2=v2" given to --labels.

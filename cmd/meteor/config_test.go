@@ -73,4 +73,22 @@ func TestClassCommands(t *testing.T) {
 	if _, err := cli("class", "delete", "package"); err == nil {
 		t.Error("deleting a built-in class nobody wrote succeeded")
 	}
+
+	// Maintenance windows.
+	if err := os.WriteFile(file, []byte("name: store-nights\nselector: {role: pos-gateway}\nschedule:\n  - {days: mon-fri, from: \"22:00\", to: \"05:00\"}\n  - {days: weekends, from: \"00:00\", to: \"23:59\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cli("window", "apply", "-f", file); err != nil || !strings.HasPrefix(out, "maintenance-window/store-nights applied (index ") {
+		t.Fatalf("window apply: %v %q", err, out)
+	}
+	out, err = cli("get", "windows")
+	if err != nil || !strings.Contains(out, "store-nights  role=pos-gateway  mon-fri 22:00-05:00; sat,sun 00:00-23:59  by ") {
+		t.Fatalf("get windows: %v\n%s", err, out)
+	}
+	if out, err := cli("window", "delete", "store-nights"); err != nil || out != "maintenance-window/store-nights deleted\n" {
+		t.Fatalf("window delete: %v %q", err, out)
+	}
+	if out, _ := cli("get", "windows"); strings.Contains(out, "store-nights") {
+		t.Errorf("after the delete:\n%s", out)
+	}
 }

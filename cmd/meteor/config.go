@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -108,6 +109,104 @@ probeInterval: 1m' | meteor class apply -f -`,
 	}
 	cmd.AddCommand(apply, del)
 	return cmd
+}
+
+func newWindowCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "window",
+		Short: "Write and delete maintenance windows",
+		Long: `A maintenance window says when the devices its selector matches may take
+disruptive steps (resources marked disruptive: true, such as a service
+restart), in each device's local time: its timezone label (the control
+plane's, else the one it reports; Europe.Berlin for Europe/Berlin), else
+UTC. A device that no window selects is not held. A rollout with
+"window: maintenance" releases each device only while its window is open.
+'meteor get windows' lists them. See docs/operations.md, "Maintenance
+windows".`,
+	}
+	var files []string
+	apply := &cobra.Command{
+		Use:   "apply -f FILE",
+		Short: "Create or replace maintenance windows from YAML documents (needs an operator token)",
+		Long: `Create or replace maintenance windows. FILE ('-' for standard input) holds one
+or more YAML documents separated by '---', each a window:
+
+  name: store-nights
+  selector: {role: pos-gateway}
+  schedule:
+    - {days: mon-fri, from: "22:00", to: "05:00"}
+    - {days: sat,sun, from: "00:00", to: "23:59"}
+
+days are day names (mon ... sun), ranges (mon-fri), lists (sat,sun), daily,
+weekdays or weekends; a span whose "to" is before its "from" ends the next
+day. Every document is validated before anything is sent; each write is in
+the audit log.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(files) == 0 {
+				return &usageError{fmt.Errorf("no documents: pass -f FILE")}
+			}
+			var windows []intent.MaintenanceWindow
+			for _, f := range files {
+				data, err := readFileOrStdin(f)
+				if err != nil {
+					return err
+				}
+				ws, err := intent.ParseMaintenanceWindows(data)
+				if err != nil {
+					return fmt.Errorf("%s: %w", f, err)
+				}
+				windows = append(windows, ws...)
+			}
+			var out []api.MaintenanceWindow
+			for _, w := range windows {
+				res, err := g.client().PutMaintenanceWindow(cmd.Context(), api.WindowOf(w))
+				if err != nil {
+					return fmt.Errorf("apply maintenance window %q: %w", w.Name, err)
+				}
+				out = append(out, *res)
+				if !g.structured() {
+					fmt.Fprintf(cmd.OutOrStdout(), "maintenance-window/%s applied (index %d)\n", res.Name, res.Index)
+				}
+			}
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), api.MaintenanceWindowList{Windows: out})
+			}
+			return nil
+		},
+	}
+	apply.Flags().StringSliceVarP(&files, "file", "f", nil, "YAML file of maintenance windows, or - for standard input (repeatable)")
+	del := &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete a maintenance window (needs an operator token)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := g.client().DeleteMaintenanceWindow(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			return g.acted(cmd.OutOrStdout(), "delete-maintenance-window", args[0], fmt.Sprintf("maintenance-window/%s deleted", args[0]))
+		},
+	}
+	cmd.AddCommand(apply, del)
+	return cmd
+}
+
+// printWindows prints the maintenance windows as a table.
+func printWindows(w io.Writer, list *api.MaintenanceWindowList) error {
+	tw := table(w)
+	fmt.Fprintln(tw, "NAME\tSELECTOR\tSCHEDULE (LOCAL TIME)\tWRITTEN")
+	for _, mw := range list.Windows {
+		var spans []string
+		for _, s := range mw.Schedule {
+			spans = append(spans, s.Days+" "+s.From+"-"+s.To)
+		}
+		by := "-"
+		if mw.UpdatedAt != nil {
+			by = "by " + mw.Actor + ", " + ago(*mw.UpdatedAt)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", mw.Name, orDash(labels(mw.Selector)), strings.Join(spans, "; "), by)
+	}
+	return tw.Flush()
 }
 
 // readFileOrStdin reads a file, or standard input for "-".

@@ -92,3 +92,41 @@ func equalStrings(a, b []string) bool {
 	}
 	return true
 }
+
+// TestMaintenanceWindows writes, replaces and deletes windows: unchanged
+// writes change nothing, invalid ones are refused, a snapshot keeps them.
+func TestMaintenanceWindows(t *testing.T) {
+	f := newTestFSM(t, 0)
+	w := intent.MaintenanceWindow{Name: "store-nights", Selector: map[string]string{"role": "pos-gateway"},
+		Spans: []intent.WindowSpan{{Days: 0x1f, Start: 22 * 60, End: 5 * 60}}}
+	if res := f.Apply(1, mustEncode(t, PutWindowType, &PutWindowRequest{Window: &w, Time: 1})); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	same := w
+	same.Selector = map[string]string{"role": "pos-gateway"}
+	if res := f.Apply(2, mustEncode(t, PutWindowType, &PutWindowRequest{Window: &same, Time: 2})); !res.Unchanged {
+		t.Errorf("the same window again: %+v", res)
+	}
+	bad := w
+	bad.Spans = nil
+	if res := f.Apply(3, mustEncode(t, PutWindowType, &PutWindowRequest{Window: &bad, Time: 3})); res.Err == nil {
+		t.Error("a window without spans was accepted")
+	}
+	var buf bytes.Buffer
+	if _, err := f.Snapshot().WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	g := newTestFSM(t, 0)
+	if err := g.Restore(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := g.Read().Windows(nil); len(got) != 1 || got[0].Window.Spans[0] != w.Spans[0] || got[0].CreateIndex != 1 {
+		t.Errorf("windows after a restore: %+v", got)
+	}
+	if res := f.Apply(4, mustEncode(t, PutWindowType, &PutWindowRequest{Delete: "store-nights", Time: 4})); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if got, _ := f.Read().Windows(nil); len(got) != 0 {
+		t.Errorf("after the delete: %+v", got)
+	}
+}
