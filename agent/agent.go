@@ -165,6 +165,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.rp = newReporter(j, a.st, a.cfg.Clock, a.book.reportInterval, a.log.Named("report"))
 	a.rec = newReconciler(&a.cfg, j, a.drivers, a.st, a.rp, a.book, a.log.Named("reconcile"))
+	ctl, err := a.listenControl()
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
 	cm := newConnManager(a, tr)
 	// Connections present the current certificate, which a renewal
 	// replaces.
@@ -181,6 +185,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.traffic.saveLoop(ctx, j, a.cfg.Clock, a.log) })
 	if a.cfg.CertificateDir != "" {
 		wg.Go(func() { a.renewLoop(ctx, tr, cm) })
+	}
+	if ctl != nil {
+		wg.Go(func() { ctl.serve(ctx) })
 	}
 	wg.Wait()
 	a.log.Info("agent stopped")

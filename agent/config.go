@@ -98,6 +98,22 @@ type Config struct {
 	// being the shortest among the classes of the desired resources.
 	RetryMin, RetryMax time.Duration
 
+	// ControlSocket is the path of the agent's local control socket
+	// (meteor agent override, meteor agent lock); empty means
+	// DataDir/agent.sock, "-" none. Only the agent's user and root may use
+	// it (the socket is mode 0600; docs/agent.md, "The control socket").
+	ControlSocket string
+
+	// FightThreshold corrections of one resource's drift within
+	// FightWindow make a fight: something on the device keeps undoing the
+	// resource. The agent then reports it fighting and backs its
+	// corrections off, from FightBackoffMin doubling to FightBackoffMax,
+	// until a correction holds for a whole FightWindow. Defaults 3, 10
+	// min, 1 min and 1 h.
+	FightThreshold                   int
+	FightWindow                      time.Duration
+	FightBackoffMin, FightBackoffMax time.Duration
+
 	// BackoffMin and BackoffMax bound the jittered exponential backoff
 	// between connection attempts once every server failed. Defaults
 	// 500 ms and 30 s.
@@ -171,6 +187,10 @@ const (
 	DefaultSwitchRatio      = 0.3
 	DefaultSwitchMargin     = 5 * time.Millisecond
 	DefaultSwitchProbes     = 3
+	DefaultFightThreshold   = 3
+	DefaultFightWindow      = 10 * time.Minute
+	DefaultFightBackoffMin  = time.Minute
+	DefaultFightBackoffMax  = time.Hour
 )
 
 // DefaultConfig returns a Config with every interval at its default and no
@@ -195,6 +215,10 @@ func DefaultConfig() Config {
 		SwitchRatio:         DefaultSwitchRatio,
 		SwitchMargin:        DefaultSwitchMargin,
 		SwitchProbes:        DefaultSwitchProbes,
+		FightThreshold:      DefaultFightThreshold,
+		FightWindow:         DefaultFightWindow,
+		FightBackoffMin:     DefaultFightBackoffMin,
+		FightBackoffMax:     DefaultFightBackoffMax,
 	}
 }
 
@@ -237,6 +261,7 @@ func (c Config) Validate() error {
 		"backoff min": c.BackoffMin, "backoff max": c.BackoffMax, "dial timeout": c.DialTimeout,
 		"switch margin": c.SwitchMargin, "rtt probe max interval": c.RTTProbeMaxInterval,
 		"keep-alive min": c.KeepAliveMin, "keep-alive max": c.KeepAliveMax, "keep-alive timeout": c.KeepAliveTimeout,
+		"fight window": c.FightWindow, "fight backoff min": c.FightBackoffMin, "fight backoff max": c.FightBackoffMax,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
@@ -250,6 +275,9 @@ func (c Config) Validate() error {
 	}
 	if c.SwitchRatio < 0 || c.SwitchRatio >= 1 {
 		errs = append(errs, fmt.Errorf("switch ratio %v not in [0,1)", c.SwitchRatio))
+	}
+	if c.FightThreshold < 0 {
+		errs = append(errs, fmt.Errorf("fight threshold %d is negative", c.FightThreshold))
 	}
 	if c.SwitchProbes < 0 {
 		errs = append(errs, fmt.Errorf("switch probes %d is negative", c.SwitchProbes))
@@ -293,6 +321,13 @@ func (c Config) withDefaults() Config {
 	if c.SwitchProbes == 0 {
 		c.SwitchProbes = def.SwitchProbes
 	}
+	if c.FightThreshold == 0 {
+		c.FightThreshold = def.FightThreshold
+	}
+	set(&c.FightWindow, def.FightWindow)
+	set(&c.FightBackoffMin, def.FightBackoffMin)
+	set(&c.FightBackoffMax, def.FightBackoffMax)
+	c.FightBackoffMax = max(c.FightBackoffMax, c.FightBackoffMin)
 	if c.AgentVersion == "" {
 		c.AgentVersion = "meteor-agent"
 	}

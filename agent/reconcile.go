@@ -54,9 +54,17 @@ type resState struct {
 	eff        driver.Effective
 	drift      string // "", StateDrifted or StateOverridden
 	driftWhy   string
-	// hold says what holds the resource back in this pass (a rotation
-	// window not open yet, ...); the zero Hold for nothing.
-	hold wire.Hold
+	// hold says what holds a step of the resource back in this pass (an
+	// override, a rotation window not open yet, a maintenance window);
+	// checkHold what the last check found holding its correction back (a
+	// maintenance window, a fight). The zero Hold for nothing.
+	hold, checkHold wire.Hold
+	// pin is the site operator's override in force this pass; nil for
+	// none.
+	pin *journal.Override
+	// fight is the resource's drift corrections of late, and the fight
+	// they make (fight.go). It is reset with the desired digest.
+	fight fight
 	// corrections counts drift corrections; it survives digest changes.
 	corrections int
 }
@@ -153,6 +161,10 @@ func (r *reconciler) pass(ctx context.Context) (next time.Time, err error) {
 	}
 	r.book.setInUse(classes)
 
+	pins, err := r.overrides()
+	if err != nil {
+		return next, err
+	}
 	ordered, cycles := order(items)
 	ready := make(map[string]bool, len(items))
 	states := make(map[string]string, len(items))
@@ -167,6 +179,11 @@ func (r *reconciler) pass(ctx context.Context) (next time.Time, err error) {
 			return next, err
 		}
 		rs := r.state(it)
+		rs.pin = nil
+		if o, ok := pins[it.key]; ok {
+			rs.pin = &o
+			wake(o.Until) // correction resumes then
+		}
 		a, ok := applied[it.key]
 		if !ok {
 			a = journal.Applied{Key: it.key}
@@ -304,6 +321,12 @@ func (r *reconciler) reconcileOne(ctx context.Context, it *item, rs *resState, a
 		}
 	}
 	rs.hold = wire.Hold{}
+	if rs.pin != nil {
+		rs.hold = overrideHold(rs.pin)
+		if a.Digest != it.digest {
+			return a, nil // pinned: not even a new desired state
+		}
+	}
 	if a.Digest != it.digest {
 		if nb, _ := it.res.Rotation.Times(); nb.After(now) {
 			// Its rotation window has not opened: no step before.
@@ -397,10 +420,19 @@ func (r *reconciler) check(ctx context.Context, it *item, rs *resState, a journa
 		rs.nextProbe = now.Add(min(interval, backoff(p.retryBase, p.retryMax, rs.probeFails)))
 		return a, nil
 	}
-	rs.drift, rs.driftWhy = "", ""
+	rs.drift, rs.driftWhy, rs.checkHold = "", "", wire.Hold{}
+	if !diff.Changed {
+		r.fightSettles(it, rs, now)
+	}
 	if diff.Changed {
 		why := strings.Join(diff.Reasons, "; ")
-		switch it.res.EffectiveDrift() {
+		policy := it.res.EffectiveDrift()
+		if rs.pin != nil {
+			policy = "" // pinned: left as it is
+		}
+		switch policy {
+		case "":
+			rs.drift, rs.driftWhy = StateOverridden, pinText(rs.pin)+": "+why
 		case intent.DriftTolerate:
 			rs.drift, rs.driftWhy = StateOverridden, "local override tolerated: "+why
 		case intent.DriftReport:
@@ -411,11 +443,17 @@ func (r *reconciler) check(ctx context.Context, it *item, rs *resState, a journa
 				break
 			}
 			if it.res.Disruptive {
-				if rs.hold = r.book.maintenanceHold(now); rs.hold.Kind != wire.HoldNone {
-					rs.drift, rs.driftWhy = StateDrifted, "drift correction "+windowText(rs.hold)+": "+why
+				if rs.checkHold = r.book.maintenanceHold(now); rs.checkHold.Kind != wire.HoldNone {
+					rs.drift, rs.driftWhy = StateDrifted, "drift correction "+windowText(rs.checkHold)+": "+why
 					break
 				}
 			}
+			if rs.fight.held(now) {
+				rs.checkHold = rs.fight.hold()
+				rs.drift, rs.driftWhy = StateDrifted, fightText(rs.checkHold)+": "+why
+				break
+			}
+			r.fightCorrected(it, rs, now)
 			rs.corrections++
 			r.log.Info("correcting drift", "resource", it.key, "drift", why, "corrections", rs.corrections)
 			if a, err = r.apply(ctx, it, rs, "drift"); err != nil {
@@ -442,9 +480,13 @@ func (r *reconciler) check(ctx context.Context, it *item, rs *resState, a journa
 		rs.probeFails++
 		rs.nextProbe = now.Add(min(interval, backoff(p.retryBase, p.retryMax, rs.probeFails)))
 	}
-	if rs.hold.Kind == wire.HoldWindow {
-		// Check again, and correct, when the window opens.
-		rs.nextProbe = minTime(rs.nextProbe, time.Unix(0, rs.hold.Until))
+	if k := rs.checkHold.Kind; k == wire.HoldWindow || k == wire.HoldFighting {
+		// Check again, and correct, when the window opens or the fight's
+		// backoff ends.
+		rs.nextProbe = minTime(rs.nextProbe, time.Unix(0, rs.checkHold.Until))
+	}
+	if rs.checkHold.Kind == wire.HoldNone && rs.fight.on {
+		rs.checkHold = rs.fight.hold() // corrected, not settled yet
 	}
 	return a, nil
 }
@@ -460,6 +502,9 @@ func (r *reconciler) status(it *item, rs *resState, a journal.Applied, blocked s
 		Corrections:     rs.corrections,
 		Hold:            rs.hold,
 	}
+	if s.Hold.Kind == wire.HoldNone && a.Digest == it.digest {
+		s.Hold = rs.checkHold
+	}
 	if a.LastStepDigest == it.digest {
 		s.Attempts, s.LastError = a.Attempts, a.LastError
 	}
@@ -471,6 +516,8 @@ func (r *reconciler) status(it *item, rs *resState, a journal.Applied, blocked s
 		s.State, s.Detail = StatePending, "rotation window opens at "+time.Unix(0, rs.hold.Until).UTC().Format(time.RFC3339)
 	case a.Digest != it.digest && rs.hold.Kind == wire.HoldWindow:
 		s.State, s.Detail = StateBlocked, windowText(rs.hold)
+	case a.Digest != it.digest && rs.hold.Kind == wire.HoldOverride:
+		s.State, s.Detail = StateOverridden, pinText(rs.pin)+": the desired change waits for it to end"
 	case a.Digest != it.digest && blocked != "":
 		s.State, s.Detail = StateBlocked, blocked
 	case a.Digest != it.digest && failedStep && rs.terminal:
@@ -483,6 +530,8 @@ func (r *reconciler) status(it *item, rs *resState, a journal.Applied, blocked s
 		s.State, s.Detail = StateFailed, rs.driftWhy
 	case rs.drift != "":
 		s.State, s.Detail = rs.drift, rs.driftWhy
+	case rs.eff.Result == driver.EffectiveOK && s.Hold.Kind == wire.HoldFighting:
+		s.State, s.Detail = StateConverged, fightText(s.Hold)+"; corrected, not settled yet"
 	case rs.eff.Result == driver.EffectiveOK:
 		s.State = StateConverged
 	default:

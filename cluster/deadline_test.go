@@ -99,3 +99,47 @@ func TestDeadlineStatusesCommitted(t *testing.T) {
 		}
 	})
 }
+
+// TestFightAndOverrideStatuses: an agent's fighting hold is committed as
+// the status fighting with the count, in the device's timeline with the
+// resource; an override hold as overridden with who, until when and why.
+func TestFightAndOverrideStatuses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, o, stop := runUnitStatusOwner(t, "till-3")
+		defer stop()
+		p.mustApply(t, fsm.SetDeviceLabelsType, &fsm.SetDeviceLabelsRequest{ID: "till-3", Labels: euLabels, Time: time.Now().UnixNano()})
+		p.mustApply(t, fsm.DeviceSessionType, &fsm.DeviceSessionRequest{ID: "till-3", Labels: euLabels, SessionID: "s", Server: "s2", Conn: "c",
+			Connected: true, AckedRevision: p.state.Read().Revision(), Time: time.Now().UnixNano()})
+		now := time.Now()
+		report := func(seq uint64, state wire.ResourceState, h wire.Hold) *fsm.DeviceRecord {
+			t.Helper()
+			rep := &wire.Report{Seq: seq, Full: true, Status: state.String(), States: true, Edge: true, Resources: []wire.ResourceReport{{
+				Key: "motd/motd", AppliedDigest: wire.Digest{1}, AppliedRevision: 1, Effective: wire.EffectiveOK, State: state, Hold: h,
+			}}}
+			if err := o.ingest(context.Background(), "till-3", euLabels, rep); err != nil {
+				t.Fatal(err)
+			}
+			rec, err := p.state.Read().Device(nil, "till-3")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rec
+		}
+		rec := report(1, wire.StateDrifted, wire.Hold{Kind: wire.HoldFighting, Since: now.UnixNano(), Until: now.Add(time.Minute).UnixNano(), Count: 3})
+		if rec.Status != scheduler.StatusFighting || !strings.Contains(rec.StatusReason, "drift corrected 3 times since") {
+			t.Fatalf("fighting: %s (%s)", rec.Status, rec.StatusReason)
+		}
+		rec = report(2, wire.StateOverridden, wire.Hold{Kind: wire.HoldOverride, Since: now.UnixNano(), Until: now.Add(24 * time.Hour).UnixNano(), Holder: "uid 0 (root)", Note: "vendor hotfix"})
+		if rec.Status != scheduler.StatusOverridden || !strings.Contains(rec.StatusReason, "overridden on the device by uid 0 (root) until ") || !strings.HasSuffix(rec.StatusReason, ": vendor hotfix") {
+			t.Fatalf("overridden: %s (%s)", rec.Status, rec.StatusReason)
+		}
+		tl, _ := p.state.Read().Timeline(nil, "till-3")
+		var states []string
+		for _, e := range tl {
+			states = append(states, e.Resources["motd/motd"])
+		}
+		if !strings.Contains(strings.Join(states, ","), "fighting,overridden") {
+			t.Errorf("timeline resource states %v", states)
+		}
+	})
+}

@@ -71,6 +71,7 @@ const (
 	StatusFailed      = "failed"      // the last apply failed; retrying with backoff
 	StatusUnreachable = "unreachable" // no contact past the class threshold: a comms gap
 	StatusStuck       = "stuck"       // connected, but no progress past the progress deadline
+	StatusFighting    = "fighting"    // something on the device keeps undoing a resource; corrections back off
 	// StatusDeadlineAtRisk: a resource's rotation deadline will be missed
 	// at the device's current rate (its link history, its class's
 	// backoff); StatusDeadlineMissed: it passed with the resource not
@@ -88,12 +89,12 @@ func Statuses() []string {
 
 // byUrgency orders the statuses, least urgent first (Urgency).
 var byUrgency = []string{StatusConverged, StatusOverridden, StatusDrifted, StatusProgressing,
-	StatusPending, StatusStuck, StatusBlocked, StatusFailed, StatusUnreachable, StatusDeadlineAtRisk, StatusDeadlineMissed}
+	StatusPending, StatusStuck, StatusFighting, StatusBlocked, StatusFailed, StatusUnreachable, StatusDeadlineAtRisk, StatusDeadlineMissed}
 
 // Urgency ranks statuses for the device level, most urgent highest:
 // deadline-missed > deadline-at-risk > unreachable > failed > blocked >
-// stuck > pending > progressing > drifted > overridden > converged. An
-// unknown status ranks below all.
+// fighting > stuck > pending > progressing > drifted > overridden >
+// converged. An unknown status ranks below all.
 //
 // A missed or threatened deadline comes first: it is the one an operator
 // must act on before a date, and a device offline for long is the usual
@@ -356,8 +357,15 @@ func classifyResource(rv ResourceView, rec *fsm.DeviceRecord, cl Class) (Resourc
 		}
 	case rv.State == StateRemoving:
 		set(StatusProgressing, "no longer desired; the device has not removed it yet")
+	case rep != nil && rep.Hold != nil && rep.Hold.Kind == HoldFighting:
+		h := rep.Hold
+		set(StatusFighting, fmt.Sprintf("something on the device keeps undoing it: drift corrected %d times since %s; corrections back off, the next not before %s",
+			h.Count, nsTime(h.Since), nsTime(h.Until)))
 	case state == StatusBlocked && rv.State != StateConverged:
 		set(StatusBlocked, or(detail, "blocked by a precondition"))
+	case rep != nil && rep.Hold != nil && rep.Hold.Kind == HoldOverride:
+		h := rep.Hold
+		set(StatusOverridden, fmt.Sprintf("overridden on the device by %s until %s: %s", h.Holder, nsTime(h.Until), h.Note))
 	case state == StatusOverridden:
 		set(StatusOverridden, or(detail, "a tolerated local change"))
 	case rv.State == StateDrifted || state == StatusDrifted:
@@ -398,6 +406,20 @@ func legacyDetail(detail string) (state, rest string) {
 	}
 	return "", detail
 }
+
+// Hold kinds an agent reports (fsm.ResourceHold.Kind), as classifying
+// reads them.
+const (
+	HoldOverride     = "override"
+	HoldFighting     = "fighting"
+	HoldWindow       = "window"
+	HoldLock         = "lock"
+	HoldPrecondition = "precondition"
+	HoldSchedule     = "schedule"
+)
+
+// nsTime formats a time in Unix nanoseconds for a reason.
+func nsTime(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339) }
 
 // earlierRetry orders retry times, a zero time (no retry) last.
 func earlierRetry(a, b time.Time) bool {

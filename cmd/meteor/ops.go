@@ -541,6 +541,7 @@ var statusMeanings = map[string]string{
 	"failed":           "the last apply failed; the agent retries with backoff unless the error is terminal",
 	"unreachable":      "no contact for longer than its class allows: a comms gap, not an apply failure",
 	"stuck":            "connected, but no progress past the progress deadline",
+	"fighting":         "something on the device keeps undoing a resource; the agent backs its corrections off",
 	"deadline-at-risk": "a resource's rotation deadline will be missed at the device's current rate (its link history, its class's backoff)",
 	"deadline-missed":  "a resource's rotation deadline passed and it is not applied",
 }

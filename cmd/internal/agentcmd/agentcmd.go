@@ -149,7 +149,9 @@ resources may run. See docs/agent.md and docs/security.md.`,
 	f.DurationVar(&cfg.KeepAliveMin, "keepalive-min", cfg.KeepAliveMin, "keep-alive interval to start at, and never go below (lower it for a NAT that forgets a UDP binding sooner)")
 	f.DurationVar(&cfg.KeepAliveMax, "keepalive-max", cfg.KeepAliveMax, "longest keep-alive interval the NAT binding tests may reach (at or below --keepalive-min: no tests)")
 	f.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "how often applied resources are re-checked for drift and probed")
+	f.StringVar(&cfg.ControlSocket, "control-socket", "", "path of the local control socket (default DATA-DIR/agent.sock; - for none)")
 	logs.Register(f, "info")
+	cmd.AddCommand(localCommands(path)...)
 	return cmd
 }
 
