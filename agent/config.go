@@ -104,6 +104,13 @@ type Config struct {
 	// it (the socket is mode 0600; docs/agent.md, "The control socket").
 	ControlSocket string
 
+	// LockDir is the directory of workload lock files: a file NAME in it
+	// holds the lock NAME (docs/agent.md, "Workload locks"). Empty means
+	// DataDir/locks, "-" none. LockMaxHold is the maximum hold of a lock
+	// file that names none; default 4 h.
+	LockDir     string
+	LockMaxHold time.Duration
+
 	// FightThreshold corrections of one resource's drift within
 	// FightWindow make a fight: something on the device keeps undoing the
 	// resource. The agent then reports it fighting and backs its
@@ -187,6 +194,7 @@ const (
 	DefaultSwitchRatio      = 0.3
 	DefaultSwitchMargin     = 5 * time.Millisecond
 	DefaultSwitchProbes     = 3
+	DefaultLockMaxHold      = 4 * time.Hour
 	DefaultFightThreshold   = 3
 	DefaultFightWindow      = 10 * time.Minute
 	DefaultFightBackoffMin  = time.Minute
@@ -215,6 +223,7 @@ func DefaultConfig() Config {
 		SwitchRatio:         DefaultSwitchRatio,
 		SwitchMargin:        DefaultSwitchMargin,
 		SwitchProbes:        DefaultSwitchProbes,
+		LockMaxHold:         DefaultLockMaxHold,
 		FightThreshold:      DefaultFightThreshold,
 		FightWindow:         DefaultFightWindow,
 		FightBackoffMin:     DefaultFightBackoffMin,
@@ -261,7 +270,7 @@ func (c Config) Validate() error {
 		"backoff min": c.BackoffMin, "backoff max": c.BackoffMax, "dial timeout": c.DialTimeout,
 		"switch margin": c.SwitchMargin, "rtt probe max interval": c.RTTProbeMaxInterval,
 		"keep-alive min": c.KeepAliveMin, "keep-alive max": c.KeepAliveMax, "keep-alive timeout": c.KeepAliveTimeout,
-		"fight window": c.FightWindow, "fight backoff min": c.FightBackoffMin, "fight backoff max": c.FightBackoffMax,
+		"lock max hold": c.LockMaxHold, "fight window": c.FightWindow, "fight backoff min": c.FightBackoffMin, "fight backoff max": c.FightBackoffMax,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
@@ -324,6 +333,7 @@ func (c Config) withDefaults() Config {
 	if c.FightThreshold == 0 {
 		c.FightThreshold = def.FightThreshold
 	}
+	set(&c.LockMaxHold, def.LockMaxHold)
 	set(&c.FightWindow, def.FightWindow)
 	set(&c.FightBackoffMin, def.FightBackoffMin)
 	set(&c.FightBackoffMax, def.FightBackoffMax)
@@ -341,6 +351,17 @@ func (c Config) withDefaults() Config {
 		c.QUIC = wire.ClientQUICConfig()
 	}
 	return c
+}
+
+// lockDir is the lock directory; "" for none.
+func (c *Config) lockDir() string {
+	switch c.LockDir {
+	case "-":
+		return ""
+	case "":
+		return filepath.Join(c.DataDir, "locks")
+	}
+	return c.LockDir
 }
 
 // certDeviceID returns the device ID of a device certificate.

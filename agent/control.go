@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/meteor-edge/meteor/agent/journal"
+	"github.com/meteor-edge/meteor/fsm/intent"
 )
 
 // The agent's local control socket: a unix socket in the data directory
@@ -38,6 +39,9 @@ const (
 	OpOverride      = "override"       // pin a resource (Resource, Reason, For)
 	OpClearOverride = "clear-override" // end a pin early (Resource)
 	OpOverrides     = "overrides"      // list the pins
+	OpLockAcquire   = "lock-acquire"   // take a workload lock (Lock, Holder, MaxHold)
+	OpLockRelease   = "lock-release"   // release one (Lock)
+	OpLocks         = "locks"          // list the locks held
 )
 
 // ControlRequest is a request to the control socket.
@@ -47,6 +51,12 @@ type ControlRequest struct {
 	Reason   string `json:"reason,omitempty"`
 	// For is how long, as a Go duration ("24h").
 	For string `json:"for,omitempty"`
+	// Lock names a workload lock; Holder says who holds it (default: the
+	// local user asking); MaxHold how long it may be held before it is
+	// stale, as a Go duration.
+	Lock    string `json:"lock,omitempty"`
+	Holder  string `json:"holder,omitempty"`
+	MaxHold string `json:"max_hold,omitempty"`
 }
 
 // ControlResponse answers a ControlRequest.
@@ -55,7 +65,23 @@ type ControlResponse struct {
 	Error     string         `json:"error,omitempty"`
 	Message   string         `json:"message,omitempty"`
 	Overrides []OverrideInfo `json:"overrides,omitempty"`
+	Locks     []LockInfo     `json:"locks,omitempty"`
 }
+
+// LockInfo is a workload lock as the control socket lists it.
+type LockInfo struct {
+	Name    string    `json:"name"`
+	Holder  string    `json:"holder"`
+	Since   time.Time `json:"since"`
+	MaxHold string    `json:"max_hold,omitempty"`
+	// File is the lock file holding it; empty for a lock taken through
+	// the agent.
+	File  string `json:"file,omitempty"`
+	Stale bool   `json:"stale,omitempty"`
+}
+
+// MaxLockHold bounds a lock's maximum hold.
+const MaxLockHold = 7 * 24 * time.Hour
 
 // OverrideInfo is a local override as the control socket lists it.
 type OverrideInfo struct {
@@ -225,6 +251,51 @@ func (a *Agent) control(ctx context.Context, who string, req ControlRequest) (*C
 			if o := all[k]; o.Until.After(now) {
 				resp.Overrides = append(resp.Overrides, OverrideInfo{Resource: k, Reason: o.Reason, Until: o.Until, By: o.By, At: o.At})
 			}
+		}
+		return resp, nil
+	case OpLockAcquire:
+		if _, err := intent.ParseRequirement("lock:" + req.Lock); err != nil || req.Lock == "" {
+			return nil, fmt.Errorf("lock acquire: %q is not a lock name (1-128 of A-Z, a-z, 0-9, '.', '_' and '-')", req.Lock)
+		}
+		d, err := time.ParseDuration(req.MaxHold)
+		if err != nil || d <= 0 || d > MaxLockHold {
+			return nil, fmt.Errorf("lock acquire: --max-hold %q is not a duration from 1s to %v", req.MaxHold, MaxLockHold)
+		}
+		holder := req.Holder
+		if holder == "" {
+			holder = who
+		}
+		l := journal.Lock{Name: req.Lock, Holder: truncate(holder, 256), Since: now, MaxHold: d, By: who}
+		if err := a.j.AcquireLock(l); err != nil {
+			return nil, fmt.Errorf("lock acquire: %w", err)
+		}
+		a.log.Info("workload lock taken", "lock", l.Name, "holder", l.Holder, "max_hold", d, "by", who)
+		a.rec.trigger()
+		return &ControlResponse{Message: fmt.Sprintf("lock %s taken by %s; stale after %v", l.Name, l.Holder, d)}, nil
+	case OpLockRelease:
+		_, ok, err := a.j.ReleaseLock(req.Lock, time.Time{})
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("lock release: no lock %q taken through the agent (a lock file is released by removing it)", req.Lock)
+		}
+		a.log.Info("workload lock released", "lock", req.Lock, "by", who)
+		a.rec.trigger()
+		return &ControlResponse{Message: "lock " + req.Lock + " released"}, nil
+	case OpLocks:
+		locks, err := a.rec.locks.held()
+		if err != nil {
+			return nil, err
+		}
+		resp := &ControlResponse{}
+		for _, name := range slices.Sorted(maps.Keys(locks)) {
+			l := locks[name]
+			li := LockInfo{Name: name, Holder: l.holder, Since: l.since, File: l.path, Stale: l.stale(now)}
+			if l.maxHold > 0 {
+				li.MaxHold = l.maxHold.String()
+			}
+			resp.Locks = append(resp.Locks, li)
 		}
 		return resp, nil
 	}

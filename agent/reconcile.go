@@ -32,6 +32,7 @@ type reconciler struct {
 	st      *statusStore
 	rp      *reporter
 	book    *settingsBook // each class's cadence
+	locks   *lockBook     // the workload locks held
 	kick    chan struct{} // desired set or settings changed; capacity 1
 	// hook, when set (tests), is called after each journal write of a
 	// step: "begin", "apply" (driver returned), "end".
@@ -72,6 +73,7 @@ type resState struct {
 func newReconciler(cfg *Config, j *journal.Journal, drivers *driver.Registry, st *statusStore, rp *reporter, book *settingsBook, log hclog.Logger) *reconciler {
 	return &reconciler{
 		cfg: cfg, j: j, drivers: drivers, st: st, rp: rp, book: book, log: log,
+		locks: &lockBook{j: j, dir: cfg.lockDir(), fileMaxHold: cfg.LockMaxHold},
 		kick:  make(chan struct{}, 1),
 		cache: map[string]*item{},
 		rt:    map[string]*resState{},
@@ -165,6 +167,15 @@ func (r *reconciler) pass(ctx context.Context) (next time.Time, err error) {
 	if err != nil {
 		return next, err
 	}
+	locks, err := r.locks.held()
+	if err != nil {
+		return next, err
+	}
+	if err := r.handleUnlocks(locks); err != nil {
+		return next, err
+	}
+	labels := r.deviceLabels()
+	now := r.cfg.Clock.Now()
 	ordered, cycles := order(items)
 	ready := make(map[string]bool, len(items))
 	states := make(map[string]string, len(items))
@@ -189,8 +200,19 @@ func (r *reconciler) pass(ctx context.Context) (next time.Time, err error) {
 			a = journal.Applied{Key: it.key}
 		}
 		blocked := blockedReason(it, items, ready, states, cycles)
+		var preHold wire.Hold
+		if blocked == "" && len(it.pre) > 0 {
+			if blocked, preHold = r.unmet(it, locks, labels, now); blocked != "" {
+				// Look again soon: a lock file or the disk may change
+				// without a word to the agent.
+				wake(now.Add(min(15*time.Second, r.book.paceOf(it.res.EffectiveClass()).probe)))
+			}
+		}
 		if a, err = r.reconcileOne(ctx, it, rs, a, blocked); err != nil {
 			return next, err
+		}
+		if preHold.Kind != wire.HoldNone && rs.hold.Kind == wire.HoldNone && (a.Digest != it.digest || rs.drift != "") {
+			rs.hold = preHold
 		}
 		rs2 := r.status(it, rs, a, blocked)
 		states[it.key] = rs2.State
@@ -206,6 +228,11 @@ func (r *reconciler) pass(ctx context.Context) (next time.Time, err error) {
 		}
 	}
 	r.st.setResources(set.Revision, list, r.cfg.Clock.Now())
+	unlocked, err := r.j.Unlocks()
+	if err != nil {
+		return next, err
+	}
+	r.st.setLocks(wireLocks(locks), wireUnlocked(unlocked))
 	return next, nil
 }
 

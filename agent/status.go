@@ -94,6 +94,8 @@ type Status struct {
 	// Traffic is what the agent counted of its own traffic, today and the
 	// day before, per server address.
 	Traffic Traffic
+	// Locks are the workload locks held on the device.
+	Locks []LockStatus
 	// SettingsSeq is the Seq of the settings the control plane last sent
 	// (protocol 1.4); 0 before any.
 	SettingsSeq uint64
@@ -107,6 +109,15 @@ type Status struct {
 	// (and in sessions below protocol 1.3, which carry none).
 	ReportedTraffic    *wire.Traffic
 	ReportedTrafficSeq uint64
+}
+
+// LockStatus is a workload lock held on the device.
+type LockStatus struct {
+	Name, Holder string
+	Since        time.Time
+	MaxHold      time.Duration
+	// File says a lock file holds it (else the control socket did).
+	File bool
 }
 
 // ResourceStatus is the agent's view of one resource.
@@ -153,6 +164,8 @@ type statusStore struct {
 	s         Status                    // guarded by mu
 	resources map[string]ResourceStatus // guarded by mu
 	sorted    []ResourceStatus          // resources in key order, built once a pass; guarded by mu
+	locks     []wire.Lock               // the workload locks held; guarded by mu
+	unlocked  []wire.UnlockResult       // the outcomes of lock breaks; guarded by mu
 	passedAny bool                      // a reconcile pass completed; guarded by mu
 }
 
@@ -195,6 +208,18 @@ func (st *statusStore) setResources(desiredRev uint64, list []ResourceStatus, no
 	}
 }
 
+// setLocks records the workload locks held and the outcomes of lock
+// breaks, which reports carry.
+func (st *statusStore) setLocks(locks []wire.Lock, unlocked []wire.UnlockResult) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.locks, st.unlocked = locks, unlocked
+	st.s.Locks = make([]LockStatus, len(locks))
+	for i, l := range locks {
+		st.s.Locks[i] = LockStatus{Name: l.Name, Holder: l.Holder, Since: time.Unix(0, l.Since), MaxHold: l.MaxHold, File: l.Source == wire.LockFile}
+	}
+}
+
 // passed reports whether a reconcile pass has completed, so that the
 // resource view is worth reporting.
 func (st *statusStore) passed() bool {
@@ -216,6 +241,7 @@ func (st *statusStore) snapshot() Status {
 	defer st.mu.Unlock()
 	s := st.s
 	s.ServerRTTs = maps.Clone(st.s.ServerRTTs)
+	s.Locks = slices.Clone(st.s.Locks)
 	// Sampled often (the fleet simulator: every agent five times a
 	// second); the key order was settled when the pass set them.
 	s.Resources = append(make([]ResourceStatus, 0, len(st.sorted)), st.sorted...)
@@ -246,6 +272,8 @@ func (st *statusStore) report() *wire.Report {
 		States:          true,
 		Corrections:     true,
 		Edge:            true,
+		Locks:           st.locks,
+		Unlocked:        st.unlocked,
 	}
 	for _, r := range st.sorted {
 		rep.Resources = append(rep.Resources, wire.ResourceReport{

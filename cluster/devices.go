@@ -122,6 +122,7 @@ func (h *httpAPI) handleGetDevice(w http.ResponseWriter, r *http.Request) {
 		Traffic: deviceTraffic(rec.Traffic),
 		Link:    linkHistory(rec.Link),
 	}
+	out.Locks, out.Unlocks = deviceLocks(rec, h.clock.Now())
 	// Each resource's status as the owner judges it, as of now.
 	desired, err := h.planner.Desired(read, rec.ID, h.cfg.recordSelection(rec))
 	if err != nil {

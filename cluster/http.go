@@ -120,6 +120,7 @@ func (h *httpAPI) handler() http.Handler {
 	mux.HandleFunc("PUT /v1/devices/{id}/labels", h.authorize("", h.onLeader(h.handleSetDeviceLabels)))
 	mux.HandleFunc("POST /v1/devices/{id}/revoke", h.authorize("", h.onLeader(h.handleRevokeDevice)))
 	mux.HandleFunc("DELETE /v1/devices/{id}/revoke", h.authorize(acl.ActionUnrevokeDevice, h.onLeader(h.handleUnrevokeDevice)))
+	mux.HandleFunc("POST /v1/devices/{id}/unlock", h.authorize("", h.onLeader(h.handleUnlockDevice)))
 	mux.HandleFunc("GET /v1/revocations", read(h.handleListRevoked))
 	mux.HandleFunc("GET /v1/intents/{name}/progress", read(h.handleIntentProgress))
 	mux.HandleFunc("GET /v1/status", read(h.handleFleetStatus))

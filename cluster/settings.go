@@ -58,6 +58,13 @@ func (sess *agentSession) settingsFor(read *fsm.Read) *wire.Settings {
 			s.Windows = append(s.Windows, ww)
 		}
 	}
+	if rec != nil {
+		for _, u := range rec.Unlocks {
+			if u.Outcome == "" {
+				s.Unlocks = append(s.Unlocks, wire.Unlock{Index: u.Index, Lock: u.Lock, Since: u.Since, Reason: u.Reason, Actor: u.Actor.String()})
+			}
+		}
+	}
 	if len(labels) > 0 {
 		s.Labels = make(map[string]string, len(labels))
 		for _, k := range slices.Sorted(maps.Keys(labels)) {

@@ -154,10 +154,11 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 		// committed stay.
 		d.rec.Connected, d.rec.Server, d.rec.SessionID = rec.Connected, rec.Server, rec.SessionID
 		d.rec.Labels, d.rec.LabelsControlled, d.rec.ReportedLabels = rec.Labels, rec.LabelsControlled, rec.ReportedLabels
+		d.rec.Unlocks = rec.Unlocks // orders come from the API, outcomes are committed
 		d.rec.AckedRevision = max(d.rec.AckedRevision, rec.AckedRevision)
 		d.rec.LastSeen = max(d.rec.LastSeen, rec.LastSeen)
 		if rec.ReportSeq > d.rec.ReportSeq {
-			d.rec.ReportSeq, d.rec.Resources, d.rec.Traffic = rec.ReportSeq, rec.Resources, rec.Traffic
+			d.rec.ReportSeq, d.rec.Resources, d.rec.Traffic, d.rec.Locks = rec.ReportSeq, rec.Resources, rec.Traffic, rec.Locks
 		}
 		if rec.StatusOwner != "" && rec.StatusOwner != o.self && rec.StatusIndex > d.basis {
 			// Another server committed a status while it took itself to be
@@ -255,6 +256,15 @@ func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]st
 		d.rec.Traffic = traffic
 	}
 	d.rec.Resources = merged
+	var locks []fsm.DeviceLock
+	var unlocked []fsm.UnlockResult
+	if rep.Edge {
+		locks, unlocked = reportedLocks(rep)
+		if !slices.Equal(locks, d.rec.Locks) || pendingOutcomes(d.rec.Unlocks, unlocked) {
+			contentChanged = true
+		}
+		d.rec.Locks = locks
+	}
 	d.rec.AgentStatus, d.rec.BlockedReason = rep.Status, rep.BlockedReason
 	d.rec.LastSeen = now.UnixNano()
 	d.rec.Connected = true
@@ -263,6 +273,7 @@ func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]st
 		tr.Seq, tr.Full, tr.Resources = rep.Seq, rep.Full, res
 		tr.AgentStatus, tr.BlockedReason = rep.Status, rep.BlockedReason
 		tr.Traffic = traffic
+		tr.Edge, tr.Locks, tr.Unlocked = rep.Edge, locks, unlocked
 	})
 	if q != nil {
 		d.reportQ = q
@@ -494,6 +505,33 @@ func sameApplied(a, b []fsm.ResourceStatus) bool {
 		}
 	}
 	return true
+}
+
+// reportedLocks are a 1.4 report's locks and unlock outcomes as the
+// device record keeps them.
+func reportedLocks(rep *wire.Report) ([]fsm.DeviceLock, []fsm.UnlockResult) {
+	var locks []fsm.DeviceLock
+	for _, l := range rep.Locks {
+		locks = append(locks, fsm.DeviceLock{Name: l.Name, Holder: l.Holder, Since: l.Since, MaxHold: l.MaxHold, Source: l.Source.String()})
+	}
+	var unlocked []fsm.UnlockResult
+	for _, u := range rep.Unlocked {
+		unlocked = append(unlocked, fsm.UnlockResult{Index: u.Index, Lock: u.Lock, Outcome: u.Outcome.String(), At: u.At})
+	}
+	return locks, unlocked
+}
+
+// pendingOutcomes reports whether results answer an order of orders that
+// has no outcome yet.
+func pendingOutcomes(orders []fsm.UnlockRecord, results []fsm.UnlockResult) bool {
+	for _, r := range results {
+		for _, o := range orders {
+			if o.Index == r.Index && o.Outcome == "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // holdOf is a reported hold as the device record keeps it; nil for none.

@@ -54,6 +54,8 @@ const (
 	PutClassType MessageType = 17
 	// PutWindowType creates, replaces or deletes a maintenance window.
 	PutWindowType MessageType = 18
+	// DeviceUnlockType orders a workload lock on a device broken.
+	DeviceUnlockType MessageType = 19
 
 	// IgnoreUnknownTypeFlag marks a command that older servers may skip
 	// rather than panic on. Set it only on commands whose loss cannot make
@@ -98,6 +100,8 @@ func (t MessageType) String() string {
 		return "put-class"
 	case PutWindowType:
 		return "put-maintenance-window"
+	case DeviceUnlockType:
+		return "device-unlock"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }
@@ -235,6 +239,12 @@ type StatusTransition struct {
 	// when the owner received it; it replaces the record's. Nil: the
 	// report carried none (the record's stays).
 	Traffic *DeviceTraffic `json:"traffic,omitempty"`
+	// Edge says the report carried the device's locks (protocol 1.4):
+	// Locks replace the record's. Unlocked are the agent's outcomes of
+	// lock breaks, recorded on the orders.
+	Edge     bool           `json:"edge,omitempty"`
+	Locks    []DeviceLock   `json:"locks,omitempty"`
+	Unlocked []UnlockResult `json:"unlocked,omitempty"`
 }
 
 // StatusBatchRequest carries transitions of many devices in one entry.

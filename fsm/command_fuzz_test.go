@@ -31,6 +31,7 @@ func FuzzCommand(f *testing.F) {
 		RolloutStepType:        &RolloutStepRequest{Intent: "intent-1", Revision: 1, Basis: 1, Release: []string{"dev-1"}, State: RolloutProgressing, Waves: make([]WaveState, 3)},
 		RolloutControlType:     &RolloutControlRequest{Intent: "intent-1", Action: RolloutPause, Reason: "x"},
 		PutClassType:           &PutClassRequest{Class: ptr(intent.BuiltinClasses()["network-policy"]), Time: 1},
+		DeviceUnlockType:       &DeviceUnlockRequest{ID: "dev-1", Lock: "pos-sync", Since: 5, Reason: "hung", Time: 1},
 		PutWindowType:          &PutWindowRequest{Window: &intent.MaintenanceWindow{Name: "nights", Spans: []intent.WindowSpan{{Days: 0x1f, Start: 1320, End: 300}}}, Time: 1},
 	}
 	seeded := map[MessageType]bool{}

@@ -180,6 +180,12 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 			if tr.Traffic != nil {
 				rec.Traffic = tr.Traffic
 			}
+			if tr.Edge {
+				rec.Locks = tr.Locks
+			}
+			if err := f.recordUnlocked(txn, index, &rec, tr.Unlocked, tr.Time, req.Owner); err != nil {
+				return ApplyResult{}, err
+			}
 		}
 		rec.LastSeen = max(rec.LastSeen, tr.LastSeen)
 		rec.ProgressAt = max(rec.ProgressAt, tr.ProgressAt)
@@ -198,9 +204,8 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 		rec.Status, rec.StatusReason, rec.NextRetry, rec.StatusRevision = tr.Status, tr.Reason, tr.NextRetry, tr.Revision
 		rec.StatusOwner, rec.StatusIndex = req.Owner, index
 		if changed {
-			rec.TimelineSeq++
 			entry := &TimelineEntry{
-				Device: rec.ID, Seq: rec.TimelineSeq, Time: tr.Time, Index: index, Revision: tr.Revision,
+				Device: rec.ID, Time: tr.Time, Index: index, Revision: tr.Revision,
 				Status: tr.Status, Reason: tr.Reason, Owner: req.Owner, Resources: tr.ResourceStates,
 			}
 			if len(corrected) > 0 {
@@ -216,27 +221,36 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 					}
 				}
 			}
-			if err := txn.Insert(tableTimeline, entry); err != nil {
+			if err := f.appendTimeline(txn, &rec, entry); err != nil {
 				return ApplyResult{}, err
 			}
 			f.emitStatus(index, req.Owner, &tr, corrected)
-			if rec.TimelineSeq > uint64(f.timelineLimit) {
-				old, err := txn.First(tableTimeline, "id", rec.ID, rec.TimelineSeq-uint64(f.timelineLimit))
-				if err != nil {
-					return ApplyResult{}, err
-				}
-				if old != nil {
-					if err := txn.Delete(tableTimeline, old); err != nil {
-						return ApplyResult{}, err
-					}
-				}
-			}
 		}
 		if err := txn.Insert(tableDevices, &rec); err != nil {
 			return ApplyResult{}, err
 		}
 	}
 	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+}
+
+// appendTimeline numbers entry as rec's next timeline entry, stores it,
+// and drops the oldest entry past the timeline limit.
+func (f *FSM) appendTimeline(txn *memdb.Txn, rec *DeviceRecord, entry *TimelineEntry) error {
+	rec.TimelineSeq++
+	entry.Device, entry.Seq = rec.ID, rec.TimelineSeq
+	if err := txn.Insert(tableTimeline, entry); err != nil {
+		return err
+	}
+	if rec.TimelineSeq > uint64(f.timelineLimit) {
+		old, err := txn.First(tableTimeline, "id", rec.ID, rec.TimelineSeq-uint64(f.timelineLimit))
+		if err != nil {
+			return err
+		}
+		if old != nil {
+			return txn.Delete(tableTimeline, old)
+		}
+	}
+	return nil
 }
 
 // ResourceCorrected marks, in a timeline entry's resources, a resource

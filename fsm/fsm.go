@@ -33,6 +33,7 @@ var handlers = map[MessageType]handler{
 	RolloutControlType:    (*FSM).applyRolloutControl,
 	PutClassType:          (*FSM).applyPutClass,
 	PutWindowType:         (*FSM).applyPutWindow,
+	DeviceUnlockType:      (*FSM).applyDeviceUnlock,
 }
 
 // Apply applies one committed command at Raft index index. It panics on a

@@ -140,6 +140,11 @@ type DeviceRecord struct {
 	// Traffic is the agent's count of its own traffic that the latest
 	// report carrying one brought (agents of protocol 1.3); nil before.
 	Traffic *DeviceTraffic `json:"traffic,omitempty"`
+	// Locks are the workload locks held on the device, as its agent
+	// (protocol 1.4) last reported them; Unlocks the operators' orders to
+	// break one (fsm/unlock.go), the newest MaxUnlocks.
+	Locks   []DeviceLock   `json:"locks,omitempty"`
+	Unlocks []UnlockRecord `json:"unlocks,omitempty"`
 	// Link is the device's link history as its sessions were recorded:
 	// the servers judge from it whether it will make a rotation
 	// deadline. Nil before its first disconnect.

@@ -39,7 +39,7 @@ var (
 	keyTraffic  = []byte("days")
 
 	allBuckets = [][]byte{bucketMeta, bucketSession, bucketReports, bucketDesiredM, bucketDesired, bucketApplied, bucketSteps, bucketBodies, bucketTraffic,
-		bucketOverrides}
+		bucketOverrides, bucketLocks}
 )
 
 var (

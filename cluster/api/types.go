@@ -387,6 +387,44 @@ type Device struct {
 	Traffic *DeviceTraffic `json:"traffic,omitempty"`
 	// Link is its link history; absent before its first disconnect.
 	Link *LinkHistory `json:"link,omitempty"`
+	// Locks are the workload locks held on it, as its agent (protocol
+	// 1.4) last reported them; Unlocks the operators' orders to break one
+	// and their outcomes.
+	Locks   []DeviceLock  `json:"locks,omitempty"`
+	Unlocks []UnlockOrder `json:"unlocks,omitempty"`
+}
+
+// DeviceLock is a workload lock held on a device.
+type DeviceLock struct {
+	Name   string    `json:"name"`
+	Holder string    `json:"holder,omitempty"`
+	Since  time.Time `json:"since"`
+	// MaxHold is how long it may be held (a Go duration; empty: no limit);
+	// Stale says it is held longer.
+	MaxHold string `json:"max_hold,omitempty"`
+	Stale   bool   `json:"stale"`
+	// Source is "agent" (taken through the agent) or "file" (a lock file).
+	Source string `json:"source"`
+}
+
+// UnlockOrder is an operator's order to break a lock on a device.
+type UnlockOrder struct {
+	Index  uint64    `json:"index"`
+	Lock   string    `json:"lock"`
+	Since  time.Time `json:"since"`
+	Reason string    `json:"reason,omitempty"`
+	Actor  string    `json:"actor"`
+	Time   time.Time `json:"time"`
+	// Outcome is empty until the device answers: "broken", "not held" or
+	// "taken again since" (a later acquisition, which is kept).
+	Outcome   string     `json:"outcome,omitempty"`
+	OutcomeAt *time.Time `json:"outcome_at,omitempty"`
+}
+
+// UnlockDeviceRequest is the body of POST /v1/devices/{id}/unlock.
+type UnlockDeviceRequest struct {
+	Lock   string `json:"lock"`
+	Reason string `json:"reason"`
 }
 
 // OwnerShare is one server's share of the devices.

@@ -588,6 +588,27 @@ func printDevice(w io.Writer, d *api.Device, perServer bool) {
 	if l := linkSummary(d.Link); l != "" {
 		fmt.Fprintf(w, "Link:       %s\n", l)
 	}
+	for i, l := range d.Locks {
+		label := "Locks:      "
+		if i > 0 {
+			label = "            "
+		}
+		text := fmt.Sprintf("%s held by %s since %s (%s)", l.Name, orDash(l.Holder), l.Since.Local().Format(time.RFC3339), ago(l.Since))
+		if l.MaxHold != "" {
+			text += ", at most " + shortDur(l.MaxHold)
+		}
+		if l.Stale {
+			text += ", STALE: meteor device unlock " + d.ID + " " + l.Name + " --reason TEXT"
+		}
+		fmt.Fprintln(w, label+text+" ["+l.Source+"]")
+	}
+	for _, u := range d.Unlocks {
+		outcome := "not answered yet"
+		if u.Outcome != "" {
+			outcome = u.Outcome
+		}
+		fmt.Fprintf(w, "Unlock:     %s ordered by %s %s (%s): %s\n", u.Lock, u.Actor, ago(u.Time), u.Reason, outcome)
+	}
 	fmt.Fprintln(w, "Resources:")
 	tw := table(w)
 	fmt.Fprintln(tw, "  KEY\tSTATE\tSTATUS\tINTENDED\tAPPLIED\tEFFECTIVE\tATTEMPTS\tDETAIL")

@@ -15,9 +15,9 @@ type Policy string
 const (
 	// PolicyRead reads intents, devices, status and cluster membership.
 	PolicyRead Policy = "read"
-	// PolicyOperator reads, writes and deletes intents, labels and revokes
-	// devices, writes reconcile classes and maintenance windows, and reads
-	// the audit log.
+	// PolicyOperator reads, writes and deletes intents, labels, revokes
+	// and unlocks devices, writes reconcile classes and maintenance
+	// windows, and reads the audit log.
 	PolicyOperator Policy = "operator"
 	// PolicyAdmin may do everything an operator may, and manage tokens,
 	// cluster members and revocations (unrevoking a device).
@@ -61,6 +61,8 @@ const (
 	ActionManageTokens Action = "manage-tokens"
 	// ActionEnroll enrolls a device.
 	ActionEnroll Action = "enroll"
+	// ActionUnlockDevice breaks a workload lock held on a device.
+	ActionUnlockDevice Action = "unlock-device"
 	// ActionConfigure writes cluster-wide configuration: reconcile
 	// classes and maintenance windows.
 	ActionConfigure Action = "configure"
@@ -71,7 +73,7 @@ func Actions() []Action {
 	return []Action{
 		ActionRead, ActionReadAudit, ActionWriteIntent, ActionDeleteIntent,
 		ActionLabelDevice, ActionRevokeDevice, ActionUnrevokeDevice,
-		ActionManageMembers, ActionManageTokens, ActionEnroll, ActionConfigure,
+		ActionManageMembers, ActionManageTokens, ActionEnroll, ActionConfigure, ActionUnlockDevice,
 	}
 }
 
@@ -88,6 +90,7 @@ var allowed = map[Action][]Policy{
 	ActionManageTokens:   {PolicyAdmin},
 	ActionEnroll:         {PolicyEnroll},
 	ActionConfigure:      {PolicyOperator, PolicyAdmin},
+	ActionUnlockDevice:   {PolicyOperator, PolicyAdmin},
 }
 
 // scoped reports whether a scope can narrow the action to the intents or
@@ -95,7 +98,7 @@ var allowed = map[Action][]Policy{
 // token may not perform them.
 func (a Action) scoped() bool {
 	switch a {
-	case ActionRead, ActionWriteIntent, ActionDeleteIntent, ActionLabelDevice, ActionRevokeDevice:
+	case ActionRead, ActionWriteIntent, ActionDeleteIntent, ActionLabelDevice, ActionRevokeDevice, ActionUnlockDevice:
 		return true
 	}
 	return false

@@ -50,7 +50,9 @@ type Resource struct {
 	// applied one: correct (default), tolerate or report.
 	Drift string `json:"drift,omitempty" yaml:"drift,omitempty"`
 	// Requires lists IDs of resources of the same intent that must be
-	// applied (and effective) before this one.
+	// applied (and effective) before this one, and preconditions on the
+	// device (lock:NAME, label:KEY=VALUE, disk:PATH>=SIZE; see
+	// ParseRequirement).
 	Requires []string `json:"requires,omitempty" yaml:"requires,omitempty"`
 	// Rotation, if set, is the window a change of the resource is
 	// applied in: not before its NotBefore, and by its Deadline, which

@@ -210,6 +210,15 @@ func (c *checker) resource(p path, r *Resource, i int, index map[string]int) {
 	seen := make(map[string]bool, len(r.Requires))
 	for j, dep := range r.Requires {
 		jp := p.field("requires").index(j)
+		if strings.Contains(dep, ":") { // a precondition on the device
+			if _, err := ParseRequirement(dep); err != nil {
+				c.fail(jp, "%v", err)
+			} else if seen[dep] {
+				c.fail(jp, "duplicate requirement %s", quote(dep))
+			}
+			seen[dep] = true
+			continue
+		}
 		switch _, ok := index[dep]; {
 		case seen[dep]:
 			c.fail(jp, "duplicate requirement %s", quote(dep))

@@ -150,6 +150,8 @@ resources may run. See docs/agent.md and docs/security.md.`,
 	f.DurationVar(&cfg.KeepAliveMax, "keepalive-max", cfg.KeepAliveMax, "longest keep-alive interval the NAT binding tests may reach (at or below --keepalive-min: no tests)")
 	f.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "how often applied resources are re-checked for drift and probed")
 	f.StringVar(&cfg.ControlSocket, "control-socket", "", "path of the local control socket (default DATA-DIR/agent.sock; - for none)")
+	f.StringVar(&cfg.LockDir, "lock-dir", "", "directory of workload lock files (default DATA-DIR/locks; - for none)")
+	f.DurationVar(&cfg.LockMaxHold, "lock-max-hold", cfg.LockMaxHold, "maximum hold of a lock file that names none, after which it is reported stale")
 	logs.Register(f, "info")
 	cmd.AddCommand(localCommands(path)...)
 	return cmd

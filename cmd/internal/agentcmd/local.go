@@ -102,7 +102,74 @@ socket (in its --data-dir) is its user's only: run this as that user
 		},
 	}
 	ll.register(overrides)
-	return []*cobra.Command{override, overrides}
+	return []*cobra.Command{override, overrides, lockCommand(path)}
+}
+
+// lockCommand is meteor agent lock acquire / release / list.
+func lockCommand(path string) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "lock",
+		Short: "Take and release workload locks on this device (talks to the running agent)",
+		Long: `A workload that must not be interrupted holds a lock while it runs; the steps
+of resources that require the lock (requires: [lock:NAME]) wait until it is
+released, and the rest of the plan goes on. A lock held past its maximum
+hold is reported stale, and an operator can break it from the control plane
+(meteor device unlock). A workload may instead create a lock file named
+NAME in the agent's lock directory (--lock-dir) and remove it when done.`,
+	}
+	var la localFlags
+	var holder, maxHold string
+	acquire := &cobra.Command{
+		Use:     "acquire NAME --max-hold DURATION [--holder TEXT]",
+		Short:   "Take a lock",
+		Example: `  ` + path + ` lock acquire pos-sync --max-hold 2h --holder "end-of-day sync"`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return la.send(cmd.Context(), cmd.OutOrStdout(), agent.ControlRequest{Op: agent.OpLockAcquire, Lock: args[0], Holder: holder, MaxHold: maxHold}, nil)
+		},
+	}
+	acquire.Flags().StringVar(&maxHold, "max-hold", "4h", "how long it may be held before it is reported stale (at most 168h)")
+	acquire.Flags().StringVar(&holder, "holder", "", "who holds it (default: your user and process)")
+	la.register(acquire)
+	var lr localFlags
+	release := &cobra.Command{
+		Use: "release NAME", Short: "Release a lock taken with acquire", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return lr.send(cmd.Context(), cmd.OutOrStdout(), agent.ControlRequest{Op: agent.OpLockRelease, Lock: args[0]}, nil)
+		},
+	}
+	lr.register(release)
+	var ll localFlags
+	list := &cobra.Command{
+		Use: "list", Short: "List the locks held (taken with acquire, or lock files)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return ll.send(cmd.Context(), cmd.OutOrStdout(), agent.ControlRequest{Op: agent.OpLocks}, printLocks)
+		},
+	}
+	ll.register(list)
+	cmd.AddCommand(acquire, release, list)
+	return cmd
+}
+
+func printLocks(w io.Writer, resp *agent.ControlResponse) {
+	if len(resp.Locks) == 0 {
+		fmt.Fprintln(w, "no lock held")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LOCK\tHOLDER\tSINCE\tMAX HOLD\tSTALE\tFILE")
+	for _, l := range resp.Locks {
+		file := l.File
+		if file == "" {
+			file = "-"
+		}
+		maxHold := l.MaxHold
+		if maxHold == "" {
+			maxHold = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\n", l.Name, l.Holder, l.Since.Local().Format(time.RFC3339), maxHold, l.Stale, file)
+	}
+	tw.Flush()
 }
 
 func printOverrides(w io.Writer, resp *agent.ControlResponse) {
