@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/quic-go/quic-go"
@@ -165,6 +166,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.rp = newReporter(j, a.st, a.cfg.Clock, a.book.reportInterval, a.log.Named("report"))
 	a.rec = newReconciler(&a.cfg, j, a.drivers, a.st, a.rp, a.book, a.log.Named("reconcile"))
+	if a.rec.startup, err = startupOf(j, a.cfg.Clock.Now()); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	defer func() {
+		// A clean stop; after a power cut nothing more is written, and the
+		// next start knows it lost power.
+		if err := j.Stop(); err != nil && !errors.Is(err, journal.ErrPowerCut) {
+			a.log.Warn("record stop", "error", err)
+		}
+	}()
 	ctl, err := a.listenControl()
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -212,6 +223,25 @@ func (a *Agent) Status() Status {
 		}
 	}
 	return s
+}
+
+// startupOf records the agent's start and says how it found the journal:
+// whether the agent before stopped cleanly, and how many of the desired
+// resources were applied then.
+func startupOf(j *journal.Journal, now time.Time) (*journal.Recovery, error) {
+	unclean, err := j.Start()
+	if err != nil {
+		return nil, err
+	}
+	p, err := j.Progress()
+	if err != nil {
+		return nil, err
+	}
+	set, err := j.Desired()
+	if err != nil {
+		return nil, err
+	}
+	return &journal.Recovery{At: now, Unclean: unclean, Total: len(set.Resources), Applied: len(p.Applied)}, nil
 }
 
 // defaultListener returns a listener on UDP port 0: on 127.0.0.1 when

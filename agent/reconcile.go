@@ -41,6 +41,12 @@ type reconciler struct {
 	// Owned by the goroutine running passes.
 	cache map[string]*item     // decoded desired resources by key
 	rt    map[string]*resState // runtime state by key
+	// recovered are the steps found in flight and resolved since the
+	// agent started; startup, until the first pass is done, is how the
+	// agent found the journal at its start (Agent.Run), which the first
+	// pass completes and records.
+	recovered []journal.RecoveredStep
+	startup   *journal.Recovery
 }
 
 // resState is what the reconciler remembers about a resource between
@@ -133,6 +139,9 @@ func (r *reconciler) pass(ctx context.Context) (next time.Time, err error) {
 	}
 	items := r.decode(set)
 	if err := r.resolveInFlight(ctx, items); err != nil {
+		return next, err
+	}
+	if err := r.recordStartup(); err != nil {
 		return next, err
 	}
 	all, err := r.j.AppliedAll()
@@ -272,7 +281,10 @@ func (r *reconciler) state(it *item) *resState {
 // resolveInFlight ends the steps a crash left in flight. The journal
 // cannot say whether their driver ran, so the device is asked: if it is
 // already at the step's desired state the step counts as applied,
-// otherwise it ends as interrupted and the pass applies it again.
+// otherwise it ends as interrupted and the pass applies it again. A step
+// whose processes may outlive the agent (exec) is re-checked only once
+// they have ended (settleOrphans), so that it never runs twice at once.
+// Each step resolved goes into the recovery of this start (r.recovered).
 func (r *reconciler) resolveInFlight(ctx context.Context, items map[string]*item) error {
 	steps, err := r.j.InFlight()
 	if err != nil {
@@ -281,10 +293,22 @@ func (r *reconciler) resolveInFlight(ctx context.Context, items map[string]*item
 	for _, st := range steps {
 		it, ok := items[st.Key]
 		outcome := errInterrupted
-		if ok && it.err == nil && it.digest == st.Digest {
-			drv, err := r.drivers.Lookup(it.res.Type)
-			if err == nil {
-				outcome = recheck(ctx, drv, it.res)
+		how := wire.StepDropped
+		budget := defaultStepBudget
+		var drv driver.Driver
+		if ok && it.err == nil {
+			if drv, err = r.drivers.Lookup(it.res.Type); err != nil {
+				drv = nil
+			} else if b, ok := drv.(driver.Budgeted); ok {
+				budget = b.StepBudget(it.res)
+			}
+		}
+		child := r.settleOrphans(ctx, st, st.BegunAt.Add(budget))
+		if drv != nil && it.digest == st.Digest {
+			if outcome = recheck(ctx, drv, it.res); outcome == nil {
+				how = wire.StepAlreadyApplied
+			} else {
+				how = wire.StepAppliedAgain
 			}
 		}
 		if ctx.Err() != nil {
@@ -294,10 +318,23 @@ func (r *reconciler) resolveInFlight(ctx context.Context, items map[string]*item
 			return err
 		}
 		r.log.Info("resolved step interrupted by a restart", "resource", st.Key, "digest", st.Digest,
-			"applied", outcome == nil, "outcome", errString(outcome))
+			"applied", outcome == nil, "outcome", errString(outcome), "process", child)
+		r.recovered = append(r.recovered, journal.RecoveredStep{Key: st.Key, Digest: st.Digest, Outcome: how.String(), Child: childName(child)})
 		r.st.update(func(s *Status) { s.Interrupted++ })
 	}
 	return nil
+}
+
+// defaultStepBudget bounds the wait for the processes of an interrupted
+// step whose driver gives no budget.
+const defaultStepBudget = 90 * time.Second
+
+// childName is a child outcome as the journal keeps it ("" for none).
+func childName(c wire.ChildOutcome) string {
+	if c == wire.ChildNone {
+		return ""
+	}
+	return c.String()
 }
 
 // recheck reads the device: nil when it is at r's desired state.
@@ -398,7 +435,14 @@ func (r *reconciler) apply(ctx context.Context, it *item, rs *resState, why stri
 		return journal.Applied{}, err
 	}
 	r.call("begin", it.key)
-	applyErr := drv.Apply(ctx, it.res)
+	actx := ctx
+	if _, ok := drv.(driver.Budgeted); ok {
+		// Its commands may outlive the agent: journal how to find them.
+		if actx, err = r.trackProcesses(ctx, it.key); err != nil {
+			return journal.Applied{}, err
+		}
+	}
+	applyErr := drv.Apply(actx, it.res)
 	r.call("apply", it.key)
 	if err := r.j.EndStep(it.key, it.digest, it.revision, applyErr); err != nil {
 		return journal.Applied{}, err

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/meteor-edge/meteor/agent/journal"
 	"github.com/meteor-edge/meteor/wire"
 )
 
@@ -91,6 +92,10 @@ type Status struct {
 	// resolved when this agent started (re-checked against the device, and
 	// either counted as applied or applied again).
 	Interrupted int
+	// Recovery is how the agent recovered at its latest start after a
+	// crash or power loss (or with steps in flight), as it reports it; nil
+	// before one.
+	Recovery *journal.Recovery
 	// Traffic is what the agent counted of its own traffic, today and the
 	// day before, per server address.
 	Traffic Traffic
@@ -165,6 +170,7 @@ type statusStore struct {
 	resources map[string]ResourceStatus // guarded by mu
 	sorted    []ResourceStatus          // resources in key order, built once a pass; guarded by mu
 	locks     []wire.Lock               // the workload locks held; guarded by mu
+	recovery  *wire.Recovery            // the latest recovery; guarded by mu
 	unlocked  []wire.UnlockResult       // the outcomes of lock breaks; guarded by mu
 	passedAny bool                      // a reconcile pass completed; guarded by mu
 }
@@ -218,6 +224,31 @@ func (st *statusStore) setLocks(locks []wire.Lock, unlocked []wire.UnlockResult)
 	for i, l := range locks {
 		st.s.Locks[i] = LockStatus{Name: l.Name, Holder: l.Holder, Since: time.Unix(0, l.Since), MaxHold: l.MaxHold, File: l.Source == wire.LockFile}
 	}
+}
+
+// setRecovery records the latest recovery, which reports carry.
+func (st *statusStore) setRecovery(r *journal.Recovery) {
+	w := &wire.Recovery{At: r.At.UnixNano(), Unclean: r.Unclean, Total: uint32(r.Total), Applied: uint32(min(r.Applied, r.Total))}
+	outcomes := map[string]wire.StepOutcome{}
+	for _, o := range []wire.StepOutcome{wire.StepAlreadyApplied, wire.StepAppliedAgain, wire.StepDropped} {
+		outcomes[o.String()] = o
+	}
+	children := map[string]wire.ChildOutcome{wire.ChildWaited.String(): wire.ChildWaited, wire.ChildEnded.String(): wire.ChildEnded}
+	for _, s := range r.Steps {
+		if len(w.Steps) == wire.MaxLocks {
+			break
+		}
+		o := outcomes[s.Outcome]
+		if o == 0 {
+			o = wire.StepAppliedAgain
+		}
+		w.Steps = append(w.Steps, wire.RecoveredStep{Key: truncate(s.Key, wire.MaxKeyLen), Digest: digestFromHex(s.Digest), Outcome: o, Child: children[s.Child]})
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.recovery = w
+	cp := *r
+	st.s.Recovery = &cp
 }
 
 // passed reports whether a reconcile pass has completed, so that the
@@ -274,6 +305,7 @@ func (st *statusStore) report() *wire.Report {
 		Edge:            true,
 		Locks:           st.locks,
 		Unlocked:        st.unlocked,
+		Recovery:        st.recovery,
 	}
 	for _, r := range st.sorted {
 		rep.Resources = append(rep.Resources, wire.ResourceReport{

@@ -123,6 +123,12 @@ func (h *httpAPI) handleGetDevice(w http.ResponseWriter, r *http.Request) {
 		Link:    linkHistory(rec.Link),
 	}
 	out.Locks, out.Unlocks = deviceLocks(rec, h.clock.Now())
+	if r := rec.Recovery; r != nil {
+		out.Recovery = &api.DeviceRecovery{At: time.Unix(0, r.At).UTC(), Unclean: r.Unclean, Desired: r.Total, AppliedBefore: r.Applied, Story: r.Story()}
+		for _, s := range r.Steps {
+			out.Recovery.Interrupted = append(out.Recovery.Interrupted, api.RecoveredStep{Resource: s.Key, Outcome: s.Outcome, Process: s.Child})
+		}
+	}
 	// Each resource's status as the owner judges it, as of now.
 	desired, err := h.planner.Desired(read, rec.ID, h.cfg.recordSelection(rec))
 	if err != nil {

@@ -158,7 +158,7 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 		d.rec.AckedRevision = max(d.rec.AckedRevision, rec.AckedRevision)
 		d.rec.LastSeen = max(d.rec.LastSeen, rec.LastSeen)
 		if rec.ReportSeq > d.rec.ReportSeq {
-			d.rec.ReportSeq, d.rec.Resources, d.rec.Traffic, d.rec.Locks = rec.ReportSeq, rec.Resources, rec.Traffic, rec.Locks
+			d.rec.ReportSeq, d.rec.Resources, d.rec.Traffic, d.rec.Locks, d.rec.Recovery = rec.ReportSeq, rec.Resources, rec.Traffic, rec.Locks, rec.Recovery
 		}
 		if rec.StatusOwner != "" && rec.StatusOwner != o.self && rec.StatusIndex > d.basis {
 			// Another server committed a status while it took itself to be
@@ -258,12 +258,17 @@ func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]st
 	d.rec.Resources = merged
 	var locks []fsm.DeviceLock
 	var unlocked []fsm.UnlockResult
+	var recovery *fsm.DeviceRecovery
 	if rep.Edge {
 		locks, unlocked = reportedLocks(rep)
 		if !slices.Equal(locks, d.rec.Locks) || pendingOutcomes(d.rec.Unlocks, unlocked) {
 			contentChanged = true
 		}
 		d.rec.Locks = locks
+		if recovery = reportedRecovery(rep.Recovery); recovery != nil && (d.rec.Recovery == nil || recovery.At > d.rec.Recovery.At) {
+			contentChanged = true
+			d.rec.Recovery = recovery
+		}
 	}
 	d.rec.AgentStatus, d.rec.BlockedReason = rep.Status, rep.BlockedReason
 	d.rec.LastSeen = now.UnixNano()
@@ -273,7 +278,7 @@ func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]st
 		tr.Seq, tr.Full, tr.Resources = rep.Seq, rep.Full, res
 		tr.AgentStatus, tr.BlockedReason = rep.Status, rep.BlockedReason
 		tr.Traffic = traffic
-		tr.Edge, tr.Locks, tr.Unlocked = rep.Edge, locks, unlocked
+		tr.Edge, tr.Locks, tr.Unlocked, tr.Recovery = rep.Edge, locks, unlocked, recovery
 	})
 	if q != nil {
 		d.reportQ = q
@@ -519,6 +524,23 @@ func reportedLocks(rep *wire.Report) ([]fsm.DeviceLock, []fsm.UnlockResult) {
 		unlocked = append(unlocked, fsm.UnlockResult{Index: u.Index, Lock: u.Lock, Outcome: u.Outcome.String(), At: u.At})
 	}
 	return locks, unlocked
+}
+
+// reportedRecovery is a report's recovery as the device record keeps it;
+// nil for none.
+func reportedRecovery(r *wire.Recovery) *fsm.DeviceRecovery {
+	if r == nil {
+		return nil
+	}
+	out := &fsm.DeviceRecovery{At: r.At, Unclean: r.Unclean, Total: int(r.Total), Applied: int(r.Applied)}
+	for _, s := range r.Steps {
+		ds := fsm.DeviceRecoveryStep{Key: s.Key, Outcome: s.Outcome.String()}
+		if s.Child != wire.ChildNone {
+			ds.Child = s.Child.String()
+		}
+		out.Steps = append(out.Steps, ds)
+	}
+	return out
 }
 
 // pendingOutcomes reports whether results answer an order of orders that

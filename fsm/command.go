@@ -245,6 +245,9 @@ type StatusTransition struct {
 	Edge     bool           `json:"edge,omitempty"`
 	Locks    []DeviceLock   `json:"locks,omitempty"`
 	Unlocked []UnlockResult `json:"unlocked,omitempty"`
+	// Recovery is the agent's latest recovery the report carried; the
+	// record takes it, with a timeline entry, if it is newer.
+	Recovery *DeviceRecovery `json:"recovery,omitempty"`
 }
 
 // StatusBatchRequest carries transitions of many devices in one entry.

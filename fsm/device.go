@@ -186,6 +186,9 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 			if err := f.recordUnlocked(txn, index, &rec, tr.Unlocked, tr.Time, req.Owner); err != nil {
 				return ApplyResult{}, err
 			}
+			if err := f.recordRecovery(txn, index, &rec, tr.Recovery, tr.Time, req.Owner); err != nil {
+				return ApplyResult{}, err
+			}
 		}
 		rec.LastSeen = max(rec.LastSeen, tr.LastSeen)
 		rec.ProgressAt = max(rec.ProgressAt, tr.ProgressAt)

@@ -145,6 +145,9 @@ type DeviceRecord struct {
 	// break one (fsm/unlock.go), the newest MaxUnlocks.
 	Locks   []DeviceLock   `json:"locks,omitempty"`
 	Unlocks []UnlockRecord `json:"unlocks,omitempty"`
+	// Recovery is how its agent recovered at its latest start after a
+	// crash or power loss, as it reported it; nil before one.
+	Recovery *DeviceRecovery `json:"recovery,omitempty"`
 	// Link is the device's link history as its sessions were recorded:
 	// the servers judge from it whether it will make a rotation
 	// deadline. Nil before its first disconnect.

@@ -3,12 +3,15 @@ package fsm
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-memdb"
 )
 
-// Workload locks on devices (docs/agent.md, "Workload locks"): a device's
+// Workload locks on devices, and how devices recovered from crashes.
+//
+// Workload locks (docs/agent.md, "Workload locks"): a device's
 // agent reports the locks held on it (DeviceRecord.Locks); an operator
 // breaks one with an order recorded on the device's record
 // (DeviceUnlockType), which the device's sessions send to its agent in
@@ -138,5 +141,64 @@ func (f *FSM) recordUnlocked(txn *memdb.Txn, index uint64, rec *DeviceRecord, re
 		}
 		f.emit(index, Event{Kind: KindDevice, Action: "unlocked", Time: t, Device: rec.ID, Message: fmt.Sprintf("lock %s %s", u.Lock, u.Outcome)})
 	}
+	return nil
+}
+
+// DeviceRecovery is how a device's agent recovered at its latest start
+// after a crash or a power loss (or with steps in flight), as it reported
+// it.
+type DeviceRecovery struct {
+	// At is when the agent started (the device's clock, Unix ns).
+	At      int64 `json:"at"`
+	Unclean bool  `json:"unclean"`
+	// Total counts the resources desired then, Applied those applied at
+	// their desired digest when the agent before stopped.
+	Total   int                  `json:"total"`
+	Applied int                  `json:"applied"`
+	Steps   []DeviceRecoveryStep `json:"steps,omitempty"`
+}
+
+// DeviceRecoveryStep is a step a restart interrupted and how it was
+// resolved: Outcome "already applied", "applied again" or "no longer
+// desired"; Child "waited for", "ended" or "" (no process of it survived).
+type DeviceRecoveryStep struct {
+	Key     string `json:"key"`
+	Outcome string `json:"outcome"`
+	Child   string `json:"child,omitempty"`
+}
+
+// Story tells the recovery in a sentence for the device's timeline.
+func (r *DeviceRecovery) Story() string {
+	var b strings.Builder
+	if r.Unclean {
+		b.WriteString("the agent restarted after a crash or power loss")
+	} else {
+		b.WriteString("the agent restarted with steps in flight")
+	}
+	fmt.Fprintf(&b, ": %d of %d resources were applied", r.Applied, r.Total)
+	for _, s := range r.Steps {
+		fmt.Fprintf(&b, "; %s was interrupted mid-step, re-checked: %s", s.Key, s.Outcome)
+		if s.Child != "" {
+			fmt.Fprintf(&b, " (a process of it survived and was %s first)", s.Child)
+		}
+	}
+	if rest := r.Total - r.Applied - len(r.Steps); rest > 0 {
+		fmt.Fprintf(&b, "; the other %d resumed", rest)
+	}
+	return b.String()
+}
+
+// recordRecovery takes a recovery a transition carries if it is newer
+// than the record's, with a timeline entry telling it.
+func (f *FSM) recordRecovery(txn *memdb.Txn, index uint64, rec *DeviceRecord, r *DeviceRecovery, t int64, owner string) error {
+	if r == nil || rec.Recovery != nil && r.At <= rec.Recovery.At {
+		return nil
+	}
+	rec.Recovery = r
+	story := r.Story()
+	if err := f.appendTimeline(txn, rec, &TimelineEntry{Time: t, Index: index, Revision: rec.StatusRevision, Status: rec.Status, Owner: owner, Reason: story}); err != nil {
+		return err
+	}
+	f.emit(index, Event{Kind: KindDevice, Action: "recovered", Time: t, Device: rec.ID, Message: story})
 	return nil
 }

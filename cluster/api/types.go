@@ -392,6 +392,37 @@ type Device struct {
 	// and their outcomes.
 	Locks   []DeviceLock  `json:"locks,omitempty"`
 	Unlocks []UnlockOrder `json:"unlocks,omitempty"`
+	// Recovery is how its agent recovered at its latest start after a
+	// crash or power loss (agents of protocol 1.4); absent before one.
+	Recovery *DeviceRecovery `json:"recovery,omitempty"`
+}
+
+// DeviceRecovery is how a device's agent recovered at its latest start
+// after a crash or power loss.
+type DeviceRecovery struct {
+	// At is when the agent started (the device's clock).
+	At time.Time `json:"at"`
+	// Unclean says the agent before did not stop cleanly: a crash or a
+	// power loss.
+	Unclean bool `json:"unclean"`
+	// Desired counts the resources desired then; AppliedBefore those
+	// applied at their desired digest when the agent stopped.
+	Desired       int `json:"desired"`
+	AppliedBefore int `json:"applied_before"`
+	// Interrupted are the steps it found in flight and how each was
+	// resolved; Story tells it all in a sentence.
+	Interrupted []RecoveredStep `json:"interrupted,omitempty"`
+	Story       string          `json:"story"`
+}
+
+// RecoveredStep is a step a restart interrupted: Outcome "already
+// applied" (the re-check found it done), "applied again" or "no longer
+// desired"; Process "waited for" or "ended" when a process of the step
+// survived the restart.
+type RecoveredStep struct {
+	Resource string `json:"resource"`
+	Outcome  string `json:"outcome"`
+	Process  string `json:"process,omitempty"`
 }
 
 // DeviceLock is a workload lock held on a device.

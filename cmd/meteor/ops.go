@@ -602,6 +602,9 @@ func printDevice(w io.Writer, d *api.Device, perServer bool) {
 		}
 		fmt.Fprintln(w, label+text+" ["+l.Source+"]")
 	}
+	if r := d.Recovery; r != nil {
+		fmt.Fprintf(w, "Recovered:  %s, %s\n", ago(r.At), r.Story)
+	}
 	for _, u := range d.Unlocks {
 		outcome := "not answered yet"
 		if u.Outcome != "" {
