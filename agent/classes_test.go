@@ -193,24 +193,3 @@ func TestSettingsOverTheSession(t *testing.T) {
 		return rep != nil && !rep.Edge && a2.Status().Connected
 	})
 }
-
-// runAgent runs an agent until the returned stop is called (or the test
-// ends).
-func runAgent(t *testing.T, cfg Config) (*Agent, func()) {
-	t.Helper()
-	a, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	stop := sync.OnceFunc(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent Run: %v", err)
-		}
-	})
-	t.Cleanup(stop)
-	return a, stop
-}

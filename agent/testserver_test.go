@@ -549,6 +549,14 @@ func (c *testCluster) agentConfig(t *testing.T, deviceID string, servers ...*tes
 // startAgent runs an agent until the test ends.
 func startAgent(t *testing.T, cfg Config) *Agent {
 	t.Helper()
+	a, _ := runAgent(t, cfg)
+	return a
+}
+
+// runAgent runs an agent until the returned stop is called (or the test
+// ends).
+func runAgent(t *testing.T, cfg Config) (*Agent, func()) {
+	t.Helper()
 	t.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true")
 	a, err := New(cfg)
 	if err != nil {
@@ -557,13 +565,14 @@ func startAgent(t *testing.T, cfg Config) *Agent {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("agent Run: %v", err)
 		}
 	})
-	return a
+	t.Cleanup(stop)
+	return a, stop
 }
 
 // waitCluster waits until cond holds on the cluster's state.

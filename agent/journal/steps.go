@@ -59,17 +59,23 @@ type StepProcess struct {
 func (j *Journal) SetStepProcess(key string, p StepProcess) error {
 	return j.update(fmt.Sprintf("record process of step %q", key), func(tx *bolt.Tx) error {
 		steps := tx.Bucket(bucketSteps)
-		var st Step
-		ok, err := getJSON(steps, []byte(key), &st)
+		st, err := readStep(steps, key)
 		if err != nil {
 			return err
-		}
-		if !ok {
-			return fmt.Errorf("%w for %q", ErrNoStep, key)
 		}
 		st.Proc = &p
 		return putJSON(steps, []byte(key), st)
 	})
+}
+
+// readStep reads the step in flight for key; ErrNoStep if there is none.
+func readStep(steps *bolt.Bucket, key string) (Step, error) {
+	var st Step
+	ok, err := getJSON(steps, []byte(key), &st)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w for %q", ErrNoStep, key)
+	}
+	return st, err
 }
 
 // BeginStep durably records that a step bringing key to digest (at
@@ -113,13 +119,9 @@ func (j *Journal) BeginStep(key, digest string, rev uint64) error {
 func (j *Journal) EndStep(key, digest string, rev uint64, stepErr error) error {
 	return j.update(fmt.Sprintf("end step %q", key), func(tx *bolt.Tx) error {
 		steps := tx.Bucket(bucketSteps)
-		var st Step
-		ok, err := getJSON(steps, []byte(key), &st)
+		st, err := readStep(steps, key)
 		if err != nil {
 			return err
-		}
-		if !ok {
-			return fmt.Errorf("%w for %q", ErrNoStep, key)
 		}
 		if st.Digest != digest || st.Revision != rev {
 			return fmt.Errorf("%w for %q at digest %s revision %d (in flight: digest %s revision %d)",

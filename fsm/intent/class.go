@@ -203,37 +203,50 @@ type classDoc struct {
 // usually the classes in effect, or BuiltinClasses). kind, if given,
 // must be "class". Every class is validated; names must be unique.
 func ParseClasses(data []byte, base map[string]Class) ([]Class, error) {
+	return parseConfigDocs(data, "class", func(doc *classDoc) (Class, string, error) {
+		if *doc == (classDoc{}) {
+			return Class{}, "", nil
+		}
+		c, err := doc.class(base)
+		return c, c.Name, err
+	})
+}
+
+// parseConfigDocs parses a stream of YAML documents of kind what, each
+// decoded into a D (unknown fields are errors) and turned into a T named
+// name by conv; conv returns an empty name for an empty document, which is
+// skipped. Names must be unique, and at least one document given.
+func parseConfigDocs[D, T any](data []byte, what string, conv func(*D) (T, string, error)) ([]T, error) {
 	if len(data) > MaxDocumentSize {
-		return nil, fmt.Errorf("parse classes: %w: %d bytes, limit %d", ErrTooLarge, len(data), MaxDocumentSize)
+		return nil, fmt.Errorf("parse %ss: %w: %d bytes, limit %d", what, ErrTooLarge, len(data), MaxDocumentSize)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	var out []Class
+	var out []T
 	seen := map[string]bool{}
 	for n := 1; ; n++ {
-		var doc classDoc
+		var doc D
 		err := dec.Decode(&doc)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("class document %d: %w", n, err)
+			return nil, fmt.Errorf("%s document %d: %w", what, n, err)
 		}
-		if doc == (classDoc{}) {
+		v, name, err := conv(&doc)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("%s document %d: %w", what, n, err)
+		case name == "":
 			continue
+		case seen[name]:
+			return nil, fmt.Errorf("%s document %d: %s %q given twice", what, n, what, name)
 		}
-		c, err := doc.class(base)
-		if err != nil {
-			return nil, fmt.Errorf("class document %d: %w", n, err)
-		}
-		if seen[c.Name] {
-			return nil, fmt.Errorf("class document %d: class %q given twice", n, c.Name)
-		}
-		seen[c.Name] = true
-		out = append(out, c)
+		seen[name] = true
+		out = append(out, v)
 	}
 	if len(out) == 0 {
-		return nil, errors.New("no class in the document")
+		return nil, fmt.Errorf("no %s in the document", what)
 	}
 	return out, nil
 }

@@ -1,16 +1,11 @@
 package intent
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // MaintenanceWindow is when the devices its selector matches may take
@@ -249,54 +244,28 @@ type windowDoc struct {
 // whose "to" is earlier than its "from" ends the next day. Every window
 // is validated; names must be unique.
 func ParseMaintenanceWindows(data []byte) ([]MaintenanceWindow, error) {
-	if len(data) > MaxDocumentSize {
-		return nil, fmt.Errorf("parse maintenance windows: %w: %d bytes, limit %d", ErrTooLarge, len(data), MaxDocumentSize)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	var out []MaintenanceWindow
-	seen := map[string]bool{}
-	for n := 1; ; n++ {
-		var doc windowDoc
-		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("maintenance window document %d: %w", n, err)
-		}
+	return parseConfigDocs(data, "maintenance window", func(doc *windowDoc) (MaintenanceWindow, string, error) {
 		if doc.Name == "" && doc.Kind == "" && len(doc.Schedule) == 0 {
-			continue
+			return MaintenanceWindow{}, "", nil
 		}
 		if doc.Kind != "" && doc.Kind != "maintenance-window" {
-			return nil, fmt.Errorf("maintenance window document %d: kind %q, want maintenance-window", n, doc.Kind)
+			return MaintenanceWindow{}, "", fmt.Errorf("kind %q, want maintenance-window", doc.Kind)
 		}
 		w := MaintenanceWindow{Name: doc.Name, Description: doc.Description, Selector: doc.Selector}
 		for i, s := range doc.Schedule {
 			days, err := parseDays(s.Days)
 			if err != nil {
-				return nil, fmt.Errorf("maintenance window %q: schedule[%d]: %w", doc.Name, i, err)
+				return w, "", fmt.Errorf("maintenance window %q: schedule[%d]: %w", doc.Name, i, err)
 			}
 			from, okF := parseClock(s.From)
 			to, okT := parseClock(s.To)
 			if !okF || !okT {
-				return nil, fmt.Errorf(`maintenance window %q: schedule[%d]: from and to must be "HH:MM" (00:00 to 23:59), got %q and %q`, doc.Name, i, s.From, s.To)
+				return w, "", fmt.Errorf(`maintenance window %q: schedule[%d]: from and to must be "HH:MM" (00:00 to 23:59), got %q and %q`, doc.Name, i, s.From, s.To)
 			}
 			w.Spans = append(w.Spans, WindowSpan{Days: days, Start: from, End: to})
 		}
-		if err := w.Validate(); err != nil {
-			return nil, fmt.Errorf("maintenance window document %d: %w", n, err)
-		}
-		if seen[w.Name] {
-			return nil, fmt.Errorf("maintenance window document %d: window %q given twice", n, w.Name)
-		}
-		seen[w.Name] = true
-		out = append(out, w)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no maintenance window in the document")
-	}
-	return out, nil
+		return w, w.Name, w.Validate()
+	})
 }
 
 // WindowsFor returns the windows of all that select a device with these
