@@ -135,7 +135,7 @@ or more YAML documents separated by '---', each a window:
   selector: {role: pos-gateway}
   schedule:
     - {days: mon-fri, from: "22:00", to: "05:00"}
-    - {days: sat,sun, from: "00:00", to: "23:59"}
+    - {days: "sat,sun", from: "00:00", to: "23:59"}
 
 days are day names (mon ... sun), ranges (mon-fri), lists (sat,sun), daily,
 weekdays or weekends; a span whose "to" is before its "from" ends the next

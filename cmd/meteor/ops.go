@@ -620,8 +620,8 @@ func printDevice(w io.Writer, d *api.Device, perServer bool) {
 		if r.LastError != "" {
 			detail = "error: " + r.LastError
 		}
-		if h := holdText(r.Hold); h != "" {
-			detail = h + "; " + detail
+		if h := holdText(r.Hold); h != "" && r.LastError == "" {
+			detail = h // what the agent says too, with the times
 		}
 		if r.Status == "deadline-at-risk" || r.Status == "deadline-missed" {
 			detail = r.Reason
@@ -635,7 +635,7 @@ func printDevice(w io.Writer, d *api.Device, perServer bool) {
 		if r.Attempts > 0 {
 			attempts = strconv.FormatUint(uint64(r.Attempts), 10)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Key, r.State, orDash(r.Status), short(r.IntendedDigest, r.IntendedRevision), short(r.AppliedDigest, r.AppliedRevision), orDash(r.Effective), attempts, orDash(strings.TrimSuffix(detail, "; ")))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Key, r.State, orDash(r.Status), short(r.IntendedDigest, r.IntendedRevision), short(r.AppliedDigest, r.AppliedRevision), orDash(r.Effective), attempts, orDash(detail))
 	}
 	tw.Flush()
 }

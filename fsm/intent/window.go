@@ -238,7 +238,7 @@ type windowDoc struct {
 //	selector: {role: pos-gateway}
 //	schedule:
 //	  - {days: mon-fri, from: "22:00", to: "05:00"}
-//	  - {days: sat,sun, from: "00:00", to: "23:59"}
+//	  - {days: "sat,sun", from: "00:00", to: "23:59"}
 //
 // Times are the local time of each device (its timezone label); a span
 // whose "to" is earlier than its "from" ends the next day. Every window

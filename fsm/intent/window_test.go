@@ -19,9 +19,16 @@ selector: {role: pos-gateway}
 schedule:
   - {days: mon-fri, from: "22:00", to: "05:00"}
   - {days: sun, from: "02:30", to: "04:00"}
+---
+name: weekends
+schedule:
+  - {days: "sat,sun", from: "00:00", to: "23:59"}
 `))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(ws) != 2 || ws[1].Spans[0].Days != 0x60 {
+		t.Fatalf("windows %+v", ws)
 	}
 	w := ws[0]
 	if got := w.Spans[0].String() + " / " + w.Spans[1].String(); got != "mon-fri 22:00-05:00 / sun 02:30-04:00" {
