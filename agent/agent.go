@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,6 +177,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Warn("record stop", "error", err)
 		}
 	}()
+	if a.cfg.LockDir == "" {
+		// The default lock directory, for workloads of the agent's user.
+		if err := os.MkdirAll(a.cfg.lockDir(), 0o700); err != nil {
+			return fmt.Errorf("agent: lock directory: %w", err)
+		}
+	}
 	ctl, err := a.listenControl()
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

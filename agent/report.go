@@ -173,6 +173,7 @@ func fitReport(rep *wire.Report) bool {
 		for i := range rep.Resources {
 			r := &rep.Resources[i]
 			r.Detail, r.LastError = truncate(r.Detail, limit), truncate(r.LastError, limit)
+			r.Hold.Note = truncate(r.Hold.Note, limit)
 		}
 		rep.BlockedReason = truncate(rep.BlockedReason, max(limit, 128))
 		if wire.FrameLen(rep) <= wire.DefaultMaxFrameSize {
