@@ -177,7 +177,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Warn("record stop", "error", err)
 		}
 	}()
-	if a.cfg.LockDir == "" {
+	if a.cfg.LockDir == "" && a.cfg.DataDir != "" {
 		// The default lock directory, for workloads of the agent's user.
 		if err := os.MkdirAll(a.cfg.lockDir(), 0o700); err != nil {
 			return fmt.Errorf("agent: lock directory: %w", err)

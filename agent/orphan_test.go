@@ -30,8 +30,9 @@ const (
 
 // orphanResource is an exec step whose apply command records each run in
 // WORK/log ("start", then "end"), and "overlap" if it starts while an
-// earlier run still runs; the first run sleeps for sleep, later ones not.
-func orphanResource(work, timeout, sleep string) intent.Resource {
+// earlier run still runs; the first run waits until WORK/go exists,
+// later ones not.
+func orphanResource(work, timeout string) intent.Resource {
 	// An earlier run still runs if its process exists and is not a
 	// zombie (an orphan ended, not reaped yet).
 	script := fmt.Sprintf(`cd %q
@@ -41,9 +42,9 @@ if [ -f pid ]; then
 fi
 echo $$ > pid
 echo start >> log
-if [ ! -e slept ]; then touch slept; sleep %s; fi
+if [ ! -e slept ]; then touch slept; while [ ! -e go ]; do sleep 0.05; done; fi
 touch done
-echo end >> log`, work, sleep)
+echo end >> log`, work)
 	return intent.Resource{ID: "restart-till", Type: "exec", Spec: map[string]any{
 		"check": []any{"/bin/sh", "-c", "test -e " + filepath.Join(work, "done")},
 		"apply": []any{"/bin/sh", "-c", script}, "timeout": timeout,
@@ -69,11 +70,7 @@ func TestHelperOrphanedExec(t *testing.T) {
 			}
 		}
 	})
-	sleep := "2"
-	if timeout == "1s" {
-		sleep = "60"
-	}
-	if err := j.RecordDesired(1, []journal.DesiredResource{desired(t, "pos", 1, orphanResource(work, timeout, sleep))}); err != nil {
+	if err := j.RecordDesired(1, []journal.DesiredResource{desired(t, "pos", 1, orphanResource(work, timeout))}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
 	}
@@ -85,11 +82,11 @@ func TestHelperOrphanedExec(t *testing.T) {
 // TestOrphanedExecChildNeverOverlaps kills an agent (kill -9) while an
 // exec step's command runs. The restarted agent finds the command still
 // running (by the process group and marker its journal holds) and waits
-// for it before it re-checks the step: the command's own run completes
-// the step, which is not run again. When the command outlives the step's
-// time budget (three times its timeout, from when the step began), the
-// agent ends its process group first and then applies the step again.
-// Either way the command never runs twice at once.
+// for it before it re-checks the step: the command, let go once the agent
+// waits, completes the step, which is not run again. When the command
+// outlives the step's time budget (three times its timeout, from when the
+// step began), the agent ends its process group first and then applies
+// the step again. Either way the command never runs twice at once.
 func TestOrphanedExecChildNeverOverlaps(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("finding a step's processes after a crash needs /proc")
@@ -134,7 +131,14 @@ func TestOrphanedExecChildNeverOverlaps(t *testing.T) {
 			}
 			cmd.Wait()
 
-			rec, j := crashRig(t, dir, t.TempDir(), nil)
+			letGo := tc.timeout != "1s" // the orphan past its budget is never let go
+			rec, j := crashRig(t, dir, t.TempDir(), func(event, key string) {
+				if event == "orphan" && letGo {
+					if err := os.WriteFile(filepath.Join(work, "go"), nil, 0o644); err != nil {
+						t.Error(err)
+					}
+				}
+			})
 			defer j.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()

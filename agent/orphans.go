@@ -40,6 +40,7 @@ func (r *reconciler) settleOrphans(ctx context.Context, st journal.Step, deadlin
 	}
 	r.log.Warn("a process of a step interrupted by a restart still runs; waiting for it before re-checking",
 		"resource", st.Key, "pids", pids, "until", deadline)
+	r.call("orphan", st.Key)
 	clock := r.cfg.Clock
 	for clock.Now().Before(deadline) {
 		select {

@@ -35,7 +35,8 @@ type reconciler struct {
 	locks   *lockBook     // the workload locks held
 	kick    chan struct{} // desired set or settings changed; capacity 1
 	// hook, when set (tests), is called after each journal write of a
-	// step: "begin", "apply" (driver returned), "end".
+	// step: "begin", "apply" (driver returned), "end"; "started" when a
+	// command of the step started, "orphan" when one survived a restart.
 	hook func(event, key string)
 
 	// Owned by the goroutine running passes.
