@@ -7,14 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/quic-go/quic-go"
 
 	"github.com/meteor-edge/meteor/agent/driver"
 	"github.com/meteor-edge/meteor/agent/journal"
+	"github.com/meteor-edge/meteor/wire"
 )
 
 // Agent is a device agent: it keeps a session with the nearest server,
@@ -38,6 +41,8 @@ type Agent struct {
 	binding *bindingLearner
 	// traffic counts the datagrams of the agent's socket.
 	traffic *trafficMeter
+	// book holds the settings the control plane sent (classes first).
+	book *settingsBook
 
 	// Set by Run before its goroutines start, read by them.
 	j   *journal.Journal
@@ -67,6 +72,7 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	a.st = newStatusStore(id)
+	a.book = newSettingsBook(&a.cfg)
 	a.binding = newBindingLearner(cfg.KeepAliveMin, cfg.KeepAliveMax)
 	a.publishBinding(false)
 	cert := cfg.Certificate
@@ -149,8 +155,38 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer tr.Close()
 
 	a.j = j
-	a.rp = newReporter(j, a.st, a.cfg.Clock, a.cfg.ReportInterval, a.log.Named("report"))
-	a.rec = newReconciler(&a.cfg, j, a.drivers, a.st, a.rp, a.log.Named("reconcile"))
+	if body, ok, err := j.Settings(); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	} else if ok {
+		var s wire.Settings
+		if err := s.Decode(body); err != nil {
+			a.log.Warn("settings in the journal unreadable; waiting for the servers'", "error", err)
+		} else {
+			a.book.set(&s)
+		}
+	}
+	a.rp = newReporter(j, a.st, a.cfg.Clock, a.book.reportInterval, a.log.Named("report"))
+	a.rec = newReconciler(&a.cfg, j, a.drivers, a.st, a.rp, a.book, a.log.Named("reconcile"))
+	if a.rec.startup, err = startupOf(j, a.cfg.Clock.Now()); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	defer func() {
+		// A clean stop; after a power cut nothing more is written, and the
+		// next start knows it lost power.
+		if err := j.Stop(); err != nil && !errors.Is(err, journal.ErrPowerCut) {
+			a.log.Warn("record stop", "error", err)
+		}
+	}()
+	if a.cfg.LockDir == "" && a.cfg.DataDir != "" {
+		// The default lock directory, for workloads of the agent's user.
+		if err := os.MkdirAll(a.cfg.lockDir(), 0o700); err != nil {
+			return fmt.Errorf("agent: lock directory: %w", err)
+		}
+	}
+	ctl, err := a.listenControl()
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
 	cm := newConnManager(a, tr)
 	// Connections present the current certificate, which a renewal
 	// replaces.
@@ -168,6 +204,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.CertificateDir != "" {
 		wg.Go(func() { a.renewLoop(ctx, tr, cm) })
 	}
+	if ctl != nil {
+		wg.Go(func() { ctl.serve(ctx) })
+	}
 	wg.Wait()
 	a.log.Info("agent stopped")
 	return nil
@@ -178,6 +217,10 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) Status() Status {
 	s := a.st.snapshot()
 	s.Traffic = a.traffic.snapshot()
+	if set := a.book.settings(); set != nil {
+		s.SettingsSeq = set.Seq
+	}
+	s.PullInterval, s.ReportInterval, s.ProbeIntervals = a.book.pullInterval(a.cfg.PullInterval), a.book.reportInterval(), a.book.probeIntervals()
 	if j := a.jnl.Load(); j != nil {
 		if sum, err := j.Summary(); err == nil {
 			sess := sum.Session
@@ -187,6 +230,25 @@ func (a *Agent) Status() Status {
 		}
 	}
 	return s
+}
+
+// startupOf records the agent's start and says how it found the journal:
+// whether the agent before stopped cleanly, and how many of the desired
+// resources were applied then.
+func startupOf(j *journal.Journal, now time.Time) (*journal.Recovery, error) {
+	unclean, err := j.Start()
+	if err != nil {
+		return nil, err
+	}
+	p, err := j.Progress()
+	if err != nil {
+		return nil, err
+	}
+	set, err := j.Desired()
+	if err != nil {
+		return nil, err
+	}
+	return &journal.Recovery{At: now, Unclean: unclean, Total: len(set.Resources), Applied: len(p.Applied)}, nil
 }
 
 // defaultListener returns a listener on UDP port 0: on 127.0.0.1 when

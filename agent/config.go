@@ -83,16 +83,43 @@ type Config struct {
 	// wait is jittered and doubles up to ReportResendMax. Defaults 1 s
 	// and 60 s.
 	ReportResendMin, ReportResendMax time.Duration
-	// ProbeInterval is the default cadence at which applied resources are
-	// re-read (drift) and re-probed (effective state). Default 60 s.
+	// ProbeInterval is the cadence at which applied resources are re-read
+	// (drift) and re-probed (effective state). Default 60 s.
 	ProbeInterval time.Duration
-	// ClassIntervals overrides ProbeInterval per reconcile class (e.g.
-	// "network-policy": 15 s).
-	ClassIntervals map[string]time.Duration
 	// RetryMin and RetryMax bound the exponential backoff of a failing
 	// apply, and of re-probes of an applied resource that is not yet
 	// effective. Defaults 1 s and 5 min.
+	//
+	// PullInterval, ReportInterval, ProbeInterval, RetryMin and RetryMax
+	// are the agent's own cadences: they hold for every class until a
+	// server of protocol 1.4 sends the reconcile classes in effect
+	// (wire.Settings), and with older servers. From then on each resource
+	// is reconciled on its class's cadence, the pull and report intervals
+	// being the shortest among the classes of the desired resources.
 	RetryMin, RetryMax time.Duration
+
+	// ControlSocket is the path of the agent's local control socket
+	// (meteor agent override, meteor agent lock); empty means
+	// DataDir/agent.sock, "-" none. Only the agent's user and root may use
+	// it (the socket is mode 0600; docs/agent.md, "The control socket").
+	ControlSocket string
+
+	// LockDir is the directory of workload lock files: a file NAME in it
+	// holds the lock NAME (docs/agent.md, "Workload locks"). Empty means
+	// DataDir/locks, "-" none. LockMaxHold is the maximum hold of a lock
+	// file that names none; default 4 h.
+	LockDir     string
+	LockMaxHold time.Duration
+
+	// FightThreshold corrections of one resource's drift within
+	// FightWindow make a fight: something on the device keeps undoing the
+	// resource. The agent then reports it fighting and backs its
+	// corrections off, from FightBackoffMin doubling to FightBackoffMax,
+	// until a correction holds for a whole FightWindow. Defaults 3, 10
+	// min, 1 min and 1 h.
+	FightThreshold                   int
+	FightWindow                      time.Duration
+	FightBackoffMin, FightBackoffMax time.Duration
 
 	// BackoffMin and BackoffMax bound the jittered exponential backoff
 	// between connection attempts once every server failed. Defaults
@@ -168,6 +195,11 @@ const (
 	DefaultSwitchRatio      = 0.3
 	DefaultSwitchMargin     = 5 * time.Millisecond
 	DefaultSwitchProbes     = 3
+	DefaultLockMaxHold      = 4 * time.Hour
+	DefaultFightThreshold   = 3
+	DefaultFightWindow      = 10 * time.Minute
+	DefaultFightBackoffMin  = time.Minute
+	DefaultFightBackoffMax  = time.Hour
 )
 
 // DefaultConfig returns a Config with every interval at its default and no
@@ -192,6 +224,11 @@ func DefaultConfig() Config {
 		SwitchRatio:         DefaultSwitchRatio,
 		SwitchMargin:        DefaultSwitchMargin,
 		SwitchProbes:        DefaultSwitchProbes,
+		LockMaxHold:         DefaultLockMaxHold,
+		FightThreshold:      DefaultFightThreshold,
+		FightWindow:         DefaultFightWindow,
+		FightBackoffMin:     DefaultFightBackoffMin,
+		FightBackoffMax:     DefaultFightBackoffMax,
 	}
 }
 
@@ -234,14 +271,10 @@ func (c Config) Validate() error {
 		"backoff min": c.BackoffMin, "backoff max": c.BackoffMax, "dial timeout": c.DialTimeout,
 		"switch margin": c.SwitchMargin, "rtt probe max interval": c.RTTProbeMaxInterval,
 		"keep-alive min": c.KeepAliveMin, "keep-alive max": c.KeepAliveMax, "keep-alive timeout": c.KeepAliveTimeout,
+		"lock max hold": c.LockMaxHold, "fight window": c.FightWindow, "fight backoff min": c.FightBackoffMin, "fight backoff max": c.FightBackoffMax,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
-		}
-	}
-	for class, d := range c.ClassIntervals {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("class %q interval %v must be positive", class, d))
 		}
 	}
 	if c.RetryMin > 0 && c.RetryMax > 0 && c.RetryMin > c.RetryMax {
@@ -252,6 +285,9 @@ func (c Config) Validate() error {
 	}
 	if c.SwitchRatio < 0 || c.SwitchRatio >= 1 {
 		errs = append(errs, fmt.Errorf("switch ratio %v not in [0,1)", c.SwitchRatio))
+	}
+	if c.FightThreshold < 0 {
+		errs = append(errs, fmt.Errorf("fight threshold %d is negative", c.FightThreshold))
 	}
 	if c.SwitchProbes < 0 {
 		errs = append(errs, fmt.Errorf("switch probes %d is negative", c.SwitchProbes))
@@ -295,6 +331,14 @@ func (c Config) withDefaults() Config {
 	if c.SwitchProbes == 0 {
 		c.SwitchProbes = def.SwitchProbes
 	}
+	if c.FightThreshold == 0 {
+		c.FightThreshold = def.FightThreshold
+	}
+	set(&c.LockMaxHold, def.LockMaxHold)
+	set(&c.FightWindow, def.FightWindow)
+	set(&c.FightBackoffMin, def.FightBackoffMin)
+	set(&c.FightBackoffMax, def.FightBackoffMax)
+	c.FightBackoffMax = max(c.FightBackoffMax, c.FightBackoffMin)
 	if c.AgentVersion == "" {
 		c.AgentVersion = "meteor-agent"
 	}
@@ -310,12 +354,15 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// probeInterval returns the drift and probe cadence of a reconcile class.
-func (c *Config) probeInterval(class string) time.Duration {
-	if d, ok := c.ClassIntervals[class]; ok {
-		return d
+// lockDir is the lock directory; "" for none.
+func (c *Config) lockDir() string {
+	switch c.LockDir {
+	case "-":
+		return ""
+	case "":
+		return filepath.Join(c.DataDir, "locks")
 	}
-	return c.ProbeInterval
+	return c.LockDir
 }
 
 // certDeviceID returns the device ID of a device certificate.

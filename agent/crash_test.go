@@ -48,7 +48,8 @@ func crashRig(t testing.TB, dir, root string, hook func(event, key string)) (*re
 	cfg := DefaultConfig().withDefaults()
 	log := testLogger(t)
 	st := newStatusStore("dev-1")
-	rec := newReconciler(&cfg, j, reg, st, newReporter(j, st, cfg.Clock, cfg.ReportInterval, log), log)
+	book := newSettingsBook(&cfg)
+	rec := newReconciler(&cfg, j, reg, st, newReporter(j, st, cfg.Clock, book.reportInterval, log), book, log)
 	rec.hook = hook
 	return rec, j
 }

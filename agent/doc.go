@@ -18,8 +18,13 @@
 //     probes on the class cadence, retries with backoff. After each pass
 //     the reporter (report.go) queues a full report if anything changed.
 //
-// They share only the journal (package journal, safe for concurrent use)
-// and the status view (status.go, behind a mutex): the session journals a
+// Beside them, the control socket (control.go) serves the commands run on
+// the device itself (local overrides, workload locks): it writes the
+// journal and wakes the reconciler.
+//
+// They share only the journal (package journal, safe for concurrent use),
+// the settings the servers sent (settings.go) and the status view
+// (status.go), each behind a mutex: the session journals a
 // Delta's target set and wakes the reconciler; the reconciler queues
 // reports and wakes the session. Neither waits for the other, so the
 // device keeps converging offline and the session keeps answering while a

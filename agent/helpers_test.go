@@ -98,6 +98,7 @@ type rig struct {
 	reg    *driver.Registry
 	sim    *driver.SimDevice
 	st     *statusStore
+	book   *settingsBook
 	rec    *reconciler
 	events []string // "begin app/x", "end app/x"
 }
@@ -120,8 +121,9 @@ func newRig(t *testing.T) *rig {
 	cfg = cfg.withDefaults()
 	log := testLogger(t)
 	r.st = newStatusStore("dev-1")
-	rp := newReporter(r.j, r.st, r.clock, cfg.ReportInterval, log)
-	r.rec = newReconciler(&cfg, r.j, r.reg, r.st, rp, log)
+	r.book = newSettingsBook(&cfg)
+	rp := newReporter(r.j, r.st, r.clock, r.book.reportInterval, log)
+	r.rec = newReconciler(&cfg, r.j, r.reg, r.st, rp, r.book, log)
 	r.rec.hook = func(event, key string) {
 		if event != "apply" {
 			r.events = append(r.events, event+" "+key)

@@ -20,8 +20,10 @@ type item struct {
 	digest   string // hex SHA-256 of body
 	revision uint64
 	res      intent.Resource
-	// requires are the keys of the resources this one requires, sorted.
+	// requires are the keys of the resources this one requires, sorted;
+	// pre its preconditions on the device (locks, labels, disk space).
 	requires []string
+	pre      []intent.Requirement
 	// err is set when the body cannot be used; the resource is then
 	// failed without any step.
 	err error
@@ -44,7 +46,15 @@ func decodeItem(d journal.DesiredResource) *item {
 	}
 	it.res = b.Resource
 	for _, r := range b.Resource.Requires {
-		it.requires = append(it.requires, intent.ResourceKey(name, r))
+		q, err := intent.ParseRequirement(r)
+		switch {
+		case err != nil:
+			it.err = fmt.Errorf("resource %q: %w: %v", d.Key, errBadBody, err)
+		case q.Kind == intent.RequireResource:
+			it.requires = append(it.requires, intent.ResourceKey(name, r))
+		default:
+			it.pre = append(it.pre, q)
+		}
 	}
 	slices.Sort(it.requires)
 	it.requires = slices.Compact(it.requires)

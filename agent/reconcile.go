@@ -31,14 +31,23 @@ type reconciler struct {
 	log     hclog.Logger
 	st      *statusStore
 	rp      *reporter
-	kick    chan struct{} // desired set changed; capacity 1
+	book    *settingsBook // each class's cadence
+	locks   *lockBook     // the workload locks held
+	kick    chan struct{} // desired set or settings changed; capacity 1
 	// hook, when set (tests), is called after each journal write of a
-	// step: "begin", "apply" (driver returned), "end".
+	// step: "begin", "apply" (driver returned), "end"; "started" when a
+	// command of the step started, "orphan" when one survived a restart.
 	hook func(event, key string)
 
 	// Owned by the goroutine running passes.
 	cache map[string]*item     // decoded desired resources by key
 	rt    map[string]*resState // runtime state by key
+	// recovered are the steps found in flight and resolved since the
+	// agent started; startup, until the first pass is done, is how the
+	// agent found the journal at its start (Agent.Run), which the first
+	// pass completes and records.
+	recovered []journal.RecoveredStep
+	startup   *journal.Recovery
 }
 
 // resState is what the reconciler remembers about a resource between
@@ -48,17 +57,30 @@ type resState struct {
 	nextRetry  time.Time // earliest next apply after a failure
 	terminal   bool      // the last failure cannot be fixed by retrying
 	nextProbe  time.Time // next drift check and probe; zero: now
+	checkedAt  time.Time // when the last check ran; zero: none yet
 	probeFails int       // consecutive probes that were not OK
 	eff        driver.Effective
 	drift      string // "", StateDrifted or StateOverridden
 	driftWhy   string
+	// hold says what holds a step of the resource back in this pass (an
+	// override, a rotation window not open yet, a maintenance window);
+	// checkHold what the last check found holding its correction back (a
+	// maintenance window, a fight). The zero Hold for nothing.
+	hold, checkHold wire.Hold
+	// pin is the site operator's override in force this pass; nil for
+	// none.
+	pin *journal.Override
+	// fight is the resource's drift corrections of late, and the fight
+	// they make (fight.go). It is reset with the desired digest.
+	fight fight
 	// corrections counts drift corrections; it survives digest changes.
 	corrections int
 }
 
-func newReconciler(cfg *Config, j *journal.Journal, drivers *driver.Registry, st *statusStore, rp *reporter, log hclog.Logger) *reconciler {
+func newReconciler(cfg *Config, j *journal.Journal, drivers *driver.Registry, st *statusStore, rp *reporter, book *settingsBook, log hclog.Logger) *reconciler {
 	return &reconciler{
-		cfg: cfg, j: j, drivers: drivers, st: st, rp: rp, log: log,
+		cfg: cfg, j: j, drivers: drivers, st: st, rp: rp, book: book, log: log,
+		locks: &lockBook{j: j, dir: cfg.lockDir(), fileMaxHold: cfg.LockMaxHold},
 		kick:  make(chan struct{}, 1),
 		cache: map[string]*item{},
 		rt:    map[string]*resState{},
@@ -120,6 +142,9 @@ func (r *reconciler) pass(ctx context.Context) (next time.Time, err error) {
 	if err := r.resolveInFlight(ctx, items); err != nil {
 		return next, err
 	}
+	if err := r.recordStartup(); err != nil {
+		return next, err
+	}
 	all, err := r.j.AppliedAll()
 	if err != nil {
 		return next, err
@@ -142,7 +167,25 @@ func (r *reconciler) pass(ctx context.Context) (next time.Time, err error) {
 			delete(r.rt, k)
 		}
 	}
+	classes := make([]string, 0, len(items))
+	for _, it := range items {
+		classes = append(classes, it.res.EffectiveClass())
+	}
+	r.book.setInUse(classes)
 
+	pins, err := r.overrides()
+	if err != nil {
+		return next, err
+	}
+	locks, err := r.locks.held()
+	if err != nil {
+		return next, err
+	}
+	if err := r.handleUnlocks(locks); err != nil {
+		return next, err
+	}
+	labels := r.deviceLabels()
+	now := r.cfg.Clock.Now()
 	ordered, cycles := order(items)
 	ready := make(map[string]bool, len(items))
 	states := make(map[string]string, len(items))
@@ -157,25 +200,49 @@ func (r *reconciler) pass(ctx context.Context) (next time.Time, err error) {
 			return next, err
 		}
 		rs := r.state(it)
+		rs.pin = nil
+		if o, ok := pins[it.key]; ok {
+			rs.pin = &o
+			wake(o.Until) // correction resumes then
+		}
 		a, ok := applied[it.key]
 		if !ok {
 			a = journal.Applied{Key: it.key}
 		}
 		blocked := blockedReason(it, items, ready, states, cycles)
+		var preHold wire.Hold
+		if blocked == "" && len(it.pre) > 0 {
+			if blocked, preHold = r.unmet(it, locks, labels, now); blocked != "" {
+				// Look again soon: a lock file or the disk may change
+				// without a word to the agent.
+				wake(now.Add(min(15*time.Second, r.book.paceOf(it.res.EffectiveClass()).probe)))
+			}
+		}
 		if a, err = r.reconcileOne(ctx, it, rs, a, blocked); err != nil {
 			return next, err
+		}
+		if preHold.Kind != wire.HoldNone && rs.hold.Kind == wire.HoldNone && (a.Digest != it.digest || rs.drift != "") {
+			rs.hold = preHold
 		}
 		rs2 := r.status(it, rs, a, blocked)
 		states[it.key] = rs2.State
 		ready[it.key] = a.Digest == it.digest && rs.eff.Result == driver.EffectiveOK
 		list = append(list, rs2)
-		if a.Digest == it.digest {
+		switch {
+		case a.Digest == it.digest:
 			wake(rs.nextProbe)
-		} else if !rs.terminal && blocked == "" && it.err == nil {
+		case rs.hold.Kind == wire.HoldSchedule || rs.hold.Kind == wire.HoldWindow:
+			wake(time.Unix(0, rs.hold.Until))
+		case !rs.terminal && blocked == "" && it.err == nil:
 			wake(rs.nextRetry)
 		}
 	}
 	r.st.setResources(set.Revision, list, r.cfg.Clock.Now())
+	unlocked, err := r.j.Unlocks()
+	if err != nil {
+		return next, err
+	}
+	r.st.setLocks(wireLocks(locks), wireUnlocked(unlocked))
 	return next, nil
 }
 
@@ -215,7 +282,10 @@ func (r *reconciler) state(it *item) *resState {
 // resolveInFlight ends the steps a crash left in flight. The journal
 // cannot say whether their driver ran, so the device is asked: if it is
 // already at the step's desired state the step counts as applied,
-// otherwise it ends as interrupted and the pass applies it again.
+// otherwise it ends as interrupted and the pass applies it again. A step
+// whose processes may outlive the agent (exec) is re-checked only once
+// they have ended (settleOrphans), so that it never runs twice at once.
+// Each step resolved goes into the recovery of this start (r.recovered).
 func (r *reconciler) resolveInFlight(ctx context.Context, items map[string]*item) error {
 	steps, err := r.j.InFlight()
 	if err != nil {
@@ -224,10 +294,22 @@ func (r *reconciler) resolveInFlight(ctx context.Context, items map[string]*item
 	for _, st := range steps {
 		it, ok := items[st.Key]
 		outcome := errInterrupted
-		if ok && it.err == nil && it.digest == st.Digest {
-			drv, err := r.drivers.Lookup(it.res.Type)
-			if err == nil {
-				outcome = recheck(ctx, drv, it.res)
+		how := wire.StepDropped
+		budget := defaultStepBudget
+		var drv driver.Driver
+		if ok && it.err == nil {
+			if drv, err = r.drivers.Lookup(it.res.Type); err != nil {
+				drv = nil
+			} else if b, ok := drv.(driver.Budgeted); ok {
+				budget = b.StepBudget(it.res)
+			}
+		}
+		child := r.settleOrphans(ctx, st, st.BegunAt.Add(budget))
+		if drv != nil && it.digest == st.Digest {
+			if outcome = recheck(ctx, drv, it.res); outcome == nil {
+				how = wire.StepAlreadyApplied
+			} else {
+				how = wire.StepAppliedAgain
 			}
 		}
 		if ctx.Err() != nil {
@@ -237,10 +319,23 @@ func (r *reconciler) resolveInFlight(ctx context.Context, items map[string]*item
 			return err
 		}
 		r.log.Info("resolved step interrupted by a restart", "resource", st.Key, "digest", st.Digest,
-			"applied", outcome == nil, "outcome", errString(outcome))
+			"applied", outcome == nil, "outcome", errString(outcome), "process", child)
+		r.recovered = append(r.recovered, journal.RecoveredStep{Key: st.Key, Digest: st.Digest, Outcome: how.String(), Child: childName(child)})
 		r.st.update(func(s *Status) { s.Interrupted++ })
 	}
 	return nil
+}
+
+// defaultStepBudget bounds the wait for the processes of an interrupted
+// step whose driver gives no budget.
+const defaultStepBudget = 90 * time.Second
+
+// childName is a child outcome as the journal keeps it ("" for none).
+func childName(c wire.ChildOutcome) string {
+	if c == wire.ChildNone {
+		return ""
+	}
+	return c.String()
 }
 
 // recheck reads the device: nil when it is at r's desired state.
@@ -282,9 +377,34 @@ func (r *reconciler) reconcileOne(ctx context.Context, it *item, rs *resState, a
 		return a, nil
 	}
 	now := r.cfg.Clock.Now()
+	if p := r.book.paceOf(it.res.EffectiveClass()); rs.probeFails == 0 && !rs.checkedAt.IsZero() {
+		// The class's cadence may have shortened since the last check
+		// (settings changed live): the next check comes no later than
+		// one new interval after the last.
+		if due := rs.checkedAt.Add(p.probe); due.Before(rs.nextProbe) {
+			rs.nextProbe = due
+		}
+	}
+	rs.hold = wire.Hold{}
+	if rs.pin != nil {
+		rs.hold = overrideHold(rs.pin)
+		if a.Digest != it.digest {
+			return a, nil // pinned: not even a new desired state
+		}
+	}
 	if a.Digest != it.digest {
+		if nb, _ := it.res.Rotation.Times(); nb.After(now) {
+			// Its rotation window has not opened: no step before.
+			rs.hold = wire.Hold{Kind: wire.HoldSchedule, Until: nb.UnixNano()}
+			return a, nil
+		}
 		if rs.terminal || blocked != "" || now.Before(rs.nextRetry) {
 			return a, nil
+		}
+		if it.res.Disruptive {
+			if rs.hold = r.book.maintenanceHold(now); rs.hold.Kind != wire.HoldNone {
+				return a, nil // outside the device's maintenance windows
+			}
 		}
 		var err error
 		a, err = r.apply(ctx, it, rs, "apply")
@@ -316,7 +436,14 @@ func (r *reconciler) apply(ctx context.Context, it *item, rs *resState, why stri
 		return journal.Applied{}, err
 	}
 	r.call("begin", it.key)
-	applyErr := drv.Apply(ctx, it.res)
+	actx := ctx
+	if _, ok := drv.(driver.Budgeted); ok {
+		// Its commands may outlive the agent: journal how to find them.
+		if actx, err = r.trackProcesses(ctx, it.key); err != nil {
+			return journal.Applied{}, err
+		}
+	}
+	applyErr := drv.Apply(actx, it.res)
 	r.call("apply", it.key)
 	if err := r.j.EndStep(it.key, it.digest, it.revision, applyErr); err != nil {
 		return journal.Applied{}, err
@@ -329,7 +456,7 @@ func (r *reconciler) apply(ctx context.Context, it *item, rs *resState, why stri
 	now := r.cfg.Clock.Now()
 	if applyErr != nil {
 		rs.terminal = isTerminal(applyErr)
-		rs.nextRetry = now.Add(backoff(r.cfg.RetryMin, r.cfg.RetryMax, a.Attempts))
+		rs.nextRetry = now.Add(r.book.paceOf(it.res.EffectiveClass()).retryAfter(a.Attempts, jitterRand))
 		rs.nextProbe = rs.nextRetry
 		r.log.Warn("step failed", "resource", it.key, "why", why, "attempts", a.Attempts,
 			"terminal", rs.terminal, "retry_at", rs.nextRetry, "error", applyErr)
@@ -347,8 +474,10 @@ func (r *reconciler) check(ctx context.Context, it *item, rs *resState, a journa
 	if err != nil {
 		return a, err
 	}
-	interval := r.cfg.probeInterval(it.res.EffectiveClass())
+	p := r.book.paceOf(it.res.EffectiveClass())
+	interval := p.probe
 	now := r.cfg.Clock.Now()
+	rs.checkedAt = now
 	cur, err := drv.Current(ctx, it.res)
 	var diff driver.Diff
 	if err == nil {
@@ -360,13 +489,22 @@ func (r *reconciler) check(ctx context.Context, it *item, rs *resState, a journa
 	if err != nil {
 		rs.eff = driver.Effective{Result: driver.EffectiveUnknown, Detail: "read current state: " + err.Error()}
 		rs.probeFails++
-		rs.nextProbe = now.Add(min(interval, backoff(r.cfg.RetryMin, r.cfg.RetryMax, rs.probeFails)))
+		rs.nextProbe = now.Add(min(interval, backoff(p.retryBase, p.retryMax, rs.probeFails)))
 		return a, nil
 	}
-	rs.drift, rs.driftWhy = "", ""
+	rs.drift, rs.driftWhy, rs.checkHold = "", "", wire.Hold{}
+	if !diff.Changed {
+		r.fightSettles(it, rs, now)
+	}
 	if diff.Changed {
 		why := strings.Join(diff.Reasons, "; ")
-		switch it.res.EffectiveDrift() {
+		policy := it.res.EffectiveDrift()
+		if rs.pin != nil {
+			policy = "" // pinned: left as it is
+		}
+		switch policy {
+		case "":
+			rs.drift, rs.driftWhy = StateOverridden, pinText(rs.pin)+": "+why
 		case intent.DriftTolerate:
 			rs.drift, rs.driftWhy = StateOverridden, "local override tolerated: "+why
 		case intent.DriftReport:
@@ -376,6 +514,18 @@ func (r *reconciler) check(ctx context.Context, it *item, rs *resState, a journa
 				rs.drift, rs.driftWhy = StateDrifted, "drift correction "+blocked+": "+why
 				break
 			}
+			if it.res.Disruptive {
+				if rs.checkHold = r.book.maintenanceHold(now); rs.checkHold.Kind != wire.HoldNone {
+					rs.drift, rs.driftWhy = StateDrifted, "drift correction "+windowText(rs.checkHold)+": "+why
+					break
+				}
+			}
+			if rs.fight.held(now) {
+				rs.checkHold = rs.fight.hold()
+				rs.drift, rs.driftWhy = StateDrifted, fightText(rs.checkHold)+": "+why
+				break
+			}
+			r.fightCorrected(it, rs, now)
 			rs.corrections++
 			r.log.Info("correcting drift", "resource", it.key, "drift", why, "corrections", rs.corrections)
 			if a, err = r.apply(ctx, it, rs, "drift"); err != nil {
@@ -400,7 +550,15 @@ func (r *reconciler) check(ctx context.Context, it *item, rs *resState, a journa
 		rs.nextProbe = now.Add(interval)
 	} else {
 		rs.probeFails++
-		rs.nextProbe = now.Add(min(interval, backoff(r.cfg.RetryMin, r.cfg.RetryMax, rs.probeFails)))
+		rs.nextProbe = now.Add(min(interval, backoff(p.retryBase, p.retryMax, rs.probeFails)))
+	}
+	if k := rs.checkHold.Kind; k == wire.HoldWindow || k == wire.HoldFighting {
+		// Check again, and correct, when the window opens or the fight's
+		// backoff ends.
+		rs.nextProbe = minTime(rs.nextProbe, time.Unix(0, rs.checkHold.Until))
+	}
+	if rs.checkHold.Kind == wire.HoldNone && rs.fight.on {
+		rs.checkHold = rs.fight.hold() // corrected, not settled yet
 	}
 	return a, nil
 }
@@ -414,6 +572,10 @@ func (r *reconciler) status(it *item, rs *resState, a journal.Applied, blocked s
 		AppliedDigest:   a.Digest,
 		AppliedRevision: a.Revision,
 		Corrections:     rs.corrections,
+		Hold:            rs.hold,
+	}
+	if s.Hold.Kind == wire.HoldNone && a.Digest == it.digest {
+		s.Hold = rs.checkHold
 	}
 	if a.LastStepDigest == it.digest {
 		s.Attempts, s.LastError = a.Attempts, a.LastError
@@ -422,6 +584,12 @@ func (r *reconciler) status(it *item, rs *resState, a journal.Applied, blocked s
 	switch {
 	case it.err != nil:
 		s.State, s.LastError, s.Detail = StateFailed, it.err.Error(), "terminal: waiting for a new desired state"
+	case a.Digest != it.digest && rs.hold.Kind == wire.HoldSchedule:
+		s.State, s.Detail = StatePending, "rotation window opens at "+time.Unix(0, rs.hold.Until).UTC().Format(time.RFC3339)
+	case a.Digest != it.digest && rs.hold.Kind == wire.HoldWindow:
+		s.State, s.Detail = StateBlocked, windowText(rs.hold)
+	case a.Digest != it.digest && rs.hold.Kind == wire.HoldOverride:
+		s.State, s.Detail = StateOverridden, pinText(rs.pin)+": the desired change waits for it to end"
 	case a.Digest != it.digest && blocked != "":
 		s.State, s.Detail = StateBlocked, blocked
 	case a.Digest != it.digest && failedStep && rs.terminal:
@@ -434,6 +602,8 @@ func (r *reconciler) status(it *item, rs *resState, a journal.Applied, blocked s
 		s.State, s.Detail = StateFailed, rs.driftWhy
 	case rs.drift != "":
 		s.State, s.Detail = rs.drift, rs.driftWhy
+	case rs.eff.Result == driver.EffectiveOK && s.Hold.Kind == wire.HoldFighting:
+		s.State, s.Detail = StateConverged, fightText(s.Hold)+"; corrected, not settled yet"
 	case rs.eff.Result == driver.EffectiveOK:
 		s.State = StateConverged
 	default:
@@ -445,6 +615,11 @@ func (r *reconciler) status(it *item, rs *resState, a journal.Applied, blocked s
 			s.Detail = rs.eff.Detail
 		} else if rs.eff.Detail != "" {
 			s.Detail += "; effective: " + rs.eff.Detail
+		}
+	}
+	if _, dl := it.res.Rotation.Times(); !dl.IsZero() && a.Digest != it.digest {
+		if now := r.cfg.Clock.Now(); !now.Before(dl) {
+			s.Detail += " (rotation deadline " + dl.UTC().Format(time.RFC3339) + " passed)"
 		}
 	}
 	switch {
@@ -476,6 +651,14 @@ func wireEffective(e driver.EffectiveResult) wire.Effective {
 		return wire.EffectiveMismatch
 	}
 	return wire.EffectiveUnknown
+}
+
+// minTime returns the earlier of two times.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // backoff returns min(hi, lo*2^(n-1)) for n >= 1.

@@ -27,7 +27,7 @@ type reporter struct {
 	j        *journal.Journal
 	st       *statusStore
 	clock    Clock
-	interval time.Duration
+	interval func() time.Duration // between full reports (settingsBook.reportInterval)
 	log      hclog.Logger
 	// ready tells the session that a report was queued; capacity 1.
 	ready chan struct{}
@@ -51,7 +51,7 @@ type queuedView struct {
 	resources map[string]wire.ResourceReport
 }
 
-func newReporter(j *journal.Journal, st *statusStore, clock Clock, interval time.Duration, log hclog.Logger) *reporter {
+func newReporter(j *journal.Journal, st *statusStore, clock Clock, interval func() time.Duration, log hclog.Logger) *reporter {
 	return &reporter{j: j, st: st, clock: clock, interval: interval, log: log, ready: make(chan struct{}, 1)}
 }
 
@@ -63,16 +63,17 @@ func (rp *reporter) maybeQueue() (due time.Time, err error) {
 	defer rp.mu.Unlock()
 	rep, body, err := rp.view()
 	now := rp.clock.Now()
+	interval := rp.interval()
 	if err != nil {
-		return now.Add(rp.interval), err
+		return now.Add(interval), err
 	}
-	full := !now.Before(rp.lastFull.Add(rp.interval))
+	full := !now.Before(rp.lastFull.Add(interval))
 	if rp.last == nil || full || !bytes.Equal(body, rp.last) {
 		if err := rp.queueLocked(rep, body, full, 0, now); err != nil {
 			return now, err
 		}
 	}
-	return rp.lastFull.Add(rp.interval), nil
+	return rp.lastFull.Add(interval), nil
 }
 
 // queue queues a full report of the current view whatever changed,
@@ -172,6 +173,7 @@ func fitReport(rep *wire.Report) bool {
 		for i := range rep.Resources {
 			r := &rep.Resources[i]
 			r.Detail, r.LastError = truncate(r.Detail, limit), truncate(r.LastError, limit)
+			r.Hold.Note = truncate(r.Hold.Note, limit)
 		}
 		rep.BlockedReason = truncate(rep.BlockedReason, max(limit, 128))
 		if wire.FrameLen(rep) <= wire.DefaultMaxFrameSize {

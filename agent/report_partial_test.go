@@ -21,7 +21,7 @@ func TestPartialReports(t *testing.T) {
 	}
 	defer j.Close()
 	st := newStatusStore("dev-1")
-	rp := newReporter(j, st, clock, time.Hour, testLogger(t))
+	rp := newReporter(j, st, clock, func() time.Duration { return time.Hour }, testLogger(t))
 
 	set := func(rev uint64, res ...ResourceStatus) {
 		t.Helper()

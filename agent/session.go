@@ -61,9 +61,10 @@ type session struct {
 	reportOut   bool             // a report sent awaits its ReportAck
 	resend      resendBackoff    // wait before sending it again
 	resendTimer <-chan time.Time // set while reportOut
-	pullEvery   time.Duration
-	pullTimer   <-chan time.Time
-	ka          keepAlive // the session's own keep-alives (1.3)
+	pullEvery   time.Duration    // the Welcome's pull interval (else the agent's own)
+	pullTimer   <-chan time.Time // armed for the pull interval of the moment (pullInterval)
+	pullArmed   time.Time        // when pullTimer was armed
+	ka          keepAlive        // the session's own keep-alives (1.3)
 }
 
 // send writes a message on the control stream.
@@ -360,7 +361,7 @@ func (s *session) pull() error {
 		s.pullInv = s.sentInv // what the Delta is diffed against
 	}
 	if s.welcomed {
-		s.pullTimer = s.a.cfg.Clock.After(s.pullEvery)
+		s.armPull()
 	}
 	s.log.Debug("sent Pull", "known_revision", known, "inventory", len(p.Applied))
 	return nil
@@ -417,6 +418,8 @@ func (s *session) handle(m wire.Message) (end sessionEnd, done bool) {
 		err = s.onReportAck(m)
 	case *wire.Pong:
 		err = s.onPong(m)
+	case *wire.Settings:
+		err = s.onSettings(m)
 	default:
 		err = protocolErrorf("unexpected %s from the server", m.Type())
 	}
@@ -486,7 +489,42 @@ func (s *session) onWelcome(m *wire.Welcome) error {
 	if !s.pullOut && m.DesiredRevision > known {
 		return s.pull()
 	}
-	s.pullTimer = s.a.cfg.Clock.After(s.pullEvery)
+	s.armPull()
+	return nil
+}
+
+// pullInterval is the pull cadence now: the shortest among the classes of
+// the desired resources, once the control plane sent its classes;
+// otherwise the Welcome's.
+func (s *session) pullInterval() time.Duration { return s.a.book.pullInterval(s.pullEvery) }
+
+// armPull sets the pull timer to the pull interval from now.
+func (s *session) armPull() {
+	s.pullArmed = s.a.cfg.Clock.Now()
+	s.pullTimer = s.a.cfg.Clock.After(s.pullInterval())
+}
+
+// onSettings journals and applies what the control plane configured on
+// the device (protocol 1.4): a change of class takes effect at once, the
+// reconciler re-planning its checks and the session its next pull.
+func (s *session) onSettings(m *wire.Settings) error {
+	if s.minor < wire.MinorEdge {
+		return protocolErrorf("Settings in a session at protocol 1.%d", s.minor)
+	}
+	if !s.a.book.set(m) {
+		s.log.Debug("ignoring older settings", "seq", m.Seq)
+		return nil
+	}
+	if err := s.j.SaveSettings(m.Append(nil)); err != nil {
+		return err
+	}
+	s.log.Debug("settings received", "seq", m.Seq, "classes", len(m.Classes), "windows", len(m.Windows), "unlocks", len(m.Unlocks))
+	s.a.rec.trigger()
+	if s.pullTimer != nil {
+		// The next pull comes one new interval after the last one.
+		next := s.pullArmed.Add(s.pullInterval())
+		s.pullTimer = s.a.cfg.Clock.After(max(0, next.Sub(s.a.cfg.Clock.Now())))
+	}
 	return nil
 }
 
@@ -649,6 +687,9 @@ func (s *session) writeReports(after uint64) error {
 			return err
 		}
 		rep = s.a.withTraffic(rep, s.minor)
+		if s.minor < wire.MinorEdge {
+			rep = rep.WithoutEdge() // a 1.3 server refuses the flag
+		}
 		if s.minor < wire.MinorReportCorrections {
 			rep = rep.WithoutCorrections() // a 1.1 server refuses the flag
 		}

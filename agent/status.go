@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/meteor-edge/meteor/agent/journal"
 	"github.com/meteor-edge/meteor/wire"
 )
 
@@ -91,14 +92,37 @@ type Status struct {
 	// resolved when this agent started (re-checked against the device, and
 	// either counted as applied or applied again).
 	Interrupted int
+	// Recovery is how the agent recovered at its latest start after a
+	// crash or power loss (or with steps in flight), as it reports it; nil
+	// before one.
+	Recovery *journal.Recovery
 	// Traffic is what the agent counted of its own traffic, today and the
 	// day before, per server address.
 	Traffic Traffic
+	// Locks are the workload locks held on the device.
+	Locks []LockStatus
+	// SettingsSeq is the Seq of the settings the control plane last sent
+	// (protocol 1.4); 0 before any.
+	SettingsSeq uint64
+	// PullInterval and ReportInterval are the pull and full-report
+	// intervals now: the shortest among the classes of the desired
+	// resources. ProbeIntervals is each such class's probe cadence.
+	PullInterval, ReportInterval time.Duration
+	ProbeIntervals               map[string]time.Duration
 	// ReportedTraffic is the traffic the last report written to a server
 	// carried, and ReportedTrafficSeq that report's seq; nil before one
 	// (and in sessions below protocol 1.3, which carry none).
 	ReportedTraffic    *wire.Traffic
 	ReportedTrafficSeq uint64
+}
+
+// LockStatus is a workload lock held on the device.
+type LockStatus struct {
+	Name, Holder string
+	Since        time.Time
+	MaxHold      time.Duration
+	// File says a lock file holds it (else the control socket did).
+	File bool
 }
 
 // ResourceStatus is the agent's view of one resource.
@@ -123,6 +147,9 @@ type ResourceStatus struct {
 	Attempts int
 	// Corrections counts drift corrections since the agent started.
 	Corrections int
+	// Hold says what holds the resource back: a rotation window not open
+	// yet, and so on (wire.Hold); zero for nothing.
+	Hold wire.Hold
 	// UpdatedAt is when an observable field last changed.
 	UpdatedAt time.Time
 }
@@ -142,6 +169,9 @@ type statusStore struct {
 	s         Status                    // guarded by mu
 	resources map[string]ResourceStatus // guarded by mu
 	sorted    []ResourceStatus          // resources in key order, built once a pass; guarded by mu
+	locks     []wire.Lock               // the workload locks held; guarded by mu
+	recovery  *wire.Recovery            // the latest recovery; guarded by mu
+	unlocked  []wire.UnlockResult       // the outcomes of lock breaks; guarded by mu
 	passedAny bool                      // a reconcile pass completed; guarded by mu
 }
 
@@ -184,6 +214,43 @@ func (st *statusStore) setResources(desiredRev uint64, list []ResourceStatus, no
 	}
 }
 
+// setLocks records the workload locks held and the outcomes of lock
+// breaks, which reports carry.
+func (st *statusStore) setLocks(locks []wire.Lock, unlocked []wire.UnlockResult) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.locks, st.unlocked = locks, unlocked
+	st.s.Locks = make([]LockStatus, len(locks))
+	for i, l := range locks {
+		st.s.Locks[i] = LockStatus{Name: l.Name, Holder: l.Holder, Since: time.Unix(0, l.Since), MaxHold: l.MaxHold, File: l.Source == wire.LockFile}
+	}
+}
+
+// setRecovery records the latest recovery, which reports carry.
+func (st *statusStore) setRecovery(r *journal.Recovery) {
+	w := &wire.Recovery{At: r.At.UnixNano(), Unclean: r.Unclean, Total: uint32(r.Total), Applied: uint32(min(r.Applied, r.Total))}
+	outcomes := map[string]wire.StepOutcome{}
+	for _, o := range []wire.StepOutcome{wire.StepAlreadyApplied, wire.StepAppliedAgain, wire.StepDropped} {
+		outcomes[o.String()] = o
+	}
+	children := map[string]wire.ChildOutcome{wire.ChildWaited.String(): wire.ChildWaited, wire.ChildEnded.String(): wire.ChildEnded}
+	for _, s := range r.Steps {
+		if len(w.Steps) == wire.MaxLocks {
+			break
+		}
+		o := outcomes[s.Outcome]
+		if o == 0 {
+			o = wire.StepAppliedAgain
+		}
+		w.Steps = append(w.Steps, wire.RecoveredStep{Key: truncate(s.Key, wire.MaxKeyLen), Digest: digestFromHex(s.Digest), Outcome: o, Child: children[s.Child]})
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.recovery = w
+	cp := *r
+	st.s.Recovery = &cp
+}
+
 // passed reports whether a reconcile pass has completed, so that the
 // resource view is worth reporting.
 func (st *statusStore) passed() bool {
@@ -205,6 +272,7 @@ func (st *statusStore) snapshot() Status {
 	defer st.mu.Unlock()
 	s := st.s
 	s.ServerRTTs = maps.Clone(st.s.ServerRTTs)
+	s.Locks = slices.Clone(st.s.Locks)
 	// Sampled often (the fleet simulator: every agent five times a
 	// second); the key order was settled when the pass set them.
 	s.Resources = append(make([]ResourceStatus, 0, len(st.sorted)), st.sorted...)
@@ -234,6 +302,10 @@ func (st *statusStore) report() *wire.Report {
 		BlockedReason:   truncate(st.s.BlockedReason, wire.MaxTextLen),
 		States:          true,
 		Corrections:     true,
+		Edge:            true,
+		Locks:           st.locks,
+		Unlocked:        st.unlocked,
+		Recovery:        st.recovery,
 	}
 	for _, r := range st.sorted {
 		rep.Resources = append(rep.Resources, wire.ResourceReport{
@@ -247,9 +319,16 @@ func (st *statusStore) report() *wire.Report {
 			Attempts:          uint32(min(r.Attempts, 1<<32-1)),
 			UpdatedAtUnixNano: r.UpdatedAt.UnixNano(),
 			Corrections:       uint32(min(r.Corrections, 1<<32-1)),
+			Hold:              fitHold(r.Hold),
 		})
 	}
 	return rep
+}
+
+// fitHold cuts a hold's texts to what the wire takes.
+func fitHold(h wire.Hold) wire.Hold {
+	h.Holder, h.Note = truncate(h.Holder, wire.MaxNameLen), truncate(h.Note, wire.MaxTextLen)
+	return h
 }
 
 // digestFromHex decodes a hex digest; anything else is the zero digest.

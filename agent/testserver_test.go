@@ -45,6 +45,8 @@ type testCluster struct {
 	acks     []uint64                        // guarded by mu
 	hellos   []helloSeen                     // guarded by mu
 	pings    []*wire.Ping                    // guarded by mu
+	pulls    []time.Time                     // when each Pull arrived; guarded by mu
+	settings *wire.Settings                  // sent after the Welcome at minor 4, and to live sessions when set; guarded by mu
 	changed  chan struct{}                   // closed and replaced on every event; guarded by mu
 }
 
@@ -101,6 +103,26 @@ func (c *testCluster) setDesired(rev uint64, ups ...wire.Upsert) {
 	}
 }
 
+// setSettings makes s the settings of the device and sends them to the
+// live sessions of protocol 1.4.
+func (c *testCluster) setSettings(s *wire.Settings) {
+	c.mu.Lock()
+	c.settings = s
+	servers := slices.Clone(c.servers)
+	c.eventLocked()
+	c.mu.Unlock()
+	for _, srv := range servers {
+		srv.mu.Lock()
+		live := slices.Collect(maps.Keys(srv.live))
+		srv.mu.Unlock()
+		for _, tc := range live {
+			if tc.sess != nil && tc.minor >= wire.MinorEdge {
+				_ = tc.write(s)
+			}
+		}
+	}
+}
+
 // mergeLocked applies rep to the device's resource view, as a server
 // does, and returns a copy of rep listing the whole view: a partial
 // report carries only what changed, and tests look at the device's state.
@@ -148,6 +170,9 @@ type serverMode struct {
 	// minor 0, and a Report with typed states (1.1) is a protocol error,
 	// as a 1.0 decoder refuses the flag.
 	protocol10 bool
+	// protocol13 makes it speak protocol 1.3: no Settings, and a Report
+	// with the edge flag is a protocol error.
+	protocol13 bool
 }
 
 type testServer struct {
@@ -174,10 +199,11 @@ type testServer struct {
 }
 
 type testConn struct {
-	conn *quic.Conn
-	wmu  sync.Mutex
-	w    *wire.Writer // guarded by wmu
-	sess *testSession
+	conn  *quic.Conn
+	minor uint16 // the session's minor, once welcomed
+	wmu   sync.Mutex
+	w     *wire.Writer // guarded by wmu
+	sess  *testSession
 }
 
 func (tc *testConn) write(m wire.Message) error {
@@ -357,16 +383,26 @@ func (s *testServer) serve(conn *quic.Conn) {
 	if s.getMode().protocol10 {
 		minor = 0
 	}
+	if s.getMode().protocol13 {
+		minor = 3
+	}
+	settings := c.settings
 	welcome := &wire.Welcome{
 		Major: wire.ProtocolMajor, Minor: minor, ServerID: s.id, SessionID: sid,
 		ResumeToken: bytes.Clone(sess.token), DesiredRevision: max(c.rev, sess.acked),
 		AcceptedReportSeq: sess.appliedSeq, ServerTimeUnixNano: time.Now().UnixNano(),
 	}
 	c.mu.Unlock()
-	tc.sess = sess
+	tc.minor = min(minor, hello.Minor)
 	if err := tc.write(welcome); err != nil {
 		return
 	}
+	if settings != nil && tc.minor >= wire.MinorEdge {
+		if err := tc.write(settings); err != nil {
+			return
+		}
+	}
+	tc.sess = sess
 	for {
 		m, err := r.Read()
 		if err != nil {
@@ -374,6 +410,10 @@ func (s *testServer) serve(conn *quic.Conn) {
 		}
 		switch m := m.(type) {
 		case *wire.Pull:
+			c.mu.Lock()
+			c.pulls = append(c.pulls, time.Now())
+			c.eventLocked()
+			c.mu.Unlock()
 			if g := s.getMode().goAwayOnPull; g != nil {
 				s.refuse(tc, str, g, g.Code)
 				return
@@ -398,7 +438,7 @@ func (s *testServer) serve(conn *quic.Conn) {
 			c.eventLocked()
 			c.mu.Unlock()
 		case *wire.Report:
-			if m.States && minor < wire.MinorReportStates || m.Corrections && minor < wire.MinorReportCorrections || m.Traffic != nil && minor < wire.MinorReportTraffic {
+			if m.States && minor < wire.MinorReportStates || m.Corrections && minor < wire.MinorReportCorrections || m.Traffic != nil && minor < wire.MinorReportTraffic || m.Edge && minor < wire.MinorEdge {
 				c.t.Errorf("report %d with flags its session at minor %d lacks (states %v, corrections %v, traffic %v)", m.Seq, minor, m.States, m.Corrections, m.Traffic != nil)
 				conn.CloseWithError(wire.CloseProtocolError, "undefined report flag")
 				return
@@ -509,6 +549,14 @@ func (c *testCluster) agentConfig(t *testing.T, deviceID string, servers ...*tes
 // startAgent runs an agent until the test ends.
 func startAgent(t *testing.T, cfg Config) *Agent {
 	t.Helper()
+	a, _ := runAgent(t, cfg)
+	return a
+}
+
+// runAgent runs an agent until the returned stop is called (or the test
+// ends).
+func runAgent(t *testing.T, cfg Config) (*Agent, func()) {
+	t.Helper()
 	t.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true")
 	a, err := New(cfg)
 	if err != nil {
@@ -517,13 +565,14 @@ func startAgent(t *testing.T, cfg Config) *Agent {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("agent Run: %v", err)
 		}
 	})
-	return a
+	t.Cleanup(stop)
+	return a, stop
 }
 
 // waitCluster waits until cond holds on the cluster's state.

@@ -136,7 +136,9 @@ func expect[T wire.Message](a *wireAgent) T {
 		if v, ok := m.(T); ok {
 			return v
 		}
-		if _, push := m.(*wire.Notify); !push {
+		switch m.(type) {
+		case *wire.Notify, *wire.Settings: // pushes
+		default:
 			var zero T
 			a.t.Fatalf("got %s, want %T", m.Type(), zero)
 		}

@@ -117,11 +117,17 @@ type Config struct {
 	// transitions an owner puts in one Raft entry and how long the first
 	// of them waits for others. StatusEvalInterval is how often an owner
 	// re-classifies its devices (silence becomes unreachable, lack of
-	// progress stuck). Classes are the reconcile classes' thresholds.
+	// progress stuck).
 	StatusBatchSize     int
 	StatusBatchInterval time.Duration
 	StatusEvalInterval  time.Duration
-	Classes             scheduler.Classes
+	// Classes is the server's built-in set of reconcile classes
+	// (default: intent.BuiltinClasses): the classes in effect until an
+	// operator writes one of the same name (meteor class apply), which
+	// the replicated state then holds. Every server of a cluster should
+	// have the same set: a class nobody wrote is judged, and pushed to
+	// agents, as each server's set has it.
+	Classes scheduler.Classes
 
 	// TrustReportedLabels makes intent selection take the labels a device
 	// reports in its Hello as its labels while the control plane has given

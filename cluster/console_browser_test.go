@@ -144,7 +144,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.poll(fmt.Sprintf(`(() => {
 		const want = %s, got = {};
 		for (const c of document.querySelectorAll('#status-cards .card')) got[c.dataset.status] = Number(c.querySelector('.count').textContent);
-		return Object.keys(got).length === 9 && Object.entries(got).every(([k, v]) => v === (want[k] || 0));
+		return Object.keys(got).length === 12 && Object.entries(got).every(([k, v]) => v === (want[k] || 0));
 	})()`, want), "the status counts of /v1/status")
 	// The page stays current through the server's event stream.
 	b.poll(`document.getElementById('live').dataset.mode === 'live'`, "the page on the event stream")

@@ -59,10 +59,7 @@ const sortTraffic = "traffic"
 // deviceGroupings are the values of ?group_by.
 var deviceGroupings = []string{"status", "intent-state", "applied-digest", "acked-revision", "desired-revision", "region", "server", "owner", "connected"}
 
-var deviceStatuses = []string{
-	scheduler.StatusPending, scheduler.StatusProgressing, scheduler.StatusConverged, scheduler.StatusDrifted,
-	scheduler.StatusOverridden, scheduler.StatusBlocked, scheduler.StatusFailed, scheduler.StatusUnreachable, scheduler.StatusStuck,
-}
+var deviceStatuses = scheduler.Statuses()
 
 var intentStates = []string{intentStateConverged, intentStateNotConv, intentStateNotReleased, intentStateFailed, intentStateDrifted, intentStateProgressing, intentStatePending}
 

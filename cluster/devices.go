@@ -8,6 +8,7 @@ import (
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/fsm/acl"
+	"github.com/meteor-edge/meteor/fsm/intent"
 	"github.com/meteor-edge/meteor/scheduler"
 	"github.com/meteor-edge/meteor/wire"
 )
@@ -119,11 +120,62 @@ func (h *httpAPI) handleGetDevice(w http.ResponseWriter, r *http.Request) {
 		AgentStatus: rec.AgentStatus, BlockedReason: rec.BlockedReason,
 		States:  make([]api.ResourceState, 0, len(v.Resources)),
 		Traffic: deviceTraffic(rec.Traffic),
+		Link:    linkHistory(rec.Link),
+	}
+	out.Locks, out.Unlocks = deviceLocks(rec, h.clock.Now())
+	if r := rec.Recovery; r != nil {
+		out.Recovery = &api.DeviceRecovery{At: time.Unix(0, r.At).UTC(), Unclean: r.Unclean, Desired: r.Total, AppliedBefore: r.Applied, Story: r.Story()}
+		for _, s := range r.Steps {
+			out.Recovery.Interrupted = append(out.Recovery.Interrupted, api.RecoveredStep{Resource: s.Key, Outcome: s.Outcome, Process: s.Child})
+		}
+	}
+	// Each resource's status as the owner judges it, as of now.
+	desired, err := h.planner.Desired(read, rec.ID, h.cfg.recordSelection(rec))
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	intended := scheduler.IntendedOf(desired)
+	judged := scheduler.Classify(v, rec, h.cfg.effectiveClasses(read), intended, h.clock.Now(), scheduler.ProgressMark{})
+	status := map[string]scheduler.ResourceStatus{}
+	for _, rs := range judged.Resources {
+		status[rs.Key] = rs
+	}
+	rotations := map[string]*intent.Rotation{}
+	for _, r := range desired.Resources {
+		rotations[r.Key] = r.Resource.Rotation
 	}
 	for _, rv := range v.Resources {
-		out.States = append(out.States, resourceState(rv))
+		st := resourceState(rv)
+		st.Status, st.Reason = status[rv.Key].Status, status[rv.Key].Reason
+		if w := rotations[rv.Key]; w != nil {
+			st.Rotation = &api.Rotation{NotBefore: w.NotBefore, Deadline: w.Deadline}
+		}
+		out.States = append(out.States, st)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// linkHistory is a device's link history as the API shows it; nil for
+// none.
+func linkHistory(h *fsm.LinkHistory) *api.LinkHistory {
+	if h == nil {
+		return nil
+	}
+	out := &api.LinkHistory{OfflineSince: unixTime(h.OfflineSince)}
+	for _, g := range h.Gaps {
+		from, to := time.Unix(0, g.From).UTC(), time.Unix(0, g.To).UTC()
+		out.Gaps = append(out.Gaps, api.LinkGap{From: from, To: to, Duration: to.Sub(from).Round(time.Second).String()})
+	}
+	return out
+}
+
+// apiHold is a reported hold as the API shows it; nil for none.
+func apiHold(h *fsm.ResourceHold) *api.Hold {
+	if h == nil {
+		return nil
+	}
+	return &api.Hold{Kind: h.Kind, Since: unixTime(h.Since), Until: unixTime(h.Until), Count: h.Count, Holder: h.Holder, Note: h.Note}
 }
 
 // deviceTraffic is a device's reported traffic as the API shows it; nil
@@ -168,6 +220,7 @@ func resourceState(rv scheduler.ResourceView) api.ResourceState {
 		st.AppliedDigest, st.AppliedRevision = rep.AppliedDigest, rep.AppliedRevision
 		st.Effective, st.Detail, st.LastError, st.Attempts, st.Corrections = rep.Effective, rep.Detail, rep.LastError, rep.Attempts, rep.Corrections
 		st.AgentState, _ = scheduler.ReportedState(rep)
+		st.Hold = apiHold(rep.Hold)
 		if rep.UpdatedAt != 0 {
 			t := time.Unix(0, rep.UpdatedAt).UTC()
 			st.UpdatedAt = &t

@@ -440,7 +440,7 @@ func (c *stateCollector) collectFleet(ch chan<- prometheus.Metric, read *fsm.Rea
 	}
 	ch <- gauge(c.resourcesIndex, float64(rc.index))
 	left := maps.Clone(rc.counts)
-	for _, cl := range slices.Sorted(maps.Keys(c.s.config.Classes)) {
+	for _, cl := range slices.Sorted(maps.Keys(c.s.config.effectiveClasses(read))) {
 		for _, st := range resourceStates {
 			ch <- gauge(c.resources, float64(left[classState{cl, st}]), cl, st)
 			delete(left, classState{cl, st})
@@ -466,7 +466,7 @@ func (c *stateCollector) fleetResources(read *fsm.Read, devices []*fsm.DeviceRec
 	if last := c.resourcesLast; last != nil && (last.index == read.Index() || now.Sub(last.at) < time.Duration(c.resourcesMaxAge.Load())) {
 		return last, nil
 	}
-	classes := c.s.config.Classes
+	classes := c.s.config.effectiveClasses(read)
 	h := c.s.api
 	out := &resourceCounts{index: read.Index(), at: now, counts: map[classState]int{}}
 	for _, d := range devices {

@@ -39,6 +39,9 @@ func (s *Server) deliverReport(ctx context.Context, device string, labels map[st
 // upgrade.
 func reportFor(rep *wire.Report, minor uint16) *wire.Report {
 	minor = max(minor, wire.MinorReportStates)
+	if minor < wire.MinorEdge {
+		rep = rep.WithoutEdge()
+	}
 	if minor < wire.MinorReportTraffic {
 		rep = rep.WithoutTraffic()
 	}

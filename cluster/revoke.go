@@ -50,11 +50,13 @@ func (sess *agentSession) refuseRevoked(read *fsm.Read) error {
 }
 
 // watchDevice follows the replica's record and revocation of the
-// session's device until ctx (the connection's) ends. It closes the
-// connection once the device is revoked, and re-evaluates the desired
-// state when the labels the device is selected by change, which takes no
-// intent change and so does not wake notifyLoop. Level-based: it compares
-// what the replica holds now with what it saw last.
+// session's device, and the configuration its settings come from, until
+// ctx (the connection's) ends. It closes the connection once the device
+// is revoked, re-evaluates the desired state when the labels the device
+// is selected by change, which takes no intent change and so does not
+// wake notifyLoop, and sends the settings again when they changed
+// (sendSettings). Level-based: it compares what the replica holds now
+// with what it saw or sent last.
 func (sess *agentSession) watchDevice(ctx context.Context) {
 	var last string
 	first := true
@@ -87,6 +89,19 @@ func (sess *agentSession) watchDevice(ctx context.Context) {
 			sess.maybeNotify(read, map[string]*scheduler.DesiredState{})
 		}
 		last, first = key, false
+		// The settings follow the classes, the labels and the rest.
+		_, err = read.Classes(ws)
+		if err == nil {
+			_, err = read.Windows(ws)
+		}
+		if err != nil {
+			sess.logger.Error("watch the configuration: closing the session", "error", err)
+			sess.conn.CloseWithError(wire.CloseInternalError, "cannot watch the configuration")
+			return
+		}
+		if err := sess.sendSettings(read); err != nil {
+			sess.logger.Debug("settings not sent", "error", err)
+		}
 		if ws.WatchCtx(ctx) != nil {
 			return
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/fsm/intent"
 	"github.com/meteor-edge/meteor/scheduler"
 )
 
@@ -175,6 +176,12 @@ func judgeRollout(read *fsm.Read, cfg *Config, planner *scheduler.Planner, ro *f
 		return scheduler.Input{}, err
 	}
 	in := scheduler.Input{Now: now, Rollout: ro, Spec: spec}
+	var windows map[string]intent.MaintenanceWindow
+	if spec.Maintenance {
+		if windows, err = committedWindows(read); err != nil {
+			return scheduler.Input{}, err
+		}
+	}
 	for _, d := range devices {
 		labels := cfg.recordSelection(d)
 		rel, err := read.Release(ro.Intent, d.ID)
@@ -185,6 +192,9 @@ func judgeRollout(read *fsm.Read, cfg *Config, planner *scheduler.Planner, ro *f
 			continue
 		}
 		t := scheduler.Target{ID: d.ID, Labels: labels}
+		if spec.Maintenance {
+			t.Window = maintenanceOf(d, labels, windows, now)
+		}
 		if rel != nil && rel.Revision == ro.Revision {
 			want, err := planner.Resources(read, rec, ro.Revision, labels)
 			if err != nil {

@@ -74,6 +74,13 @@ type agentSession struct {
 	// retrying is the newest report the server could not record yet and
 	// is retrying (retryReports); nil while none is.
 	retrying *wire.Report
+
+	// settingsMu guards the settings last sent (sendSettings): their
+	// encoding without Seq, and Seq.
+	settingsMu   sync.Mutex
+	welcomed     bool // the Welcome is written; guarded by settingsMu
+	settingsSent []byte
+	settingsSeq  uint64
 }
 
 // serveConn runs one agent connection to its end. srvCtx is the agent
@@ -213,6 +220,10 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 		DesiredRevision: welcome.Revision(), AcceptedReportSeq: sess.reportSeq,
 		ServerTimeUnixNano: now.UnixNano(), PullInterval: cfg.PullInterval,
 	}); err != nil {
+		return err
+	}
+	sess.welcomeSent()
+	if err := sess.sendSettings(welcome); err != nil {
 		return err
 	}
 

@@ -38,7 +38,6 @@ import (
 type statusOwner struct {
 	self    string // this server's node ID
 	logger  hclog.Logger
-	classes scheduler.Classes
 	clock   Clock
 	state   stateReader
 	propose proposer
@@ -110,7 +109,7 @@ type ownerView interface {
 
 func newStatusOwner(cfg *Config, logger hclog.Logger, clock Clock, state stateReader, p proposer, owners ownerView, planner *scheduler.Planner) *statusOwner {
 	return &statusOwner{
-		self: cfg.NodeID, logger: logger, classes: cfg.Classes, clock: clock,
+		self: cfg.NodeID, logger: logger, clock: clock,
 		state: state, propose: p, owners: owners, planner: planner, cfg: cfg,
 		batchSize: cfg.StatusBatchSize, batchInterval: cfg.StatusBatchInterval,
 		evalInterval: cfg.StatusEvalInterval, applyTimeout: cfg.ApplyTimeout,
@@ -155,10 +154,11 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 		// committed stay.
 		d.rec.Connected, d.rec.Server, d.rec.SessionID = rec.Connected, rec.Server, rec.SessionID
 		d.rec.Labels, d.rec.LabelsControlled, d.rec.ReportedLabels = rec.Labels, rec.LabelsControlled, rec.ReportedLabels
+		d.rec.Unlocks = rec.Unlocks // orders come from the API, outcomes are committed
 		d.rec.AckedRevision = max(d.rec.AckedRevision, rec.AckedRevision)
 		d.rec.LastSeen = max(d.rec.LastSeen, rec.LastSeen)
 		if rec.ReportSeq > d.rec.ReportSeq {
-			d.rec.ReportSeq, d.rec.Resources, d.rec.Traffic = rec.ReportSeq, rec.Resources, rec.Traffic
+			d.rec.ReportSeq, d.rec.Resources, d.rec.Traffic, d.rec.Locks, d.rec.Recovery = rec.ReportSeq, rec.Resources, rec.Traffic, rec.Locks, rec.Recovery
 		}
 		if rec.StatusOwner != "" && rec.StatusOwner != o.self && rec.StatusIndex > d.basis {
 			// Another server committed a status while it took itself to be
@@ -244,7 +244,7 @@ func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]st
 		res = append(res, fsm.ResourceStatus{
 			Key: r.Key, AppliedDigest: hex.EncodeToString(r.AppliedDigest[:]), AppliedRevision: r.AppliedRevision,
 			Effective: effectiveName(r.Effective), State: reportedState(rep, r), Detail: r.Detail, LastError: r.LastError,
-			Attempts: r.Attempts, Corrections: r.Corrections, UpdatedAt: r.UpdatedAtUnixNano,
+			Attempts: r.Attempts, Corrections: r.Corrections, UpdatedAt: r.UpdatedAtUnixNano, Hold: holdOf(r.Hold),
 		})
 	}
 	d.rec.ReportSeq = rep.Seq
@@ -256,6 +256,20 @@ func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]st
 		d.rec.Traffic = traffic
 	}
 	d.rec.Resources = merged
+	var locks []fsm.DeviceLock
+	var unlocked []fsm.UnlockResult
+	var recovery *fsm.DeviceRecovery
+	if rep.Edge {
+		locks, unlocked = reportedLocks(rep)
+		if !slices.Equal(locks, d.rec.Locks) || pendingOutcomes(d.rec.Unlocks, unlocked) {
+			contentChanged = true
+		}
+		d.rec.Locks = locks
+		if recovery = reportedRecovery(rep.Recovery); recovery != nil && (d.rec.Recovery == nil || recovery.At > d.rec.Recovery.At) {
+			contentChanged = true
+			d.rec.Recovery = recovery
+		}
+	}
 	d.rec.AgentStatus, d.rec.BlockedReason = rep.Status, rep.BlockedReason
 	d.rec.LastSeen = now.UnixNano()
 	d.rec.Connected = true
@@ -264,6 +278,7 @@ func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]st
 		tr.Seq, tr.Full, tr.Resources = rep.Seq, rep.Full, res
 		tr.AgentStatus, tr.BlockedReason = rep.Status, rep.BlockedReason
 		tr.Traffic = traffic
+		tr.Edge, tr.Locks, tr.Unlocked, tr.Recovery = rep.Edge, locks, unlocked, recovery
 	})
 	if q != nil {
 		d.reportQ = q
@@ -290,10 +305,7 @@ func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Ti
 		return nil, err
 	}
 	view := scheduler.Compare(desired, &d.rec)
-	classOf := make(map[string]string, len(desired.Resources))
-	for _, r := range desired.Resources {
-		classOf[r.Key] = r.Resource.EffectiveClass()
-	}
+	classOf := scheduler.IntendedOf(desired)
 	d.mark = scheduler.NextProgressMark(d.mark, view, &d.rec, now)
 	judged := &d.rec
 	if !d.rec.Connected && d.status != scheduler.StatusUnreachable && d.rec.LastSeen != 0 {
@@ -303,7 +315,7 @@ func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Ti
 		cp.LastSeen = now.Add(-o.clock.Mono().Sub(d.heard)).UnixNano()
 		judged = &cp
 	}
-	st := scheduler.Classify(view, judged, o.classes, classOf, now, d.mark)
+	st := scheduler.Classify(view, judged, o.cfg.effectiveClasses(read), classOf, now, d.mark)
 	states := make(map[string]string, len(st.Resources))
 	for _, r := range st.Resources {
 		states[r.Key] = r.Status
@@ -492,11 +504,64 @@ func sameApplied(a, b []fsm.ResourceStatus) bool {
 	for i := range a {
 		x, y := a[i], b[i]
 		if x.Key != y.Key || x.AppliedDigest != y.AppliedDigest || x.AppliedRevision != y.AppliedRevision ||
-			x.Effective != y.Effective || x.LastError != y.LastError || x.Corrections != y.Corrections {
+			x.Effective != y.Effective || x.LastError != y.LastError || x.Corrections != y.Corrections ||
+			(x.Hold == nil) != (y.Hold == nil) || x.Hold != nil && *x.Hold != *y.Hold {
 			return false
 		}
 	}
 	return true
+}
+
+// reportedLocks are a 1.4 report's locks and unlock outcomes as the
+// device record keeps them.
+func reportedLocks(rep *wire.Report) ([]fsm.DeviceLock, []fsm.UnlockResult) {
+	var locks []fsm.DeviceLock
+	for _, l := range rep.Locks {
+		locks = append(locks, fsm.DeviceLock{Name: l.Name, Holder: l.Holder, Since: l.Since, MaxHold: l.MaxHold, Source: l.Source.String()})
+	}
+	var unlocked []fsm.UnlockResult
+	for _, u := range rep.Unlocked {
+		unlocked = append(unlocked, fsm.UnlockResult{Index: u.Index, Lock: u.Lock, Outcome: u.Outcome.String(), At: u.At})
+	}
+	return locks, unlocked
+}
+
+// reportedRecovery is a report's recovery as the device record keeps it;
+// nil for none.
+func reportedRecovery(r *wire.Recovery) *fsm.DeviceRecovery {
+	if r == nil {
+		return nil
+	}
+	out := &fsm.DeviceRecovery{At: r.At, Unclean: r.Unclean, Total: int(r.Total), Applied: int(r.Applied)}
+	for _, s := range r.Steps {
+		ds := fsm.DeviceRecoveryStep{Key: s.Key, Outcome: s.Outcome.String()}
+		if s.Child != wire.ChildNone {
+			ds.Child = s.Child.String()
+		}
+		out.Steps = append(out.Steps, ds)
+	}
+	return out
+}
+
+// pendingOutcomes reports whether results answer an order of orders that
+// has no outcome yet.
+func pendingOutcomes(orders []fsm.UnlockRecord, results []fsm.UnlockResult) bool {
+	for _, r := range results {
+		for _, o := range orders {
+			if o.Index == r.Index && o.Outcome == "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// holdOf is a reported hold as the device record keeps it; nil for none.
+func holdOf(h wire.Hold) *fsm.ResourceHold {
+	if h.Kind == wire.HoldNone {
+		return nil
+	}
+	return &fsm.ResourceHold{Kind: h.Kind.String(), Since: h.Since, Until: h.Until, Count: h.Count, Holder: h.Holder, Note: h.Note}
 }
 
 // reportedTraffic is a report's traffic as the device record keeps it,

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/fsm/intent"
 	"github.com/meteor-edge/meteor/scheduler"
 	"github.com/meteor-edge/meteor/wire"
 )
@@ -117,6 +118,35 @@ func TestStatusOwnerSilenceBecomesUnreachable(t *testing.T) {
 		synctest.Wait()
 		if rec := status(); rec.Status != scheduler.StatusUnreachable || !strings.Contains(rec.StatusReason, "no contact for") {
 			t.Fatalf("status %q (%q) after 2.5 s of silence, want unreachable", rec.Status, rec.StatusReason)
+		}
+	})
+}
+
+// TestStatusOwnerJudgesByWrittenClasses: a class written through the
+// state machine takes the place of the server's built-in one at once: a
+// default class allowing 10 s of silence keeps a device silent for 2.5 s
+// reachable, which the built-in threshold (1 s here) would not.
+func TestStatusOwnerJudgesByWrittenClasses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, _, stop := runUnitStatusOwner(t, "dev-quiet")
+		defer stop()
+		def := intent.BuiltinClasses()[scheduler.DefaultClass]
+		def.UnreachableAfter = 10 * time.Second
+		p.mustApply(t, fsm.PutClassType, &fsm.PutClassRequest{Class: &def, Time: time.Now().UnixNano()})
+		connectDevice(t, p, "dev-quiet", false)
+		time.Sleep(2500 * time.Millisecond)
+		synctest.Wait()
+		rec, err := p.state.Read().Device(nil, "dev-quiet")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Status == scheduler.StatusUnreachable {
+			t.Fatalf("unreachable after 2.5 s although the written class allows 10 s: %q", rec.StatusReason)
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if rec, _ := p.state.Read().Device(nil, "dev-quiet"); rec.Status != scheduler.StatusUnreachable || !strings.Contains(rec.StatusReason, "default allows 10s") {
+			t.Fatalf("status %q (%q) after 12.5 s, want unreachable by the written class", rec.Status, rec.StatusReason)
 		}
 	})
 }

@@ -25,9 +25,9 @@ func withFastStatus(next func(*Config)) func(*Config) {
 		if next != nil {
 			next(cfg)
 		}
-		classes := scheduler.DefaultClasses()
+		classes := testAgentClasses()
 		for name, cl := range classes {
-			cl.ReportEvery = 500 * time.Millisecond
+			cl.ReportInterval = 500 * time.Millisecond
 			cl.UnreachableAfter = time.Second
 			classes[name] = cl
 		}

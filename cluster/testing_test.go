@@ -15,6 +15,7 @@ import (
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/fsm/intent"
+	"github.com/meteor-edge/meteor/scheduler"
 
 	"github.com/meteor-edge/meteor/chaos/chaostest"
 )
@@ -40,6 +41,19 @@ func testConfig(t testing.TB, id string) Config {
 	return cfg
 }
 
+// testAgentClasses are the built-in classes at the cadences the tests'
+// agents run at (startAgent): servers push their classes to agents of
+// protocol 1.4, whose own cadences they replace.
+func testAgentClasses() scheduler.Classes {
+	classes := scheduler.DefaultClasses()
+	for name, cl := range classes {
+		cl.PullInterval, cl.ProbeInterval, cl.ReportInterval = 2*time.Second, time.Second, time.Second
+		cl.RetryBase, cl.RetryMax, cl.RetryJitter = 50*time.Millisecond, 500*time.Millisecond, 0
+		classes[name] = cl
+	}
+	return classes
+}
+
 func testLogger(t testing.TB, id string) hclog.Logger {
 	return chaostest.Logger(t, id, hclog.Warn)
 }
@@ -56,6 +70,7 @@ func newTestCluster(t testing.TB, n int, tune func(*Config)) *testCluster {
 		Logger:  func(id string) hclog.Logger { return testLogger(t, id) },
 		Configure: func(_ int, cfg *Config) {
 			cfg.ApplyTimeout = 5 * time.Second
+			cfg.Classes = testAgentClasses()
 			if tune != nil {
 				tune(cfg)
 			}

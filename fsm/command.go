@@ -50,7 +50,12 @@ const (
 	// RolloutControlType records an operator's action on a rollout:
 	// approve, pause, resume or abort.
 	RolloutControlType MessageType = 16
-	// Types 17-19 are reserved (reconcile classes and lock breaks).
+	// PutClassType creates, replaces or deletes a reconcile class.
+	PutClassType MessageType = 17
+	// PutWindowType creates, replaces or deletes a maintenance window.
+	PutWindowType MessageType = 18
+	// DeviceUnlockType orders a workload lock on a device broken.
+	DeviceUnlockType MessageType = 19
 	// AuditOperationType records in the audit log an operator's operation
 	// on the whole cluster that changes no other replicated state (a
 	// snapshot saved or restored). Feature level 2.
@@ -95,6 +100,12 @@ func (t MessageType) String() string {
 		return "rollout-step"
 	case RolloutControlType:
 		return "rollout-control"
+	case PutClassType:
+		return "put-class"
+	case PutWindowType:
+		return "put-maintenance-window"
+	case DeviceUnlockType:
+		return "device-unlock"
 	case AuditOperationType:
 		return "audit-operation"
 	}
@@ -176,6 +187,23 @@ type ResourceStatus struct {
 	// Corrections counts the drift corrections the agent made since it
 	// started (protocol 1.2; zero from older agents).
 	Corrections uint32 `json:"corrections,omitempty"`
+	// Hold says what holds the resource back on the device (protocol
+	// 1.4); nil for nothing.
+	Hold *ResourceHold `json:"hold,omitempty"`
+}
+
+// ResourceHold is what holds a resource back on its device, as its agent
+// reported it (wire.Hold): an override, a fight, a maintenance window, a
+// lock, a precondition or a rotation window not open yet.
+type ResourceHold struct {
+	// Kind is override, fighting, window, lock, precondition or schedule.
+	Kind string `json:"kind"`
+	// Since and Until are Unix nanoseconds; 0 for none.
+	Since  int64  `json:"since,omitempty"`
+	Until  int64  `json:"until,omitempty"`
+	Count  uint32 `json:"count,omitempty"`
+	Holder string `json:"holder,omitempty"`
+	Note   string `json:"note,omitempty"`
 }
 
 // StatusTransition is one device's change of status, with what its agent
@@ -217,6 +245,15 @@ type StatusTransition struct {
 	// when the owner received it; it replaces the record's. Nil: the
 	// report carried none (the record's stays).
 	Traffic *DeviceTraffic `json:"traffic,omitempty"`
+	// Edge says the report carried the device's locks (protocol 1.4):
+	// Locks replace the record's. Unlocked are the agent's outcomes of
+	// lock breaks, recorded on the orders.
+	Edge     bool           `json:"edge,omitempty"`
+	Locks    []DeviceLock   `json:"locks,omitempty"`
+	Unlocked []UnlockResult `json:"unlocked,omitempty"`
+	// Recovery is the agent's latest recovery the report carried; the
+	// record takes it, with a timeline entry, if it is newer.
+	Recovery *DeviceRecovery `json:"recovery,omitempty"`
 }
 
 // StatusBatchRequest carries transitions of many devices in one entry.

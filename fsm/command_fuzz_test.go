@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/meteor-edge/meteor/fsm/intent"
 )
 
 // FuzzCommand applies an arbitrary command, of any type byte, to two
@@ -29,6 +31,9 @@ func FuzzCommand(f *testing.F) {
 		RolloutStepType:        &RolloutStepRequest{Intent: "intent-1", Revision: 1, Basis: 1, Release: []string{"dev-1"}, State: RolloutProgressing, Waves: make([]WaveState, 3)},
 		RolloutControlType:     &RolloutControlRequest{Intent: "intent-1", Action: RolloutPause, Reason: "x"},
 		AuditOperationType:     &OperationRequest{Action: "snapshot-save", Target: "snapshot/ab12", Summary: "x", Time: 1},
+		PutClassType:           &PutClassRequest{Class: ptr(intent.BuiltinClasses()["network-policy"]), Time: 1},
+		DeviceUnlockType:       &DeviceUnlockRequest{ID: "dev-1", Lock: "pos-sync", Since: 5, Reason: "hung", Time: 1},
+		PutWindowType:          &PutWindowRequest{Window: &intent.MaintenanceWindow{Name: "nights", Spans: []intent.WindowSpan{{Days: 0x1f, Start: 1320, End: 300}}}, Time: 1},
 	}
 	seeded := map[MessageType]bool{}
 	add := func(cmd []byte) {

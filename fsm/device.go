@@ -67,6 +67,11 @@ func (f *FSM) applySession(txn *memdb.Txn, index uint64, req *DeviceSessionReque
 		if rec.SessionID != req.SessionID || rec.Server != req.Server || rec.Conn != req.Conn {
 			return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
 		}
+		if rec.Connected {
+			link := rec.Link.clone()
+			link.OfflineSince = req.Time
+			rec.Link = link
+		}
 		rec.Connected = false
 		f.emit(index, Event{Kind: KindSession, Action: "disconnected", Time: req.Time, Device: req.ID, Message: "from " + req.Server})
 	} else {
@@ -82,6 +87,18 @@ func (f *FSM) applySession(txn *memdb.Txn, index uint64, req *DeviceSessionReque
 		}
 		if cur == nil || !cur.Connected || cur.Server != req.Server || cur.Conn != req.Conn {
 			f.emit(index, Event{Kind: KindSession, Action: "connected", Time: req.Time, Device: req.ID, Message: "to " + req.Server})
+		}
+		if cur != nil && !cur.Connected && cur.Link != nil && cur.Link.OfflineSince != 0 {
+			// The end of a gap: it goes into the link history.
+			link := cur.Link.clone()
+			if req.Time > link.OfflineSince {
+				link.Gaps = append(link.Gaps, LinkGap{From: link.OfflineSince, To: req.Time})
+				if n := len(link.Gaps); n > LinkGapLimit {
+					link.Gaps = link.Gaps[n-LinkGapLimit:]
+				}
+			}
+			link.OfflineSince = 0
+			rec.Link = link
 		}
 		rec.SessionID, rec.Server, rec.Conn, rec.Connected = req.SessionID, req.Server, req.Conn, true
 		changed := false
@@ -103,6 +120,15 @@ func (f *FSM) applySession(txn *memdb.Txn, index uint64, req *DeviceSessionReque
 		return ApplyResult{}, err
 	}
 	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+}
+
+// clone returns a copy of the history to change (an empty one for nil):
+// records in the state are never changed in place.
+func (h *LinkHistory) clone() *LinkHistory {
+	if h == nil {
+		return &LinkHistory{}
+	}
+	return &LinkHistory{OfflineSince: h.OfflineSince, Gaps: slices.Clone(h.Gaps)}
 }
 
 // MergeResources applies a report to stored resource states: a full
@@ -154,6 +180,15 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 			if tr.Traffic != nil {
 				rec.Traffic = tr.Traffic
 			}
+			if tr.Edge {
+				rec.Locks = tr.Locks
+			}
+			if err := f.recordUnlocked(txn, index, &rec, tr.Unlocked, tr.Time, req.Owner); err != nil {
+				return ApplyResult{}, err
+			}
+			if err := f.recordRecovery(txn, index, &rec, tr.Recovery, tr.Time, req.Owner); err != nil {
+				return ApplyResult{}, err
+			}
 		}
 		rec.LastSeen = max(rec.LastSeen, tr.LastSeen)
 		rec.ProgressAt = max(rec.ProgressAt, tr.ProgressAt)
@@ -172,9 +207,8 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 		rec.Status, rec.StatusReason, rec.NextRetry, rec.StatusRevision = tr.Status, tr.Reason, tr.NextRetry, tr.Revision
 		rec.StatusOwner, rec.StatusIndex = req.Owner, index
 		if changed {
-			rec.TimelineSeq++
 			entry := &TimelineEntry{
-				Device: rec.ID, Seq: rec.TimelineSeq, Time: tr.Time, Index: index, Revision: tr.Revision,
+				Device: rec.ID, Time: tr.Time, Index: index, Revision: tr.Revision,
 				Status: tr.Status, Reason: tr.Reason, Owner: req.Owner, Resources: tr.ResourceStates,
 			}
 			if len(corrected) > 0 {
@@ -190,27 +224,36 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 					}
 				}
 			}
-			if err := txn.Insert(tableTimeline, entry); err != nil {
+			if err := f.appendTimeline(txn, &rec, entry); err != nil {
 				return ApplyResult{}, err
 			}
 			f.emitStatus(index, req.Owner, &tr, corrected)
-			if rec.TimelineSeq > uint64(f.timelineLimit) {
-				old, err := txn.First(tableTimeline, "id", rec.ID, rec.TimelineSeq-uint64(f.timelineLimit))
-				if err != nil {
-					return ApplyResult{}, err
-				}
-				if old != nil {
-					if err := txn.Delete(tableTimeline, old); err != nil {
-						return ApplyResult{}, err
-					}
-				}
-			}
 		}
 		if err := txn.Insert(tableDevices, &rec); err != nil {
 			return ApplyResult{}, err
 		}
 	}
 	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+}
+
+// appendTimeline numbers entry as rec's next timeline entry, stores it,
+// and drops the oldest entry past the timeline limit.
+func (f *FSM) appendTimeline(txn *memdb.Txn, rec *DeviceRecord, entry *TimelineEntry) error {
+	rec.TimelineSeq++
+	entry.Device, entry.Seq = rec.ID, rec.TimelineSeq
+	if err := txn.Insert(tableTimeline, entry); err != nil {
+		return err
+	}
+	if rec.TimelineSeq > uint64(f.timelineLimit) {
+		old, err := txn.First(tableTimeline, "id", rec.ID, rec.TimelineSeq-uint64(f.timelineLimit))
+		if err != nil {
+			return err
+		}
+		if old != nil {
+			return txn.Delete(tableTimeline, old)
+		}
+	}
+	return nil
 }
 
 // ResourceCorrected marks, in a timeline entry's resources, a resource

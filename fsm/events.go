@@ -27,10 +27,11 @@ const (
 	KindDrift    = "drift"    // a resource drifted, a local change is tolerated, or the agent corrected drift
 	KindDevice   = "device"   // a device registered, was labelled, revoked or unrevoked
 	KindSession  = "session"  // a device connected or disconnected
+	KindConfig   = "config"   // a reconcile class or a maintenance window was written or deleted
 )
 
 // EventKinds lists every kind, for validation and documentation.
-var EventKinds = []string{KindIntent, KindRelease, KindRollout, KindApproval, KindProgress, KindStatus, KindDrift, KindDevice, KindSession}
+var EventKinds = []string{KindIntent, KindRelease, KindRollout, KindApproval, KindProgress, KindStatus, KindDrift, KindDevice, KindSession, KindConfig}
 
 // DefaultEventLimit is how many events a server keeps by default.
 const DefaultEventLimit = 16384

@@ -15,11 +15,13 @@ import "fmt"
 //	1  commands 1-16; snapshots of version 1 (every release up to 0.1.0)
 //	2  operator restores of a backup (snapshots of version 2, which carry
 //	   the restore the state descends from); the audit-operation command (20)
+//	3  reconcile classes (put-class, 17), maintenance windows
+//	   (put-maintenance-window, 18) and lock breaks (device-unlock, 19)
 //
 // A release that adds a command type or changes what Apply or Restore
 // understand raises the level by one and lists what it added here and in
 // commandLevels.
-const FeatureLevel uint16 = 2
+const FeatureLevel uint16 = 3
 
 // LevelOperatorRestore is the level from which replicas order states by
 // the operator restore they descend from (RestoreMark, snapshot version
@@ -29,9 +31,7 @@ const LevelOperatorRestore uint16 = 2
 
 // commandLevels says from which feature level on each command type is
 // understood. Every type with a handler is listed (a test checks); a new
-// type takes the level of the release that adds it. Types 17-19 are
-// reserved for the reconcile-class and lock-break commands; 20 on are
-// this table's to give.
+// type takes the level of the release that adds it.
 var commandLevels = map[MessageType]uint16{
 	PutIntentType:          1,
 	DeleteIntentType:       1,
@@ -49,6 +49,9 @@ var commandLevels = map[MessageType]uint16{
 	RolloutStepType:        1,
 	RolloutControlType:     1,
 	AuditOperationType:     2,
+	PutClassType:           3,
+	PutWindowType:          3,
+	DeviceUnlockType:       3,
 }
 
 // Level returns the feature level that introduced command type t (its

@@ -32,6 +32,9 @@ var handlers = map[MessageType]handler{
 	RolloutStepType:       (*FSM).applyRolloutStep,
 	RolloutControlType:    (*FSM).applyRolloutControl,
 	AuditOperationType:    (*FSM).applyOperation,
+	PutClassType:          (*FSM).applyPutClass,
+	PutWindowType:         (*FSM).applyPutWindow,
+	DeviceUnlockType:      (*FSM).applyDeviceUnlock,
 }
 
 // Apply applies one committed command at Raft index index. It panics on a

@@ -3,6 +3,7 @@ package fsm
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/go-memdb"
 
@@ -23,6 +24,9 @@ const (
 	tableReleases        = "releases"
 	tableRolloutEvents   = "rollout_events"
 	tableRolloutOutcomes = "rollout_outcomes"
+
+	tableClasses = "classes"
+	tableWindows = "maintenance_windows"
 )
 
 // IntentRecord is the current version of an intent.
@@ -136,6 +140,51 @@ type DeviceRecord struct {
 	// Traffic is the agent's count of its own traffic that the latest
 	// report carrying one brought (agents of protocol 1.3); nil before.
 	Traffic *DeviceTraffic `json:"traffic,omitempty"`
+	// Locks are the workload locks held on the device, as its agent
+	// (protocol 1.4) last reported them; Unlocks the operators' orders to
+	// break one (fsm/unlock.go), the newest MaxUnlocks.
+	Locks   []DeviceLock   `json:"locks,omitempty"`
+	Unlocks []UnlockRecord `json:"unlocks,omitempty"`
+	// Recovery is how its agent recovered at its latest start after a
+	// crash or power loss, as it reported it; nil before one.
+	Recovery *DeviceRecovery `json:"recovery,omitempty"`
+	// Link is the device's link history as its sessions were recorded:
+	// the servers judge from it whether it will make a rotation
+	// deadline. Nil before its first disconnect.
+	Link *LinkHistory `json:"link,omitempty"`
+}
+
+// LinkHistory is a device's recent time offline.
+type LinkHistory struct {
+	// OfflineSince is when its last session ended (Unix ns, the session
+	// server's clock); 0 while one is connected.
+	OfflineSince int64 `json:"offline_since,omitempty"`
+	// Gaps are its last LinkGapLimit periods without a session, oldest
+	// first.
+	Gaps []LinkGap `json:"gaps,omitempty"`
+}
+
+// LinkGap is a period a device had no session, from the end of one to
+// the start of the next (Unix ns).
+type LinkGap struct {
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+}
+
+// LinkGapLimit is how many gaps a device's link history keeps.
+const LinkGapLimit = 16
+
+// LongestGap returns the longest gap of the history; 0 for none (or a nil
+// history).
+func (h *LinkHistory) LongestGap() time.Duration {
+	if h == nil {
+		return 0
+	}
+	var out time.Duration
+	for _, g := range h.Gaps {
+		out = max(out, time.Duration(g.To-g.From))
+	}
+	return out
 }
 
 // TimelineEntry is one status transition of a device.
@@ -252,6 +301,18 @@ func schema() *memdb.DBSchema {
 					&memdb.StringFieldIndex{Field: "Intent"},
 					&memdb.UintFieldIndex{Field: "Revision"},
 				}}},
+			},
+		},
+		tableClasses: {
+			Name: tableClasses,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
+			},
+		},
+		tableWindows: {
+			Name: tableWindows,
+			Indexes: map[string]*memdb.IndexSchema{
+				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Name"}},
 			},
 		},
 		tableMeta: {

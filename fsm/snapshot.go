@@ -27,7 +27,7 @@ const (
 // snapshotTables are the tables a snapshot holds, in order. A table added
 // later goes last, so older snapshots remain a prefix of the format.
 var snapshotTables = []string{tableIntents, tableHistory, tableDevices, tableTimeline, tableTokens, tableAudit, tableRevoked,
-	tableRollouts, tableReleases, tableRolloutEvents, tableRolloutOutcomes}
+	tableRollouts, tableReleases, tableRolloutEvents, tableRolloutOutcomes, tableClasses, tableWindows}
 
 type snapshotHeader struct {
 	Format       string `json:"format"`
@@ -115,6 +115,9 @@ type snapshotEntry struct {
 	Release        *ReleaseRecord `json:"release,omitempty"`
 	RolloutEvent   *RolloutEvent  `json:"rollout_event,omitempty"`
 	RolloutOutcome *RolloutRecord `json:"rollout_outcome,omitempty"`
+	// Reconcile classes came later still.
+	Class  *ClassRecord  `json:"class,omitempty"`
+	Window *WindowRecord `json:"maintenance_window,omitempty"`
 }
 
 // Snapshot is a point-in-time copy of the state, cheap to take (memdb is
@@ -222,6 +225,10 @@ func (s *Snapshot) write(w io.Writer, hdr snapshotHeader) (int64, error) {
 				e.Release = r
 			case *RolloutEvent:
 				e.RolloutEvent = r
+			case *ClassRecord:
+				e.Class = r
+			case *WindowRecord:
+				e.Window = r
 			default:
 				// A table in snapshotTables without its entry field
 				// would write empty entries that Restore refuses.
@@ -350,6 +357,10 @@ func (f *FSM) Restore(r io.Reader) error {
 			table, obj = tableRolloutEvents, e.RolloutEvent
 		case e.RolloutOutcome != nil:
 			table, obj = tableRolloutOutcomes, e.RolloutOutcome
+		case e.Class != nil:
+			table, obj = tableClasses, e.Class
+		case e.Window != nil:
+			table, obj = tableWindows, e.Window
 		default:
 			return fmt.Errorf("restore snapshot: entry %d: empty or of an unknown kind", n)
 		}

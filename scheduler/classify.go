@@ -11,86 +11,23 @@ import (
 	"time"
 
 	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/fsm/intent"
 )
 
 // DefaultClass is the class of a resource that names none, or names one
 // that is not configured.
 const DefaultClass = "default"
 
-// Class is the liveness and retry profile of one reconcile class. A device
-// is judged by the strictest class among its resources.
-type Class struct {
-	Name string
-	// ReportEvery is how often a healthy device of this class is expected
-	// to make contact.
-	ReportEvery time.Duration
-	// UnreachableAfter is how long a disconnected device may stay silent
-	// before the silence is a comms gap (status unreachable).
-	UnreachableAfter time.Duration
-	// ProgressDeadline is how long a connected device may go without
-	// progress while it has work left before it is stuck.
-	ProgressDeadline time.Duration
-	// RetryBase and RetryMax bound the exponential backoff the agent
-	// applies between failed attempts (see RetryDelay). The defaults
-	// mirror the agent's RetryMin and RetryMax, which are not per class.
-	RetryBase, RetryMax time.Duration
-}
-
-// RetryDelay is the wait after the attempts-th failed attempt: RetryBase,
-// doubled for every attempt after the first, capped at RetryMax.
-func (c Class) RetryDelay(attempts int) time.Duration {
-	d := c.RetryBase
-	for i := 1; i < attempts && d < c.RetryMax; i++ {
-		d *= 2
-	}
-	return min(d, c.RetryMax)
-}
-
-func (c Class) validate(key string) error {
-	var errs []string
-	if c.Name != key {
-		errs = append(errs, fmt.Sprintf("name %q does not match its key", c.Name))
-	}
-	for _, f := range []struct {
-		what string
-		d    time.Duration
-	}{{"report every", c.ReportEvery}, {"unreachable after", c.UnreachableAfter}, {"progress deadline", c.ProgressDeadline}, {"retry base", c.RetryBase}, {"retry max", c.RetryMax}} {
-		if f.d <= 0 {
-			errs = append(errs, fmt.Sprintf("%s must be positive, got %v", f.what, f.d))
-		}
-	}
-	if c.UnreachableAfter < c.ReportEvery {
-		errs = append(errs, fmt.Sprintf("unreachable after %v is shorter than report every %v", c.UnreachableAfter, c.ReportEvery))
-	}
-	if c.RetryBase > c.RetryMax {
-		errs = append(errs, fmt.Sprintf("retry base %v above retry max %v", c.RetryBase, c.RetryMax))
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("class %q: %s", key, strings.Join(errs, "; "))
-	}
-	return nil
-}
+// Class is the cadence and risk profile of one reconcile class
+// (intent.Class). A device is judged by the strictest class among its
+// resources.
+type Class = intent.Class
 
 // Classes maps class names to their profiles.
 type Classes map[string]Class
 
-// DefaultClasses returns the built-in classes: default, network-policy
-// (tight: a policy gap is a security gap), config, package (loose: large
-// downloads over slow links) and certificate.
-func DefaultClasses() Classes {
-	c := Classes{}
-	for _, cl := range []Class{
-		{Name: DefaultClass, ReportEvery: time.Minute, UnreachableAfter: 5 * time.Minute, ProgressDeadline: 15 * time.Minute},
-		{Name: "network-policy", ReportEvery: 15 * time.Second, UnreachableAfter: 2 * time.Minute, ProgressDeadline: 5 * time.Minute},
-		{Name: "config", ReportEvery: time.Minute, UnreachableAfter: 5 * time.Minute, ProgressDeadline: 5 * time.Minute},
-		{Name: "package", ReportEvery: 10 * time.Minute, UnreachableAfter: 30 * time.Minute, ProgressDeadline: time.Hour},
-		{Name: "certificate", ReportEvery: 5 * time.Minute, UnreachableAfter: 15 * time.Minute, ProgressDeadline: 30 * time.Minute},
-	} {
-		cl.RetryBase, cl.RetryMax = time.Second, 5*time.Minute
-		c[cl.Name] = cl
-	}
-	return c
-}
+// DefaultClasses returns the built-in classes (intent.BuiltinClasses).
+func DefaultClasses() Classes { return intent.BuiltinClasses() }
 
 // For returns the named class; an unknown or empty name gets the default
 // class (the built-in one if c has none).
@@ -111,15 +48,19 @@ func (c Classes) Validate() error {
 		errs = append(errs, fmt.Errorf("no %q class", DefaultClass))
 	}
 	for _, name := range slices.Sorted(maps.Keys(c)) {
-		if err := c[name].validate(name); err != nil {
+		if c[name].Name != name {
+			errs = append(errs, fmt.Errorf("class %q: name %q does not match its key", name, c[name].Name))
+		}
+		if err := c[name].Validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// Device (and resource) statuses, as the API reports them. Resources only
-// take the first seven; unreachable and stuck are judgements on the device.
+// Device (and resource) statuses, as the API reports them. Resources
+// take the first seven and the deadline ones; unreachable and stuck are
+// judgements on the device.
 const (
 	StatusPending     = "pending"     // the desired revision is not acknowledged yet
 	StatusProgressing = "progressing" // acknowledged and moving
@@ -130,20 +71,39 @@ const (
 	StatusFailed      = "failed"      // the last apply failed; retrying with backoff
 	StatusUnreachable = "unreachable" // no contact past the class threshold: a comms gap
 	StatusStuck       = "stuck"       // connected, but no progress past the progress deadline
+	StatusFighting    = "fighting"    // something on the device keeps undoing a resource; corrections back off
+	// StatusDeadlineAtRisk: a resource's rotation deadline will be missed
+	// at the device's current rate (its link history, its class's
+	// backoff); StatusDeadlineMissed: it passed with the resource not
+	// applied.
+	StatusDeadlineAtRisk = "deadline-at-risk"
+	StatusDeadlineMissed = "deadline-missed"
 )
 
-// Urgency ranks statuses for the device level, most urgent highest:
-// unreachable > failed > blocked > stuck > pending > progressing > drifted
-// > overridden > converged. An unknown status ranks below all.
-//
-// Unreachable comes first because nothing else the control plane knows is
-// current during a comms gap; stuck ranks below failed and blocked, which
-// already explain why the device does not move, and above pending and
-// progressing, which it qualifies.
-func Urgency(status string) int {
-	return slices.Index([]string{StatusConverged, StatusOverridden, StatusDrifted, StatusProgressing,
-		StatusPending, StatusStuck, StatusBlocked, StatusFailed, StatusUnreachable}, status)
+// Statuses lists every device status, most urgent first.
+func Statuses() []string {
+	out := slices.Clone(byUrgency)
+	slices.Reverse(out)
+	return out
 }
+
+// byUrgency orders the statuses, least urgent first (Urgency).
+var byUrgency = []string{StatusConverged, StatusOverridden, StatusDrifted, StatusProgressing,
+	StatusPending, StatusStuck, StatusFighting, StatusBlocked, StatusFailed, StatusUnreachable, StatusDeadlineAtRisk, StatusDeadlineMissed}
+
+// Urgency ranks statuses for the device level, most urgent highest:
+// deadline-missed > deadline-at-risk > unreachable > failed > blocked >
+// fighting > stuck > pending > progressing > drifted > overridden >
+// converged. An unknown status ranks below all.
+//
+// A missed or threatened deadline comes first: it is the one an operator
+// must act on before a date, and a device offline for long is the usual
+// reason for it (its reason says so). Unreachable comes next because
+// nothing else the control plane knows is current during a comms gap;
+// stuck ranks below failed and blocked, which already explain why the
+// device does not move, and above pending and progressing, which it
+// qualifies.
+func Urgency(status string) int { return slices.Index(byUrgency, status) }
 
 // DeviceStatus is the classified status of a device.
 type DeviceStatus struct {
@@ -235,10 +195,11 @@ func stepsLeft(state string) int {
 
 // Classify turns a device's view (Compare) and record into a status.
 // classes may be nil (DefaultClasses); resources maps each desired key to
-// its class name (missing: default); progress is the device's mark after
-// NextProgressMark for the same observation. It is pure: the same input
-// gives the same output.
-func Classify(v DeviceView, rec *fsm.DeviceRecord, classes Classes, resources map[string]string, now time.Time, progress ProgressMark) DeviceStatus {
+// its class and rotation window (IntendedOf; a missing key is of the
+// default class); progress is the device's mark after NextProgressMark
+// for the same observation. It is pure: the same input gives the same
+// output.
+func Classify(v DeviceView, rec *fsm.DeviceRecord, classes Classes, resources map[string]Intended, now time.Time, progress ProgressMark) DeviceStatus {
 	if classes == nil {
 		classes = DefaultClasses()
 	}
@@ -248,8 +209,24 @@ func Classify(v DeviceView, rec *fsm.DeviceRecord, classes Classes, resources ma
 	counts := map[string]int{}
 	pendingRev := uint64(0)
 	out.Resources = make([]ResourceStatus, 0, len(v.Resources))
+	var deadlines []int          // resources whose rotation deadline is missed or at risk
+	waiting := map[string]bool{} // resources whose rotation window has not opened
 	for _, rv := range v.Resources {
-		rs, updated := classifyResource(rv, rec, classes.For(resources[rv.Key]))
+		in := resources[rv.Key]
+		cl := classes.For(in.Class)
+		rs, updated := classifyResource(rv, rec, cl)
+		if in.NotBefore.After(now) && (rs.Status == StatusPending || rs.Status == StatusProgressing) &&
+			(rv.Reported == nil || rv.Reported.AppliedDigest != rv.IntendedDigest) {
+			// Not due yet: no step before its window opens.
+			rs.Reason = "its rotation window opens at " + in.NotBefore.UTC().Format(time.RFC3339) + "; " + rs.Reason
+			waiting[rv.Key] = true
+		}
+		if st, why := judgeDeadline(rv, in, rec, cl, rs.Status, rs.Reason, now); st != "" {
+			rs.Status, rs.Reason, rs.NextRetry = st, why, time.Time{}
+			deadlines = append(deadlines, len(out.Resources))
+			out.Resources = append(out.Resources, rs)
+			continue // judged at the device level after the comms gap
+		}
 		out.Resources = append(out.Resources, rs) // capacity is fixed: pointers stay valid
 		counts[rs.Status]++
 		if rs.Status == StatusPending {
@@ -261,6 +238,8 @@ func Classify(v DeviceView, rec *fsm.DeviceRecord, classes Classes, resources ma
 	}
 	out.Status, out.Since = StatusConverged, progress.At
 	switch {
+	case subject == nil && rec.BlockedReason == "" && len(deadlines) > 0:
+		out.Reason = "" // the deadline below decides
 	case subject == nil && rec.BlockedReason == "":
 		out.Reason = "no resources are desired"
 	case subject == nil || subject.Status != StatusBlocked && Urgency(subject.Status) < Urgency(StatusBlocked) && rec.BlockedReason != "":
@@ -297,10 +276,12 @@ func Classify(v DeviceView, rec *fsm.DeviceRecord, classes Classes, resources ma
 
 	// Stuck: connected, with work left, and no progress past the
 	// strictest deadline among the resources still moving.
-	if rec.Connected && !progress.At.IsZero() && (out.Status == StatusPending || out.Status == StatusProgressing) {
-		cl := strictest(classes, out.Resources, func(rs ResourceStatus) bool {
-			return rs.Status == StatusPending || rs.Status == StatusProgressing
-		}, func(c Class) time.Duration { return c.ProgressDeadline })
+	// A resource waiting for its rotation window is not late.
+	moving := func(rs ResourceStatus) bool {
+		return (rs.Status == StatusPending || rs.Status == StatusProgressing) && !waiting[rs.Key]
+	}
+	if rec.Connected && !progress.At.IsZero() && (out.Status == StatusPending || out.Status == StatusProgressing) && slices.ContainsFunc(out.Resources, moving) {
+		cl := strictest(classes, out.Resources, moving, func(c Class) time.Duration { return c.ProgressDeadline })
 		if idle := now.Sub(progress.At); idle > cl.ProgressDeadline {
 			out.Status, out.Since = StatusStuck, progress.At
 			out.Reason = fmt.Sprintf("no progress for %s (%s allows %s); last state: %s %s: %s",
@@ -317,6 +298,26 @@ func Classify(v DeviceView, rec *fsm.DeviceRecord, classes Classes, resources ma
 		if gap := now.Sub(last); gap > cl.UnreachableAfter {
 			out.Status, out.Since, out.NextRetry = StatusUnreachable, last, time.Time{}
 			out.Reason = fmt.Sprintf("no contact for %s (%s allows %s)", fmtDuration(gap), cl.Name, fmtDuration(cl.UnreachableAfter))
+		}
+	}
+
+	// A rotation deadline missed or at risk, most urgent of all.
+	var worst *ResourceStatus
+	more := 0
+	for _, i := range deadlines {
+		rs := &out.Resources[i]
+		switch {
+		case worst == nil || Urgency(rs.Status) > Urgency(worst.Status):
+			worst, more = rs, 0
+		case rs.Status == worst.Status:
+			more++
+		}
+	}
+	if worst != nil {
+		out.Status, out.Since, out.NextRetry = worst.Status, time.Time{}, time.Time{}
+		out.Reason = worst.Key + ": " + worst.Reason
+		if more > 0 {
+			out.Reason += fmt.Sprintf("; %d more %s", more, worst.Status)
 		}
 	}
 	return out
@@ -356,8 +357,15 @@ func classifyResource(rv ResourceView, rec *fsm.DeviceRecord, cl Class) (Resourc
 		}
 	case rv.State == StateRemoving:
 		set(StatusProgressing, "no longer desired; the device has not removed it yet")
+	case rep != nil && rep.Hold != nil && rep.Hold.Kind == HoldFighting:
+		h := rep.Hold
+		set(StatusFighting, fmt.Sprintf("something on the device keeps undoing it: drift corrected %d times since %s; corrections back off, the next not before %s",
+			h.Count, nsTime(h.Since), nsTime(h.Until)))
 	case state == StatusBlocked && rv.State != StateConverged:
 		set(StatusBlocked, or(detail, "blocked by a precondition"))
+	case rep != nil && rep.Hold != nil && rep.Hold.Kind == HoldOverride:
+		h := rep.Hold
+		set(StatusOverridden, fmt.Sprintf("overridden on the device by %s until %s: %s", h.Holder, nsTime(h.Until), h.Note))
 	case state == StatusOverridden:
 		set(StatusOverridden, or(detail, "a tolerated local change"))
 	case rv.State == StateDrifted || state == StatusDrifted:
@@ -398,6 +406,20 @@ func legacyDetail(detail string) (state, rest string) {
 	}
 	return "", detail
 }
+
+// Hold kinds an agent reports (fsm.ResourceHold.Kind), as classifying
+// reads them.
+const (
+	HoldOverride     = "override"
+	HoldFighting     = "fighting"
+	HoldWindow       = "window"
+	HoldLock         = "lock"
+	HoldPrecondition = "precondition"
+	HoldSchedule     = "schedule"
+)
+
+// nsTime formats a time in Unix nanoseconds for a reason.
+func nsTime(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339) }
 
 // earlierRetry orders retry times, a zero time (no retry) last.
 func earlierRetry(a, b time.Time) bool {

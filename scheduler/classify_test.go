@@ -23,7 +23,7 @@ const (
 	pkg  = "pkg/nginx" // package: unreachable after 30m, progress deadline 1h
 )
 
-var testClassOf = map[string]string{fw: "network-policy", motd: "config", pkg: "package"}
+var testClassOf = map[string]Intended{fw: {Class: "network-policy"}, motd: {Class: "config"}, pkg: {Class: "package"}}
 
 func digestOf(key string) wire.Digest { return wire.DigestOf([]byte(key)) }
 
@@ -231,7 +231,7 @@ func TestClassify(t *testing.T) {
 	}, {
 		name:    "custom classes: backoff and thresholds come from the resource's class",
 		desired: desiredAt(5, motd),
-		classes: Classes{DefaultClass: {Name: DefaultClass, ReportEvery: time.Second, UnreachableAfter: time.Minute, ProgressDeadline: time.Minute, RetryBase: 10 * time.Second, RetryMax: 30 * time.Second}},
+		classes: Classes{DefaultClass: {Name: DefaultClass, ReportInterval: time.Second, UnreachableAfter: time.Minute, ProgressDeadline: time.Minute, RetryBase: 10 * time.Second, RetryMax: 30 * time.Second}},
 		rec:     fsm.DeviceRecord{Connected: true, AckedRevision: 5, Resources: []fsm.ResourceStatus{failing(motd, "disk full", 2, t0)}},
 		want:    summary{Status: StatusFailed, Reason: "cfg/motd: apply failed (attempt 2): disk full; next retry at 2026-03-01T12:00:20Z", Since: t0, NextRetry: t0.Add(20 * time.Second), Resources: map[string]string{motd: "failed"}},
 	},
@@ -439,7 +439,7 @@ func TestClassesValidate(t *testing.T) {
 	bad["config"] = c
 	bad["x"] = Class{Name: "y"}
 	err := bad.Validate()
-	for _, want := range []string{`no "default" class`, `class "config": unreachable after 1s is shorter than report every 1m0s; retry base 1h0m0s above retry max 5m0s`, `class "x": name "y"`, "report every must be positive"} {
+	for _, want := range []string{`no "default" class`, `class "config": retry.base 1h0m0s above retry.max 5m0s`, `class "x": name "y" does not match its key`, "pullInterval must be at least 1ns, got 0s"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to mention %q", err, want)
 		}

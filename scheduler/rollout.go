@@ -138,6 +138,18 @@ type Target struct {
 	// not released). Acked says the agent acknowledged the release.
 	Progress string
 	Acked    bool
+	// Window is the device's maintenance window as of Input.Now, for a
+	// rollout released in the devices' maintenance windows
+	// (intent.Rollout.Maintenance); nil when none selects the device.
+	Window *TargetWindow
+}
+
+// TargetWindow says whether a device's maintenance window is open.
+type TargetWindow struct {
+	Open bool
+	// Opens is when the next one opens, Name which, while none is open.
+	Opens time.Time
+	Name  string
 }
 
 // Input is what a rollout decision is made from.
@@ -407,7 +419,18 @@ func Decide(in Input) Decision {
 				d.Waiting = reason
 				break
 			}
-			budget := len(devs[w].unreleased)
+			unreleased := devs[w].unreleased
+			if spec.Maintenance {
+				open, next := inMaintenance(in.Targets, unreleased)
+				if len(open) == 0 {
+					reason := fmt.Sprintf("wave %d waits for its devices' maintenance windows (%s, the next to open, opens %s)", w+1, next.Name, next.Opens.UTC().Format(time.RFC3339))
+					setState(fsm.RolloutProgressing, reason)
+					d.Waiting = reason
+					break
+				}
+				unreleased = open
+			}
+			budget := len(unreleased)
 			if mp := spec.WaveMaxParallel(w); mp > 0 {
 				// Devices that failed, got stuck or are out of contact
 				// hold no slot: the failure policy judges the first, and
@@ -418,7 +441,7 @@ func Decide(in Input) Decision {
 			}
 			budget = min(budget, fsm.MaxReleasesPerStep)
 			if budget > 0 {
-				pick := releaseOrder(ro.Intent, in.Targets, devs[w].unreleased)[:budget]
+				pick := releaseOrder(ro.Intent, in.Targets, unreleased)[:budget]
 				for _, i := range pick {
 					step.Release = append(step.Release, in.Targets[i].ID)
 				}
@@ -497,6 +520,22 @@ func progressOf(t Target, now int64, deadline time.Duration) string {
 		return ProgressStuck
 	}
 	return p
+}
+
+// inMaintenance returns the devices of idx that may be released now (a
+// maintenance window that selects them is open, or none does), and,
+// when none may, the window that opens first.
+func inMaintenance(targets []Target, idx []int) (open []int, next TargetWindow) {
+	for _, i := range idx {
+		w := targets[i].Window
+		switch {
+		case w == nil || w.Open:
+			open = append(open, i)
+		case next.Opens.IsZero() || w.Opens.Before(next.Opens):
+			next = *w
+		}
+	}
+	return open, next
 }
 
 // releaseOrder sorts a wave's unreleased devices in release order.

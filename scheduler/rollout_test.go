@@ -137,6 +137,31 @@ func TestDecideWindow(t *testing.T) {
 	}
 }
 
+// TestDecideMaintenanceWindows: a rollout released in the devices'
+// maintenance windows releases only the devices whose window is open (and
+// those no window selects), and says which window it waits for.
+func TestDecideMaintenanceWindows(t *testing.T) {
+	r := newDecideRig(t, 4, map[string]any{"waves": []any{"100%"}, "window": "maintenance"})
+	opens := r.now.Add(5 * time.Hour)
+	r.ts[0].Window = &TargetWindow{Open: true, Name: "store-nights"}
+	r.ts[1].Window = &TargetWindow{Opens: opens, Name: "store-nights"}
+	r.ts[2].Window = &TargetWindow{Opens: opens.Add(time.Hour), Name: "kiosk-nights"}
+	// r.ts[3]: no window selects it.
+	r.decide(ProgressConverged)
+	if r.ts[0].Release == nil || r.ts[3].Release == nil || r.ts[1].Release != nil || r.ts[2].Release != nil {
+		t.Fatalf("released %d: want the device in its window and the one without", r.released())
+	}
+	d := r.decide(ProgressConverged)
+	if want := "wave 1 waits for its devices' maintenance windows (store-nights, the next to open, opens 2026-12-01T17:00:00Z)"; d.Waiting != want {
+		t.Fatalf("waiting %q, want %q", d.Waiting, want)
+	}
+	r.ts[1].Window.Open, r.ts[2].Window.Open = true, true
+	r.decide(ProgressConverged)
+	if r.released() != 4 {
+		t.Fatalf("%d of 4 released once the windows opened", r.released())
+	}
+}
+
 func TestDecideGateHoldAndTimeout(t *testing.T) {
 	r := newDecideRig(t, 10, map[string]any{
 		"waves": []any{int64(2), "100%"},

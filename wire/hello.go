@@ -64,11 +64,7 @@ func (m *Hello) Append(b []byte) []byte {
 	b = appendString(b, m.AgentVersion)
 	b = append(b, m.SessionID[:]...)
 	b = appendBytes(b, m.ResumeToken)
-	b = appendUvarint(b, uint64(len(m.Labels)))
-	for _, k := range sortedKeys(m.Labels) {
-		b = appendString(b, k)
-		b = appendString(b, m.Labels[k])
-	}
+	b = appendLabels(b, m.Labels)
 	b = appendUvarint(b, m.AckedRevision)
 	b = appendUvarint(b, m.AckedReportSeq)
 	b = appendApplied(b, m.Applied)
@@ -78,10 +74,7 @@ func (m *Hello) Append(b []byte) []byte {
 // Len implements Message.
 func (m *Hello) Len() int {
 	n := 2 + 2 + 1 + stringLen(m.AgentVersion) + len(m.SessionID) + bytesLen(m.ResumeToken)
-	n += uvarintLen(uint64(len(m.Labels)))
-	for k, v := range m.Labels {
-		n += stringLen(k) + stringLen(v)
-	}
+	n += labelsLen(m.Labels)
 	n += uvarintLen(m.AckedRevision) + uvarintLen(m.AckedReportSeq)
 	return n + appliedLen(m.Applied) + extensionsLen(m.Extensions)
 }
@@ -95,18 +88,7 @@ func (m *Hello) Decode(payload []byte) error {
 	m.AgentVersion = d.str(MaxNameLen, "agent version")
 	d.fixed(m.SessionID[:])
 	m.ResumeToken = d.bytes(MaxTokenLen, "resume token")
-	if n := d.length(MaxLabels, 2, "labels"); n > 0 {
-		m.Labels = make(map[string]string, n)
-		prev := ""
-		for i := 0; i < n && d.err == nil; i++ {
-			k := d.str(MaxNameLen, "label key")
-			v := d.str(MaxNameLen, "label value")
-			if i > 0 && k <= prev {
-				d.malformed("label keys not strictly increasing")
-			}
-			m.Labels[k], prev = v, k
-		}
-	}
+	m.Labels = d.labels()
 	m.AckedRevision = d.uvarint()
 	m.AckedReportSeq = d.uvarint()
 	m.Applied = d.applied()

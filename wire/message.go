@@ -22,6 +22,7 @@ const (
 	TypeReportAck MessageType = 0x0a // server -> agent, reports applied up to seq
 	TypePing      MessageType = 0x0b // agent -> server, keep-alive (1.3)
 	TypePong      MessageType = 0x0c // server -> agent, answers a Ping's echo (1.3)
+	TypeSettings  MessageType = 0x0d // server -> agent, classes, windows, labels, unlocks (1.4)
 )
 
 // Message is one protocol message. Append, Len and Decode deal with the
@@ -58,6 +59,7 @@ var messageInfo = map[MessageType]struct {
 	TypeReportAck: {"ReportAck", func() Message { return new(ReportAck) }, false, false},
 	TypePing:      {"Ping", func() Message { return new(Ping) }, true, false},
 	TypePong:      {"Pong", func() Message { return new(Pong) }, false, false},
+	TypeSettings:  {"Settings", func() Message { return new(Settings) }, false, false},
 }
 
 // String returns the message type's name.

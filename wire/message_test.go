@@ -107,7 +107,49 @@ func sampleMessages() []Message {
 		&Ping{Seq: 7, Interval: 3 * time.Minute, EchoAfter: 200 * time.Second},
 		&Ping{Seq: 8, Interval: 2 * time.Minute, Pad: ResetProbePad},
 		&Pong{Seq: 7},
+		&Settings{},
+		&Settings{
+			Seq: 1 << 40,
+			Classes: []SettingsClass{
+				{Name: "default", PullInterval: 10 * time.Minute, ProbeInterval: time.Minute, ReportInterval: 6 * time.Hour, RetryBase: time.Second, RetryMax: 5 * time.Minute, RetryJitter: 0.1},
+				{Name: "network-policy", PullInterval: time.Minute, ProbeInterval: 15 * time.Second, ReportInterval: time.Hour, RetryBase: time.Second, RetryMax: 30 * time.Second, RetryJitter: 1},
+			},
+			Zone: "Europe/Berlin",
+			Windows: []MaintenanceWindow{
+				{Name: "store-nights", Spans: []Span{{Days: 0x1f, Start: 22 * 60, End: 5 * 60}, {Days: 0x60, Start: 0, End: 23*60 + 59}}},
+			},
+			Labels:  map[string]string{"region": "eu", "site": "store-42", "timezone": "Europe/Berlin"},
+			Unlocks: []Unlock{{Index: 9, Lock: "pos-sync", Since: 1714557600000000000, Reason: "sync hung since Friday", Actor: "alice (4f1c)"}, {Index: math.MaxUint64, Lock: "x", Since: math.MinInt64}},
+		},
+		&Report{Edge: true},
+		&Report{
+			Seq: 305, Status: "blocked", States: true, Corrections: true, Edge: true, BlockedReason: "pos/restart: lock pos-sync held by pos-sync since 2024-05-01T10:00:00Z",
+			Resources: []ResourceReport{
+				{Key: "pos/a", State: StateOverridden, Hold: Hold{Kind: HoldOverride, Since: 1, Until: 86400e9, Holder: "uid 0 (root)", Note: "vendor hotfix on this till"}},
+				{Key: "pos/b", State: StateDrifted, Corrections: 11, Hold: Hold{Kind: HoldFighting, Since: 2, Until: 3, Count: math.MaxUint32}},
+				{Key: "pos/c", State: StateBlocked, Hold: Hold{Kind: HoldWindow, Until: 4, Holder: "store-nights", Note: "Europe/Berlin"}},
+				{Key: "pos/d", State: StateBlocked, Hold: Hold{Kind: HoldLock, Since: math.MinInt64, Until: math.MaxInt64, Holder: "pos-sync", Note: "pos-sync"}},
+				{Key: "pos/e", State: StateBlocked, Hold: Hold{Kind: HoldPrecondition, Note: "disk:/var>=2GiB: 1.2 GiB free"}},
+				{Key: "pos/f", State: StatePending, Hold: Hold{Kind: HoldSchedule, Until: 5}},
+				{Key: "pos/g", State: StateConverged},
+			},
+			Locks: []Lock{
+				{Name: "backup", Holder: "pid 4242", Since: 7, Source: LockFile},
+				{Name: "pos-sync", Holder: "pos-sync", Since: 1714557600000000000, MaxHold: 2 * time.Hour, Source: LockAgent},
+			},
+			Recovery: &Recovery{At: 8, Unclean: true, Total: 5, Applied: 2, Steps: []RecoveredStep{
+				{Key: "pos/c", Digest: digest("c"), Outcome: StepAppliedAgain, Child: ChildEnded},
+				{Key: "pos/d", Digest: digest("d"), Outcome: StepAlreadyApplied, Child: ChildWaited},
+				{Key: "pos/x", Outcome: StepDropped},
+			}},
+			Unlocked: []UnlockResult{{Index: 9, Lock: "pos-sync", Outcome: UnlockBroken, At: 10}, {Index: 12, Lock: "x", Outcome: UnlockRetaken, At: 11}},
+		},
+		&Report{Edge: true, Recovery: &Recovery{At: 1}},
 	}
+}
+
+func settingsClass(name string) SettingsClass {
+	return SettingsClass{Name: name, PullInterval: time.Minute, ProbeInterval: time.Minute, ReportInterval: time.Hour, RetryBase: time.Second, RetryMax: time.Minute}
 }
 
 func TestResourceStateNames(t *testing.T) {
@@ -225,7 +267,37 @@ func TestMalformed(t *testing.T) {
 			b[3+1+1+1+1+32+1] = 3
 			return b
 		}()},
-		{"undefined report flag", TypeReport, []byte{0, 0, 16, 0, 0, 0}},
+		{"undefined report flag", TypeReport, []byte{0, 0, 32, 0, 0, 0}},
+		{"undefined hold", TypeReport, (&Report{Edge: true, Resources: []ResourceReport{{Hold: Hold{Kind: holdMax + 1}}}}).Append(nil)},
+		{"lock without a name", TypeReport, (&Report{Edge: true, Locks: []Lock{{Source: LockAgent}}}).Append(nil)},
+		{"undefined lock source", TypeReport, (&Report{Edge: true, Locks: []Lock{{Name: "a"}}}).Append(nil)},
+		{"unsorted locks", TypeReport, (&Report{Edge: true, Locks: []Lock{{Name: "b", Source: LockFile}, {Name: "a", Source: LockFile}}}).Append(nil)},
+		{"recovery applied above total", TypeReport, (&Report{Edge: true, Recovery: &Recovery{Total: 1, Applied: 2}}).Append(nil)},
+		{"undefined step outcome", TypeReport, (&Report{Edge: true, Recovery: &Recovery{Steps: []RecoveredStep{{Key: "a/b"}}}}).Append(nil)},
+		{"undefined unlock outcome", TypeReport, (&Report{Edge: true, Unlocked: []UnlockResult{{Index: 1, Lock: "l"}}}).Append(nil)},
+		{"unsorted unlock results", TypeReport, (&Report{Edge: true, Unlocked: []UnlockResult{{Index: 2, Lock: "l", Outcome: UnlockBroken}, {Index: 1, Lock: "l", Outcome: UnlockBroken}}}).Append(nil)},
+		{"zero class interval", TypeSettings, (&Settings{Classes: []SettingsClass{{Name: "a", ProbeInterval: time.Second, ReportInterval: time.Second, RetryBase: time.Second, RetryMax: time.Second}}}).Append(nil)},
+		{"class jitter above 1000", TypeSettings, func() []byte {
+			b := (&Settings{Classes: []SettingsClass{settingsClass("a")}}).Append(nil)
+			// The jitter (u16) ends the class; zone, windows, labels and
+			// unlocks follow, one byte each.
+			b[len(b)-6], b[len(b)-5] = 0x03, 0xe9 // 1001
+			return b
+		}()},
+		{"unsorted classes", TypeSettings, (&Settings{Classes: []SettingsClass{settingsClass("b"), settingsClass("a")}}).Append(nil)},
+		{"retry base above max", TypeSettings, func() []byte {
+			c := settingsClass("a")
+			c.RetryBase = time.Hour
+			return (&Settings{Classes: []SettingsClass{c}}).Append(nil)
+		}()},
+		{"window without spans", TypeSettings, (&Settings{Windows: []MaintenanceWindow{{Name: "w"}}}).Append(nil)},
+		{"window on no day", TypeSettings, (&Settings{Windows: []MaintenanceWindow{{Name: "w", Spans: []Span{{Start: 1, End: 2}}}}}).Append(nil)},
+		{"window day bit 7", TypeSettings, (&Settings{Windows: []MaintenanceWindow{{Name: "w", Spans: []Span{{Days: 0x80 | 1, Start: 1, End: 2}}}}}).Append(nil)},
+		{"empty span", TypeSettings, (&Settings{Windows: []MaintenanceWindow{{Name: "w", Spans: []Span{{Days: 1, Start: 60, End: 60}}}}}).Append(nil)},
+		{"span past midnight", TypeSettings, (&Settings{Windows: []MaintenanceWindow{{Name: "w", Spans: []Span{{Days: 1, Start: 60, End: MinutesPerDay}}}}}).Append(nil)},
+		{"unsorted windows", TypeSettings, (&Settings{Windows: []MaintenanceWindow{{Name: "b", Spans: []Span{{Days: 1, End: 1}}}, {Name: "a", Spans: []Span{{Days: 1, End: 1}}}}}).Append(nil)},
+		{"unlock of no lock", TypeSettings, (&Settings{Unlocks: []Unlock{{Index: 1}}}).Append(nil)},
+		{"unsorted unlocks", TypeSettings, (&Settings{Unlocks: []Unlock{{Index: 2, Lock: "a"}, {Index: 2, Lock: "b"}}}).Append(nil)},
 		{"traffic day overflow", TypeReport, append([]byte{0, 0, reportTraffic, 0, 0, 0}, 0x80, 0x80, 0x80, 0x80, 0x10, 0, 0, 0, 0, 0)},
 		{"too many traffic servers", TypeReport, append([]byte{0, 0, reportTraffic, 0, 0, 0, 1, MaxTrafficServers + 1}, make([]byte, 5*(MaxTrafficServers+1)+4)...)},
 		{"empty traffic server", TypeReport, (&Report{Traffic: &Traffic{Servers: []ServerTraffic{{}}}}).Append(nil)},

@@ -103,6 +103,10 @@ type ResourceReport struct {
 	// drift since it started; encoded only in a Report with Corrections
 	// set.
 	Corrections uint32
+	// Hold says what holds the resource back (an override, a fight, a
+	// maintenance window, a lock, a precondition, a rotation window);
+	// encoded only in a Report with Edge set.
+	Hold Hold
 }
 
 const resourceReportMinLen = 1 + len(Digest{}) + 1 + 1 + 1 + 1 + 1 + 8
@@ -139,6 +143,18 @@ type Report struct {
 	// Traffic, when set, is the agent's count of its own traffic (flag
 	// bit 3, protocol 1.3), set only in a session at minor 3 or above.
 	Traffic *Traffic
+	// Edge says the report carries each resource's Hold and the fields
+	// below (flag bit 4, protocol 1.4), set only in a session at minor 4
+	// or above.
+	Edge bool
+	// Locks are the workload locks held on the device, sorted by name.
+	Locks []Lock
+	// Recovery is how the agent recovered at its latest start; nil for
+	// none to tell.
+	Recovery *Recovery
+	// Unlocked are the outcomes of the lock breaks the agent was sent
+	// (Settings.Unlocks) and has not seen withdrawn, by increasing index.
+	Unlocked []UnlockResult
 }
 
 const (
@@ -146,6 +162,7 @@ const (
 	reportStates      = 1 << 1
 	reportCorrections = 1 << 2
 	reportTraffic     = 1 << 3
+	reportEdge        = 1 << 4
 )
 
 // WithoutCorrections returns the report as a peer below protocol 1.2
@@ -160,6 +177,23 @@ func (m *Report) WithoutCorrections() *Report {
 	old.Resources = make([]ResourceReport, len(m.Resources))
 	for i, r := range m.Resources {
 		r.Corrections = 0
+		old.Resources[i] = r
+	}
+	return &old
+}
+
+// WithoutEdge returns the report as a peer below protocol 1.4 takes it:
+// without holds, locks, recovery and unlock results (and their flag). It
+// returns m itself when m carries none.
+func (m *Report) WithoutEdge() *Report {
+	if !m.Edge {
+		return m
+	}
+	old := *m
+	old.Edge, old.Locks, old.Recovery, old.Unlocked = false, nil, nil, nil
+	old.Resources = make([]ResourceReport, len(m.Resources))
+	for i, r := range m.Resources {
+		r.Hold = Hold{}
 		old.Resources[i] = r
 	}
 	return &old
@@ -197,6 +231,9 @@ func (m *Report) Append(b []byte) []byte {
 	if m.Traffic != nil {
 		flags |= reportTraffic
 	}
+	if m.Edge {
+		flags |= reportEdge
+	}
 	b = append(b, flags)
 	b = appendString(b, m.Status)
 	b = appendString(b, m.BlockedReason)
@@ -217,9 +254,15 @@ func (m *Report) Append(b []byte) []byte {
 		if m.Corrections {
 			b = appendUvarint(b, uint64(r.Corrections))
 		}
+		if m.Edge {
+			b = appendHold(b, r.Hold)
+		}
 	}
 	if m.Traffic != nil {
 		b = appendTraffic(b, m.Traffic)
+	}
+	if m.Edge {
+		b = appendEdge(b, m)
 	}
 	return b
 }
@@ -235,12 +278,18 @@ func (m *Report) Len() int {
 		if m.Corrections {
 			n += uvarintLen(uint64(r.Corrections))
 		}
+		if m.Edge {
+			n += holdLen(r.Hold)
+		}
 	}
 	if m.States {
 		n += len(m.Resources) // one state byte each
 	}
 	if m.Traffic != nil {
 		n += trafficLen(m.Traffic)
+	}
+	if m.Edge {
+		n += edgeLen(m)
 	}
 	return n
 }
@@ -249,8 +298,9 @@ func (m *Report) Len() int {
 func (m *Report) Decode(payload []byte) error {
 	d := decoder{b: payload}
 	*m = Report{Seq: d.uvarint(), DesiredRevision: d.uvarint()}
-	flags := d.flags(reportFull | reportStates | reportCorrections | reportTraffic)
+	flags := d.flags(reportFull | reportStates | reportCorrections | reportTraffic | reportEdge)
 	m.Full, m.States, m.Corrections = flags&reportFull != 0, flags&reportStates != 0, flags&reportCorrections != 0
+	m.Edge = flags&reportEdge != 0
 	m.Status = d.str(MaxNameLen, "status")
 	m.BlockedReason = d.str(MaxTextLen, "blocked reason")
 	minLen := resourceReportMinLen
@@ -258,6 +308,9 @@ func (m *Report) Decode(payload []byte) error {
 		minLen++
 	}
 	if m.Corrections {
+		minLen++
+	}
+	if m.Edge {
 		minLen++
 	}
 	if n := d.length(MaxResources, minLen, "resources"); n > 0 {
@@ -290,10 +343,16 @@ func (m *Report) Decode(payload []byte) error {
 					d.malformed("corrections %d overflows 32 bits", c)
 				}
 			}
+			if m.Edge {
+				r.Hold = d.hold()
+			}
 		}
 	}
 	if flags&reportTraffic != 0 {
 		m.Traffic = d.traffic()
+	}
+	if m.Edge {
+		d.edge(m)
 	}
 	return d.finish("Report")
 }

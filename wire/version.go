@@ -31,9 +31,14 @@ const ReleaseVersion = "0.1.0"
 //     to judge the session's liveness, and the NAT binding test), and
 //     Report flag bit 3 (traffic): the agent's own count of the bytes it
 //     exchanged with each server.
+//   - 1.4: Settings (the reconcile classes, maintenance windows, time
+//     zone, control-plane labels and lock breaks the control plane
+//     configures on a device), and Report flag bit 4 (edge): what holds
+//     each resource back, the device's workload locks, how its latest
+//     restart was recovered, and the outcome of lock breaks.
 const (
 	ProtocolMajor uint16 = 1
-	ProtocolMinor uint16 = 3
+	ProtocolMinor uint16 = 4
 )
 
 // MinorReportStates is the first minor whose Reports may carry typed
@@ -51,6 +56,10 @@ const MinorKeepAlive uint16 = 3
 // MinorReportTraffic is the first minor whose Reports may carry the
 // agent's traffic counters (Report.Traffic).
 const MinorReportTraffic uint16 = 3
+
+// MinorEdge is the first minor with Settings and the Report's edge flag
+// (Report.Edge).
+const MinorEdge uint16 = 4
 
 // QUIC application close codes. 0x1-0x5 equal the refusal Code of the
 // same name.

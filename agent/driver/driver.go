@@ -34,6 +34,13 @@ type Driver interface {
 	Probe(ctx context.Context, r intent.Resource) (Effective, error)
 }
 
+// Budgeted is implemented by a driver whose Apply runs processes that may
+// outlive the agent (exec): StepBudget bounds how long an Apply of r may
+// take.
+type Budgeted interface {
+	StepBudget(r intent.Resource) time.Duration
+}
+
 // State is what a driver observed on the device for one resource.
 type State struct {
 	// Present is false when nothing exists at the resource's location

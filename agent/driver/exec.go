@@ -95,6 +95,39 @@ func (d *Exec) parse(r intent.Resource) (execSpec, error) {
 	return s, nil
 }
 
+// StepEnv is the environment variable every command of a step carries
+// (StepHook.Marker), so that a process a step started can be recognised
+// after the agent crashed.
+const StepEnv = "METEOR_STEP"
+
+// StepHook is what the agent learns of the processes a step runs: the
+// exec driver sets Marker in each command's environment (StepEnv) and
+// calls Started with the process ID of each command it starts, which is
+// also its process group's ID (each command runs in a group of its own).
+type StepHook struct {
+	Marker  string
+	Started func(pid int)
+}
+
+type stepKey struct{}
+
+// WithStep returns ctx carrying hook, for the commands an Apply runs.
+func WithStep(ctx context.Context, hook *StepHook) context.Context {
+	return context.WithValue(ctx, stepKey{}, hook)
+}
+
+// StepBudget is the longest an Apply of r may take: three commands
+// (check, apply, check again), each within the spec's timeout. After a
+// crash the agent waits at most this long, from the step's start, for a
+// command of the step that survived (the optional Budgeted interface).
+func (d *Exec) StepBudget(r intent.Resource) time.Duration {
+	s, err := d.parse(r)
+	if err != nil {
+		return defaultExecTimeout
+	}
+	return 3 * s.timeout
+}
+
 // Current runs the check command: Present is true when it exits 0, and
 // Attrs["check"] holds its outcome.
 func (d *Exec) Current(ctx context.Context, r intent.Resource) (State, error) {
@@ -208,8 +241,18 @@ func (d *Exec) run(ctx context.Context, r intent.Resource, what string, argv, en
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = execWaitDelay
 	killProcessGroupOnCancel(cmd)
+	hook, _ := ctx.Value(stepKey{}).(*StepHook)
+	if hook != nil && hook.Marker != "" {
+		cmd.Env = append(cmd.Env, StepEnv+"="+hook.Marker)
+	}
 	start := time.Now()
-	err = cmd.Run()
+	err = cmd.Start()
+	if err == nil {
+		if hook != nil && hook.Started != nil {
+			hook.Started(cmd.Process.Pid)
+		}
+		err = cmd.Wait()
+	}
 	d.logger.Trace("ran command", "resource", r.ID, "what", what, "argv", argv, "took", time.Since(start), "error", err)
 	var exitErr *exec.ExitError
 	switch {

@@ -38,7 +38,8 @@ var (
 	keyRevision = []byte("revision")
 	keyTraffic  = []byte("days")
 
-	allBuckets = [][]byte{bucketMeta, bucketSession, bucketReports, bucketDesiredM, bucketDesired, bucketApplied, bucketSteps, bucketBodies, bucketTraffic}
+	allBuckets = [][]byte{bucketMeta, bucketSession, bucketReports, bucketDesiredM, bucketDesired, bucketApplied, bucketSteps, bucketBodies, bucketTraffic,
+		bucketOverrides, bucketLocks}
 )
 
 var (

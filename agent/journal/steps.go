@@ -37,6 +37,45 @@ type Step struct {
 	BegunAt  time.Time `json:"begunAt"`
 	// Seq orders steps across the journal's life.
 	Seq uint64 `json:"seq"`
+	// Proc is what the step's driver said of the processes it runs (the
+	// exec driver): recorded before and as each starts, so that after a
+	// crash the agent finds any that survived. Nil for none.
+	Proc *StepProcess `json:"proc,omitempty"`
+}
+
+// StepProcess identifies the processes of a step: each command carries
+// Marker in its environment, and the latest one started is the leader of
+// process group PGID, started at Start (clock ticks since boot, Linux's
+// /proc/PID/stat; 0 when unknown), which tells it from a later process
+// given the same ID.
+type StepProcess struct {
+	Marker string `json:"marker"`
+	PGID   int    `json:"pgid,omitempty"`
+	Start  uint64 `json:"start,omitempty"`
+}
+
+// SetStepProcess records p on the step in flight for key; ErrNoStep if
+// there is none.
+func (j *Journal) SetStepProcess(key string, p StepProcess) error {
+	return j.update(fmt.Sprintf("record process of step %q", key), func(tx *bolt.Tx) error {
+		steps := tx.Bucket(bucketSteps)
+		st, err := readStep(steps, key)
+		if err != nil {
+			return err
+		}
+		st.Proc = &p
+		return putJSON(steps, []byte(key), st)
+	})
+}
+
+// readStep reads the step in flight for key; ErrNoStep if there is none.
+func readStep(steps *bolt.Bucket, key string) (Step, error) {
+	var st Step
+	ok, err := getJSON(steps, []byte(key), &st)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w for %q", ErrNoStep, key)
+	}
+	return st, err
 }
 
 // BeginStep durably records that a step bringing key to digest (at
@@ -80,13 +119,9 @@ func (j *Journal) BeginStep(key, digest string, rev uint64) error {
 func (j *Journal) EndStep(key, digest string, rev uint64, stepErr error) error {
 	return j.update(fmt.Sprintf("end step %q", key), func(tx *bolt.Tx) error {
 		steps := tx.Bucket(bucketSteps)
-		var st Step
-		ok, err := getJSON(steps, []byte(key), &st)
+		st, err := readStep(steps, key)
 		if err != nil {
 			return err
-		}
-		if !ok {
-			return fmt.Errorf("%w for %q", ErrNoStep, key)
 		}
 		if st.Digest != digest || st.Revision != rev {
 			return fmt.Errorf("%w for %q at digest %s revision %d (in flight: digest %s revision %d)",

@@ -611,6 +611,9 @@ func (f *Fleet) newAgent(d *device) (*agent.Agent, error) {
 	cfg.Drivers = reg
 	cfg.Logger = f.opts.Logger
 	cfg.ListenPacket = func() (net.PacketConn, error) { return f.listen(d) }
+	// Nobody works on a simulated device: no control socket, no lock
+	// files (a thousand agents need not hold a thousand sockets).
+	cfg.ControlSocket, cfg.LockDir = "-", "-"
 	if f.opts.Agent != nil {
 		f.opts.Agent(&cfg)
 	}

@@ -64,7 +64,9 @@ func testServer(t *testing.T) (*cluster.Server, string) {
 	cfg.ClusterSecret = []byte("0123456789abcdef0123456789abcdef")
 	classes := scheduler.DefaultClasses()
 	for name, cl := range classes {
-		cl.ReportEvery = time.Second
+		// The agents' cadences (fastAgents), which the server pushes.
+		cl.PullInterval, cl.ProbeInterval, cl.ReportInterval = 2*time.Second, time.Second, time.Second
+		cl.RetryBase, cl.RetryMax, cl.RetryJitter = 50*time.Millisecond, 500*time.Millisecond, 0
 		cl.UnreachableAfter = 10 * time.Second
 		classes[name] = cl
 	}

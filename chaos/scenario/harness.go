@@ -120,13 +120,16 @@ func (h *Harness) configure(i int, c *cluster.Config) {
 	}
 }
 
-// agentClasses are the status classes of a harness with agents: a device
-// silent for 5 s is unreachable and one making no progress for 20 s is
-// stuck, so that a run of seconds sees (or must not see) both.
+// agentClasses are the classes of a harness with agents: a device silent
+// for 5 s is unreachable and one making no progress for 20 s is stuck, so
+// that a run of seconds sees (or must not see) both; the agents, which
+// take the classes from the servers, pull every 2 s and report fully
+// every second.
 func agentClasses() map[string]scheduler.Class {
 	classes := scheduler.DefaultClasses()
 	for name, cl := range classes {
-		cl.ReportEvery = time.Second
+		cl.PullInterval, cl.RetryJitter = 2*time.Second, 0
+		cl.ReportInterval = time.Second
 		cl.UnreachableAfter = 5 * time.Second
 		cl.ProgressDeadline = 20 * time.Second
 		cl.RetryBase, cl.RetryMax = 200*time.Millisecond, 2*time.Second

@@ -98,3 +98,16 @@ func (c *Client) RevokedDevices(ctx context.Context, o ReadOptions) (*RevokedDev
 	err := c.do(ctx, http.MethodGet, "/v1/revocations", o.query(), nil, nil, &out)
 	return &out, err
 }
+
+// UnlockDevice orders a workload lock on a device broken: the lock of that
+// name the device last reported, and no later acquisition of it. The
+// device's agent breaks it when it gets the order and reports the outcome.
+func (c *Client) UnlockDevice(ctx context.Context, id, lock, reason string) (*UnlockOrder, error) {
+	body, err := jsonBody(UnlockDeviceRequest{Lock: lock, Reason: reason})
+	if err != nil {
+		return nil, err
+	}
+	var out UnlockOrder
+	err = c.do(ctx, http.MethodPost, "/v1/devices/"+url.PathEscape(id)+"/unlock", nil, http.Header{"Content-Type": {"application/json"}}, body, &out)
+	return &out, err
+}

@@ -338,6 +338,56 @@ type ResourceState struct {
 	// Corrections counts the drift corrections the agent made since it
 	// started (agents of protocol 1.2 and later).
 	Corrections uint32 `json:"corrections,omitempty"`
+	// Status is the resource's status as the servers judge it (the
+	// device statuses a resource takes: pending, progressing, converged,
+	// drifted, overridden, blocked, failed, deadline-at-risk,
+	// deadline-missed); Reason says why. GET /v1/devices/{id} only.
+	Status string `json:"status,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Rotation is the resource's rotation window, as the intent gives it.
+	Rotation *Rotation `json:"rotation,omitempty"`
+	// Hold is what holds the resource back on the device, as its agent
+	// (protocol 1.4) reports it.
+	Hold *Hold `json:"hold,omitempty"`
+}
+
+// Rotation is a resource's rotation window (RFC 3339 times).
+type Rotation struct {
+	NotBefore string `json:"not_before,omitempty"`
+	Deadline  string `json:"deadline,omitempty"`
+}
+
+// Hold is what holds a resource back on its device: kind override (a
+// site operator pinned it until Until, for the reason in Note; Holder is
+// who), fighting (something keeps undoing it: corrected Count times since
+// Since, the next correction at Until), window (a disruptive step waits
+// for the maintenance window Holder, opening at Until), lock (a step
+// waits for the lock Note, held by Holder since Since, stale at Until),
+// precondition (Note says which) or schedule (its rotation window opens at
+// Until).
+type Hold struct {
+	Kind   string     `json:"kind"`
+	Since  *time.Time `json:"since,omitempty"`
+	Until  *time.Time `json:"until,omitempty"`
+	Count  uint32     `json:"count,omitempty"`
+	Holder string     `json:"holder,omitempty"`
+	Note   string     `json:"note,omitempty"`
+}
+
+// LinkHistory is a device's recent time without a session, from which
+// the servers judge whether it will make a rotation deadline.
+type LinkHistory struct {
+	// OfflineSince is when its last session ended; absent while connected.
+	OfflineSince *time.Time `json:"offline_since,omitempty"`
+	// Gaps are its last periods without a session, oldest first.
+	Gaps []LinkGap `json:"gaps,omitempty"`
+}
+
+// LinkGap is one period without a session.
+type LinkGap struct {
+	From     time.Time `json:"from"`
+	To       time.Time `json:"to"`
+	Duration string    `json:"duration"`
 }
 
 // Device is the answer to GET /v1/devices/{id}.
@@ -356,6 +406,77 @@ type Device struct {
 	// Traffic is what the device's agent last reported of its own
 	// traffic; absent before a report of protocol 1.3 carried any.
 	Traffic *DeviceTraffic `json:"traffic,omitempty"`
+	// Link is its link history; absent before its first disconnect.
+	Link *LinkHistory `json:"link,omitempty"`
+	// Locks are the workload locks held on it, as its agent (protocol
+	// 1.4) last reported them; Unlocks the operators' orders to break one
+	// and their outcomes.
+	Locks   []DeviceLock  `json:"locks,omitempty"`
+	Unlocks []UnlockOrder `json:"unlocks,omitempty"`
+	// Recovery is how its agent recovered at its latest start after a
+	// crash or power loss (agents of protocol 1.4); absent before one.
+	Recovery *DeviceRecovery `json:"recovery,omitempty"`
+}
+
+// DeviceRecovery is how a device's agent recovered at its latest start
+// after a crash or power loss.
+type DeviceRecovery struct {
+	// At is when the agent started (the device's clock).
+	At time.Time `json:"at"`
+	// Unclean says the agent before did not stop cleanly: a crash or a
+	// power loss.
+	Unclean bool `json:"unclean"`
+	// Desired counts the resources desired then; AppliedBefore those
+	// applied at their desired digest when the agent stopped.
+	Desired       int `json:"desired"`
+	AppliedBefore int `json:"applied_before"`
+	// Interrupted are the steps it found in flight and how each was
+	// resolved; Story tells it all in a sentence.
+	Interrupted []RecoveredStep `json:"interrupted,omitempty"`
+	Story       string          `json:"story"`
+}
+
+// RecoveredStep is a step a restart interrupted: Outcome "already
+// applied" (the re-check found it done), "applied again" or "no longer
+// desired"; Process "waited for" or "ended" when a process of the step
+// survived the restart.
+type RecoveredStep struct {
+	Resource string `json:"resource"`
+	Outcome  string `json:"outcome"`
+	Process  string `json:"process,omitempty"`
+}
+
+// DeviceLock is a workload lock held on a device.
+type DeviceLock struct {
+	Name   string    `json:"name"`
+	Holder string    `json:"holder,omitempty"`
+	Since  time.Time `json:"since"`
+	// MaxHold is how long it may be held (a Go duration; empty: no limit);
+	// Stale says it is held longer.
+	MaxHold string `json:"max_hold,omitempty"`
+	Stale   bool   `json:"stale"`
+	// Source is "agent" (taken through the agent) or "file" (a lock file).
+	Source string `json:"source"`
+}
+
+// UnlockOrder is an operator's order to break a lock on a device.
+type UnlockOrder struct {
+	Index  uint64    `json:"index"`
+	Lock   string    `json:"lock"`
+	Since  time.Time `json:"since"`
+	Reason string    `json:"reason,omitempty"`
+	Actor  string    `json:"actor"`
+	Time   time.Time `json:"time"`
+	// Outcome is empty until the device answers: "broken", "not held" or
+	// "taken again since" (a later acquisition, which is kept).
+	Outcome   string     `json:"outcome,omitempty"`
+	OutcomeAt *time.Time `json:"outcome_at,omitempty"`
+}
+
+// UnlockDeviceRequest is the body of POST /v1/devices/{id}/unlock.
+type UnlockDeviceRequest struct {
+	Lock   string `json:"lock"`
+	Reason string `json:"reason"`
 }
 
 // OwnerShare is one server's share of the devices.

@@ -284,13 +284,12 @@ func showCluster(ctx context.Context, out io.Writer, c *api.Client) error {
 	return nil
 }
 
-// devClasses are the default reconcile classes with thresholds short
+// devClasses are the built-in reconcile classes with thresholds short
 // enough to watch: silence is a comms gap after 15 s, no progress for a
-// minute is stuck.
+// minute is stuck. The agents' cadences are the built-in ones.
 func devClasses() scheduler.Classes {
 	classes := scheduler.DefaultClasses()
 	for name, cl := range classes {
-		cl.ReportEvery = 5 * time.Second
 		cl.UnreachableAfter = 15 * time.Second
 		cl.ProgressDeadline = time.Minute
 		classes[name] = cl

@@ -14,7 +14,7 @@ import (
 func newDeviceCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "device",
-		Short: "Label, revoke and unrevoke devices",
+		Short: "Label, revoke, unrevoke and unlock devices",
 		Long: `A device's labels, which decide the intents (and secrets) it receives, come
 from the control plane: its enrollment or 'meteor device label'. The labels
 its agent reports (meteor agent --labels) are facts, shown as such; they
@@ -122,7 +122,38 @@ mistake with 'meteor device unrevoke' (admin token).`,
 	}
 	revoked.Flags().BoolVar(&stale, "stale", false, "read the server's replica without a round trip to the leader")
 
-	cmd.AddCommand(show, label, revoke, unrevoke, revoked)
+	var unlockReason string
+	unlock := &cobra.Command{
+		Use:   "unlock ID LOCK --reason TEXT",
+		Short: "Break a workload lock held on a device (needs an operator token)",
+		Long: `Order the lock LOCK on device ID broken: the acquisition of it the device last
+reported (meteor get device ID lists its locks, stale ones marked), and no
+later one. The order is recorded through Raft, audited and put in the
+device's timeline; the device's agent breaks the lock when its session gets
+the order, and reports the outcome (broken, not held, or taken again since),
+which the timeline records too. Use it for a lock past its maximum hold
+whose workload is gone: a lock never wedges a device for good.`,
+		Example: `  meteor device unlock kiosk-7 pos-sync --reason "sync hung since Friday, ticket 4711"`,
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if unlockReason == "" {
+				return &usageError{fmt.Errorf("--reason is required: it is recorded")}
+			}
+			res, err := g.client().UnlockDevice(cmd.Context(), args[0], args[1], unlockReason)
+			if err != nil {
+				return err
+			}
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "break of lock %s (held since %s) ordered at index %d; the device breaks it when its session gets the order\n",
+				res.Lock, res.Since.Local().Format(time.RFC3339), res.Index)
+			return nil
+		},
+	}
+	unlock.Flags().StringVar(&unlockReason, "reason", "", "why (recorded in the audit log and the device's timeline; required)")
+
+	cmd.AddCommand(show, label, revoke, unrevoke, revoked, unlock)
 	return cmd
 }
 

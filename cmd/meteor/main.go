@@ -231,6 +231,8 @@ func newRootCmd() *cobra.Command {
 		newTokenCmd(g),
 		newAuditCmd(g),
 		newDeviceCmd(g),
+		newClassCmd(g),
+		newWindowCmd(g),
 		newDescribeCmd(g),
 		newCACmd(),
 		newTLSCmd(),

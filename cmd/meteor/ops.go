@@ -174,7 +174,7 @@ func parseDocs(name string, data []byte) ([]*intent.Intent, error) {
 
 func newGetCmd(g *globals) *cobra.Command {
 	var stale bool
-	cmd := &cobra.Command{Use: "get", Short: "Show intents and devices"}
+	cmd := &cobra.Command{Use: "get", Short: "Show intents, devices, reconcile classes and maintenance windows"}
 	cmd.PersistentFlags().BoolVar(&stale, "stale", false, "read from the contacted server's replica without confirming leadership (faster, may lag)")
 
 	list := &cobra.Command{
@@ -378,7 +378,33 @@ history NAME' shows how earlier revisions' rollouts ended.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(list, one, devices, device, progress, ownership)
+	classes := &cobra.Command{
+		Use: "classes", Short: "List the reconcile classes in effect", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := g.client().Classes(cmd.Context(), api.ReadOptions{Stale: stale})
+			if err != nil {
+				return err
+			}
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
+			}
+			return printClasses(cmd.OutOrStdout(), res)
+		},
+	}
+	windows := &cobra.Command{
+		Use: "windows", Short: "List the maintenance windows", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := g.client().MaintenanceWindows(cmd.Context(), api.ReadOptions{Stale: stale})
+			if err != nil {
+				return err
+			}
+			if g.structured() {
+				return g.print(cmd.OutOrStdout(), res)
+			}
+			return printWindows(cmd.OutOrStdout(), res)
+		},
+	}
+	cmd.AddCommand(list, one, devices, device, progress, ownership, classes, windows)
 	return cmd
 }
 
@@ -507,15 +533,18 @@ func shortDigest(d string) string {
 
 // statusMeanings say in plain words what each device status means.
 var statusMeanings = map[string]string{
-	"pending":     "its agent has not acknowledged its desired revision yet",
-	"progressing": "its agent acknowledged its desired state and is applying it",
-	"converged":   "every resource is applied as intended and its probe agrees",
-	"drifted":     "a probe sees something other than what was applied",
-	"overridden":  "a local change that the resource's drift policy tolerates",
-	"blocked":     "a precondition or a workload lock holds a step back",
-	"failed":      "the last apply failed; the agent retries with backoff unless the error is terminal",
-	"unreachable": "no contact for longer than its class allows: a comms gap, not an apply failure",
-	"stuck":       "connected, but no progress past the progress deadline",
+	"pending":          "its agent has not acknowledged its desired revision yet",
+	"progressing":      "its agent acknowledged its desired state and is applying it",
+	"converged":        "every resource is applied as intended and its probe agrees",
+	"drifted":          "a probe sees something other than what was applied",
+	"overridden":       "a local change that the resource's drift policy tolerates",
+	"blocked":          "a precondition or a workload lock holds a step back",
+	"failed":           "the last apply failed; the agent retries with backoff unless the error is terminal",
+	"unreachable":      "no contact for longer than its class allows: a comms gap, not an apply failure",
+	"stuck":            "connected, but no progress past the progress deadline",
+	"fighting":         "something on the device keeps undoing a resource; the agent backs its corrections off",
+	"deadline-at-risk": "a resource's rotation deadline will be missed at the device's current rate (its link history, its class's backoff)",
+	"deadline-missed":  "a resource's rotation deadline passed and it is not applied",
 }
 
 // printDevice prints a device; perServer adds its traffic per server.
@@ -557,13 +586,48 @@ func printDevice(w io.Writer, d *api.Device, perServer bool) {
 	if perServer {
 		printTrafficServers(w, d.Traffic)
 	}
+	if l := linkSummary(d.Link); l != "" {
+		fmt.Fprintf(w, "Link:       %s\n", l)
+	}
+	for i, l := range d.Locks {
+		label := "Locks:      "
+		if i > 0 {
+			label = "            "
+		}
+		text := fmt.Sprintf("%s held by %s since %s (%s)", l.Name, orDash(l.Holder), l.Since.Local().Format(time.RFC3339), ago(l.Since))
+		if l.MaxHold != "" {
+			text += ", at most " + shortDur(l.MaxHold)
+		}
+		if l.Stale {
+			text += ", STALE: meteor device unlock " + d.ID + " " + l.Name + " --reason TEXT"
+		}
+		fmt.Fprintln(w, label+text+" ["+l.Source+"]")
+	}
+	if r := d.Recovery; r != nil {
+		fmt.Fprintf(w, "Recovered:  %s, %s\n", ago(r.At), r.Story)
+	}
+	for _, u := range d.Unlocks {
+		outcome := "not answered yet"
+		if u.Outcome != "" {
+			outcome = u.Outcome
+		}
+		fmt.Fprintf(w, "Unlock:     %s ordered by %s %s (%s): %s\n", u.Lock, u.Actor, ago(u.Time), u.Reason, outcome)
+	}
 	fmt.Fprintln(w, "Resources:")
 	tw := table(w)
-	fmt.Fprintln(tw, "  KEY\tSTATE\tINTENDED\tAPPLIED\tEFFECTIVE\tATTEMPTS\tDETAIL")
+	fmt.Fprintln(tw, "  KEY\tSTATE\tSTATUS\tINTENDED\tAPPLIED\tEFFECTIVE\tATTEMPTS\tDETAIL")
 	for _, r := range d.States {
 		detail := r.Detail
 		if r.LastError != "" {
 			detail = "error: " + r.LastError
+		}
+		if h := holdText(r.Hold); h != "" && r.LastError == "" {
+			detail = h // what the agent says too, with the times
+		}
+		if r.Status == "deadline-at-risk" || r.Status == "deadline-missed" {
+			detail = r.Reason
+		} else if rot := r.Rotation; rot != nil {
+			detail += " (rotation window " + orDash(rot.NotBefore) + " to " + orDash(rot.Deadline) + ")"
 		}
 		if r.Corrections > 0 {
 			detail += fmt.Sprintf(" (drift corrected %s since the agent started)", plural(uint64(r.Corrections), "time", "times"))
@@ -572,9 +636,59 @@ func printDevice(w io.Writer, d *api.Device, perServer bool) {
 		if r.Attempts > 0 {
 			attempts = strconv.FormatUint(uint64(r.Attempts), 10)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Key, r.State, short(r.IntendedDigest, r.IntendedRevision), short(r.AppliedDigest, r.AppliedRevision), orDash(r.Effective), attempts, orDash(detail))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Key, r.State, orDash(r.Status), short(r.IntendedDigest, r.IntendedRevision), short(r.AppliedDigest, r.AppliedRevision), orDash(r.Effective), attempts, orDash(detail))
 	}
 	tw.Flush()
+}
+
+// linkSummary says what a device's link history holds; "" for none.
+func linkSummary(l *api.LinkHistory) string {
+	if l == nil {
+		return ""
+	}
+	var out string
+	if len(l.Gaps) > 0 {
+		var longest time.Duration
+		for _, g := range l.Gaps {
+			longest = max(longest, g.To.Sub(g.From))
+		}
+		out = fmt.Sprintf("%s without a session recently, the longest %s", plural(uint64(len(l.Gaps)), "gap", "gaps"), longest.Round(time.Second))
+	}
+	if l.OfflineSince != nil {
+		if out != "" {
+			out += "; "
+		}
+		out += "offline since " + l.OfflineSince.Local().Format(time.RFC3339) + " (" + ago(*l.OfflineSince) + ")"
+	}
+	return out
+}
+
+// holdText says what holds a resource back; "" for nothing.
+func holdText(h *api.Hold) string {
+	if h == nil {
+		return ""
+	}
+	at := func(t *time.Time) string {
+		if t == nil {
+			return "?"
+		}
+		return t.Local().Format(time.RFC3339)
+	}
+	switch h.Kind {
+	case "override":
+		return fmt.Sprintf("overridden on the device by %s until %s: %s", orDash(h.Holder), at(h.Until), h.Note)
+	case "fighting":
+		return fmt.Sprintf("fighting: corrected %s since %s, next correction at %s", plural(uint64(h.Count), "time", "times"), at(h.Since), at(h.Until))
+	case "window":
+		return fmt.Sprintf("waits for maintenance window %s, opening %s (%s)", h.Holder, at(h.Until), orDash(h.Note))
+	case "lock":
+		return fmt.Sprintf("waits for lock %s held by %s since %s (stale at %s)", h.Note, orDash(h.Holder), at(h.Since), at(h.Until))
+	case "precondition":
+		return "waits for " + h.Note
+	case "schedule":
+		return "rotation window opens " + at(h.Until)
+	}
+	return h.Kind
 }
 
 // describeTimeline is how many of its latest transitions 'meteor describe

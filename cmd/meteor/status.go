@@ -11,10 +11,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/scheduler"
 )
 
 // statusOrder lists device statuses most urgent first.
-var statusOrder = []string{"unreachable", "failed", "blocked", "stuck", "pending", "progressing", "drifted", "overridden", "converged"}
+var statusOrder = scheduler.Statuses()
 
 func newStatusCmd(g *globals) *cobra.Command {
 	var watch bool

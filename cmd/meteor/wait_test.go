@@ -198,7 +198,7 @@ func TestApplyWaitAndProgress(t *testing.T) {
 		"Connected:  yes, to " + l.ID(0) + ", session ",
 		"Status:     failed - the last apply failed; the agent retries with backoff unless the error is terminal (since ",
 		"            why: net/motd: apply failed (attempt 1, terminal): unknown resource type \"file\": not simulated",
-		"KEY       STATE      INTENDED",
+		"KEY       STATE      STATUS     INTENDED",
 		"\n  net/cfg   converged  ",
 		"\n  net/motd  failed     ",
 		"error: unknown resource type",

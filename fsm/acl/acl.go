@@ -15,8 +15,9 @@ type Policy string
 const (
 	// PolicyRead reads intents, devices, status and cluster membership.
 	PolicyRead Policy = "read"
-	// PolicyOperator reads, writes and deletes intents, labels and revokes
-	// devices, and reads the audit log.
+	// PolicyOperator reads, writes and deletes intents, labels, revokes
+	// and unlocks devices, writes reconcile classes and maintenance
+	// windows, and reads the audit log.
 	PolicyOperator Policy = "operator"
 	// PolicyAdmin may do everything an operator may, and manage tokens,
 	// cluster members and revocations (unrevoking a device), and save and
@@ -64,6 +65,11 @@ const (
 	ActionSnapshot Action = "snapshot"
 	// ActionEnroll enrolls a device.
 	ActionEnroll Action = "enroll"
+	// ActionUnlockDevice breaks a workload lock held on a device.
+	ActionUnlockDevice Action = "unlock-device"
+	// ActionConfigure writes cluster-wide configuration: reconcile
+	// classes and maintenance windows.
+	ActionConfigure Action = "configure"
 )
 
 // Actions lists every action.
@@ -71,7 +77,7 @@ func Actions() []Action {
 	return []Action{
 		ActionRead, ActionReadAudit, ActionWriteIntent, ActionDeleteIntent,
 		ActionLabelDevice, ActionRevokeDevice, ActionUnrevokeDevice,
-		ActionManageMembers, ActionManageTokens, ActionSnapshot, ActionEnroll,
+		ActionManageMembers, ActionManageTokens, ActionSnapshot, ActionEnroll, ActionConfigure, ActionUnlockDevice,
 	}
 }
 
@@ -88,6 +94,8 @@ var allowed = map[Action][]Policy{
 	ActionManageTokens:   {PolicyAdmin},
 	ActionSnapshot:       {PolicyAdmin},
 	ActionEnroll:         {PolicyEnroll},
+	ActionConfigure:      {PolicyOperator, PolicyAdmin},
+	ActionUnlockDevice:   {PolicyOperator, PolicyAdmin},
 }
 
 // scoped reports whether a scope can narrow the action to the intents or
@@ -95,7 +103,7 @@ var allowed = map[Action][]Policy{
 // token may not perform them.
 func (a Action) scoped() bool {
 	switch a {
-	case ActionRead, ActionWriteIntent, ActionDeleteIntent, ActionLabelDevice, ActionRevokeDevice:
+	case ActionRead, ActionWriteIntent, ActionDeleteIntent, ActionLabelDevice, ActionRevokeDevice, ActionUnlockDevice:
 		return true
 	}
 	return false

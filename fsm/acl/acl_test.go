@@ -24,6 +24,8 @@ func TestPermissionTable(t *testing.T) {
 		ActionManageTokens:   {PolicyAdmin},
 		ActionSnapshot:       {PolicyAdmin},
 		ActionEnroll:         {PolicyEnroll},
+		ActionConfigure:      {PolicyOperator, PolicyAdmin},
+		ActionUnlockDevice:   {PolicyOperator, PolicyAdmin},
 	}
 	got := map[Action][]Policy{}
 	for _, a := range Actions() {

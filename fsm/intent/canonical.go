@@ -61,8 +61,9 @@ func needsEscape(r rune) bool {
 }
 
 // Digest returns the hex SHA-256 of the resource's desired state: its type,
-// effective class, spec, probe, effective drift policy and requirements
-// (sorted, since their order carries no meaning). The ID is not part of
+// effective class, spec, probe, effective drift policy, requirements
+// (sorted, since their order carries no meaning), rotation window and
+// whether it is disruptive. The ID is not part of
 // the digest. Resources that mean the same give the same digest whether
 // they were written in YAML or JSON.
 //
@@ -83,13 +84,15 @@ func (r *Resource) Digest() string {
 		slices.Sort(requires)
 	}
 	b, err := json.Marshal(struct {
-		Type     string         `json:"type"`
-		Class    string         `json:"class"`
-		Spec     map[string]any `json:"spec"`
-		Probe    map[string]any `json:"probe,omitempty"`
-		Drift    string         `json:"drift"`
-		Requires []string       `json:"requires,omitempty"`
-	}{r.Type, r.EffectiveClass(), spec, probe, r.EffectiveDrift(), requires})
+		Type       string         `json:"type"`
+		Class      string         `json:"class"`
+		Spec       map[string]any `json:"spec"`
+		Probe      map[string]any `json:"probe,omitempty"`
+		Drift      string         `json:"drift"`
+		Requires   []string       `json:"requires,omitempty"`
+		Rotation   *Rotation      `json:"rotation,omitempty"`
+		Disruptive bool           `json:"disruptive,omitempty"`
+	}{r.Type, r.EffectiveClass(), spec, probe, r.EffectiveDrift(), requires, r.Rotation, r.Disruptive})
 	if err != nil {
 		panic(fmt.Sprintf("intent: digest of resource %q: %v", r.ID, err))
 	}
@@ -123,6 +126,10 @@ func (r *Resource) clone() Resource {
 	c.Spec = cloneMap(r.Spec)
 	c.Probe = cloneMap(r.Probe)
 	c.Requires = slices.Clone(r.Requires)
+	if r.Rotation != nil {
+		w := *r.Rotation
+		c.Rotation = &w
+	}
 	return c
 }
 

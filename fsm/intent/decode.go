@@ -182,12 +182,56 @@ func (d *decoder) resource(p path, n *yaml.Node) (Resource, error) {
 			r.Drift, err = d.optString(p, v)
 		case "requires":
 			r.Requires, err = d.stringList(p, v)
+		case "rotation":
+			r.Rotation, err = d.rotation(p, v)
+		case "disruptive":
+			r.Disruptive, err = d.boolean(p, v)
 		default:
 			err = d.errorf(p, "unknown field")
 		}
 		return err
 	})
 	return r, err
+}
+
+// boolean decodes true or false; null means false.
+func (d *decoder) boolean(p path, n *yaml.Node) (bool, error) {
+	n, err := d.deref(p, n)
+	if err != nil || isNull(n) {
+		return false, err
+	}
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!bool" {
+		var b bool
+		if err := n.Decode(&b); err == nil {
+			return b, nil
+		}
+	}
+	return false, d.errorf(p, "must be true or false, got %s", nodeKind(n))
+}
+
+// rotation decodes a resource's rotation window; null means none.
+func (d *decoder) rotation(p path, n *yaml.Node) (*Rotation, error) {
+	n, err := d.deref(p, n)
+	if err != nil || isNull(n) {
+		return nil, err
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, d.errorf(p, "must be a mapping with notBefore and deadline, got %s", nodeKind(n))
+	}
+	w := &Rotation{}
+	err = d.fields(p, n, func(key string, p path, v *yaml.Node) error {
+		var err error
+		switch key {
+		case "notBefore":
+			w.NotBefore, err = d.optString(p, v)
+		case "deadline":
+			w.Deadline, err = d.optString(p, v)
+		default:
+			err = d.errorf(p, "unknown field")
+		}
+		return err
+	})
+	return w, err
 }
 
 func (d *decoder) stringList(p path, n *yaml.Node) ([]string, error) {

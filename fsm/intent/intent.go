@@ -1,5 +1,7 @@
 package intent
 
+import "time"
+
 // Intent is a named, versioned document an operator applies: the resources
 // that devices matching Selector must hold, and how to roll them out.
 //
@@ -48,8 +50,41 @@ type Resource struct {
 	// applied one: correct (default), tolerate or report.
 	Drift string `json:"drift,omitempty" yaml:"drift,omitempty"`
 	// Requires lists IDs of resources of the same intent that must be
-	// applied (and effective) before this one.
+	// applied (and effective) before this one, and preconditions on the
+	// device (lock:NAME, label:KEY=VALUE, disk:PATH>=SIZE; see
+	// ParseRequirement).
 	Requires []string `json:"requires,omitempty" yaml:"requires,omitempty"`
+	// Rotation, if set, is the window a change of the resource is
+	// applied in: not before its NotBefore, and by its Deadline, which
+	// the servers watch (deadline-at-risk, deadline-missed).
+	Rotation *Rotation `json:"rotation,omitempty" yaml:"rotation,omitempty"`
+	// Disruptive marks a resource whose step interrupts the site (a
+	// service restart, an exec step that stops a till): a device takes it,
+	// and corrects its drift, only while one of its maintenance windows is
+	// open (a device no window selects is not held).
+	Disruptive bool `json:"disruptive,omitempty" yaml:"disruptive,omitempty"`
+}
+
+// Rotation is a resource's rotation window: RFC 3339 times, either of
+// which may be empty. A device does not apply a change of the resource
+// before NotBefore (by its own clock); a device that has not applied it
+// by Deadline missed it, and one that will not at its current rate (its
+// link's history and the class's backoff) is at risk of missing it. A
+// device applies a change after its deadline all the same.
+type Rotation struct {
+	NotBefore string `json:"notBefore,omitempty" yaml:"notBefore,omitempty"`
+	Deadline  string `json:"deadline,omitempty" yaml:"deadline,omitempty"`
+}
+
+// Times returns the window's times; a time not given (or, in a resource
+// that was not validated, not RFC 3339) is zero.
+func (w *Rotation) Times() (notBefore, deadline time.Time) {
+	if w == nil {
+		return
+	}
+	notBefore, _ = time.Parse(time.RFC3339, w.NotBefore)
+	deadline, _ = time.Parse(time.RFC3339, w.Deadline)
+	return
 }
 
 // Built-in resource types, the values of Resource.Type.

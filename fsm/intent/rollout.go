@@ -36,7 +36,9 @@ import (
 //	    threshold: 5%            # failed, stuck or unhealthy share above which
 //	    action: revert           # pause or revert
 //	  progressDeadline: 30m      # a released device not converged by then is stuck
-//	  window: "22:00-06:00"      # UTC; releases only then
+//	  window: "22:00-06:00"      # UTC; releases only then, or "maintenance":
+//	                             # each device while one of its maintenance
+//	                             # windows is open, in its local time
 type Rollout struct {
 	// Strategy is "waves" (the default) or "immediate": no waves,
 	// everything at once.
@@ -57,6 +59,10 @@ type Rollout struct {
 	ProgressDeadline time.Duration
 	// Window restricts when devices are released; nil means any time.
 	Window *Window
+	// Maintenance ("window: maintenance") releases each device only while
+	// one of the maintenance windows that select it is open, in its local
+	// time; a device no window selects is released any time.
+	Maintenance bool
 }
 
 // Wave is one step of a rollout: the devices it adds, whether it waits for
@@ -238,7 +244,11 @@ func (c *checker) rollout(p path, m map[string]any) *Rollout {
 		r.ProgressDeadline = d
 	}
 	if s, ok := c.str(p, m, "window", false); ok {
-		r.Window = c.window(p.field("window"), s)
+		if s == "maintenance" {
+			r.Maintenance = true
+		} else {
+			r.Window = c.window(p.field("window"), s)
+		}
 	}
 	r.Waves = c.waves(p, m, r)
 	return r
@@ -280,7 +290,7 @@ func (c *checker) window(p path, s string) *Window {
 	b, okB := parseClock(end)
 	switch {
 	case !ok || !okA || !okB:
-		c.fail(p, `must be "HH:MM-HH:MM" in UTC, such as "22:00-06:00", got %s`, quote(s))
+		c.fail(p, `must be "HH:MM-HH:MM" in UTC, such as "22:00-06:00", or "maintenance", got %s`, quote(s))
 	case a == b:
 		c.fail(p, "must end at another time than it starts; leave window out to allow any time")
 	default:

@@ -356,12 +356,12 @@ var rolloutBadDocs = []struct {
 	{
 		name:  "window out of range",
 		block: "  window: \"25:00-99:00\"\n",
-		want:  `rollout.window: must be "HH:MM-HH:MM" in UTC, such as "22:00-06:00", got "25:00-99:00" (line 5)`,
+		want:  `rollout.window: must be "HH:MM-HH:MM" in UTC, such as "22:00-06:00", or "maintenance", got "25:00-99:00" (line 5)`,
 	},
 	{
 		name:  "window one-digit hour",
 		block: "  window: 2:00-5:00\n",
-		want:  `rollout.window: must be "HH:MM-HH:MM" in UTC, such as "22:00-06:00", got "2:00-5:00" (line 5)`,
+		want:  `rollout.window: must be "HH:MM-HH:MM" in UTC, such as "22:00-06:00", or "maintenance", got "2:00-5:00" (line 5)`,
 	},
 	{
 		name:  "window empty",
@@ -576,7 +576,7 @@ var rolloutBadDocs = []struct {
 	{
 		name:  "first in document order",
 		block: "  window: \"24:00-01:00\"\n  waves:\n    - 0%\n  strategy: all\n",
-		want:  `rollout.window: must be "HH:MM-HH:MM" in UTC, such as "22:00-06:00", got "24:00-01:00" (line 5)`,
+		want:  `rollout.window: must be "HH:MM-HH:MM" in UTC, such as "22:00-06:00", or "maintenance", got "24:00-01:00" (line 5)`,
 	},
 	{
 		name:  "generic rules before typed ones",

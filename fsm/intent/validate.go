@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -203,9 +204,21 @@ func (c *checker) resource(p path, r *Resource, i int, index map[string]int) {
 	default:
 		c.fail(p.field("drift"), "unknown drift policy %s; allowed: %s, %s, %s", quote(r.Drift), DriftCorrect, DriftTolerate, DriftReport)
 	}
+	if r.Rotation != nil {
+		c.rotation(p.field("rotation"), r.Rotation)
+	}
 	seen := make(map[string]bool, len(r.Requires))
 	for j, dep := range r.Requires {
 		jp := p.field("requires").index(j)
+		if strings.Contains(dep, ":") { // a precondition on the device
+			if _, err := ParseRequirement(dep); err != nil {
+				c.fail(jp, "%v", err)
+			} else if seen[dep] {
+				c.fail(jp, "duplicate requirement %s", quote(dep))
+			}
+			seen[dep] = true
+			continue
+		}
 		switch _, ok := index[dep]; {
 		case seen[dep]:
 			c.fail(jp, "duplicate requirement %s", quote(dep))
@@ -215,6 +228,29 @@ func (c *checker) resource(p path, r *Resource, i int, index map[string]int) {
 			c.fail(jp, "unknown resource %s", quote(dep))
 		}
 		seen[dep] = true
+	}
+}
+
+// rotation checks a rotation window: RFC 3339 times, at least one, the
+// deadline after notBefore.
+func (c *checker) rotation(p path, w *Rotation) {
+	var times [2]time.Time
+	for i, f := range []struct{ key, s string }{{"notBefore", w.NotBefore}, {"deadline", w.Deadline}} {
+		if f.s == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339, f.s)
+		if err != nil {
+			c.fail(p.field(f.key), "must be an RFC 3339 time such as 2026-12-05T02:00:00Z, got %s", quote(f.s))
+			continue
+		}
+		times[i] = t
+	}
+	switch {
+	case w.NotBefore == "" && w.Deadline == "":
+		c.fail(p, "needs notBefore, deadline or both; leave rotation out for none")
+	case !times[0].IsZero() && !times[1].IsZero() && !times[1].After(times[0]):
+		c.fail(p.field("deadline"), "must be after notBefore")
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/meteor-edge/meteor/agent/driver"
 	"github.com/meteor-edge/meteor/cluster/pki"
 	"github.com/meteor-edge/meteor/cmd/internal/cliflags"
+	"github.com/meteor-edge/meteor/fsm/intent"
 	"github.com/meteor-edge/meteor/wire"
 )
 
@@ -109,6 +111,16 @@ docs/config.md lists every key.`,
 			if cfg.Labels, err = parseLabelFlag(labelList); err != nil {
 				return err
 			}
+			if _, ok := cfg.Labels[intent.ZoneLabel]; !ok {
+				// The device's time zone is a fact it reports, for its
+				// maintenance windows; the control plane's label wins.
+				if zone := systemZone(); zone != "" {
+					if cfg.Labels == nil {
+						cfg.Labels = map[string]string{}
+					}
+					cfg.Labels[intent.ZoneLabel] = intent.ZoneLabelValue(zone)
+				}
+			}
 			if cfg.Root != "" {
 				if cfg.Root, err = filepath.Abs(cfg.Root); err != nil {
 					return fmt.Errorf("--root: %w", err)
@@ -145,10 +157,14 @@ docs/config.md lists every key.`,
 	f.DurationVar(&cfg.KeepAliveMin, "keepalive-min", cfg.KeepAliveMin, "keep-alive interval to start at, and never go below (lower it for a NAT that forgets a UDP binding sooner)")
 	f.DurationVar(&cfg.KeepAliveMax, "keepalive-max", cfg.KeepAliveMax, "longest keep-alive interval the NAT binding tests may reach (at or below --keepalive-min: no tests)")
 	f.DurationVar(&cfg.ProbeInterval, "probe-interval", cfg.ProbeInterval, "how often applied resources are re-checked for drift and probed")
+	f.StringVar(&cfg.ControlSocket, "control-socket", "", "path of the local control socket (default DATA-DIR/agent.sock; - for none)")
+	f.StringVar(&cfg.LockDir, "lock-dir", "", "directory of workload lock files (default DATA-DIR/locks; - for none)")
+	f.DurationVar(&cfg.LockMaxHold, "lock-max-hold", cfg.LockMaxHold, "maximum hold of a lock file that names none, after which it is reported stale")
 	logs.Register(f, "info")
 	conf.Register(f)
 	cliflags.MarkList(f, "servers", "exec-allow", "exec-env-allow")
 	cliflags.MarkKeyValues(f, "labels")
+	cmd.AddCommand(localCommands(path)...)
 	return cmd
 }
 
@@ -233,6 +249,27 @@ func parseExecPolicy(execAllow, execEnvAllow string) (driver.ExecPolicy, error) 
 		return p, fmt.Errorf("--exec-env-allow: %w", err)
 	}
 	return p, nil
+}
+
+// systemZone returns the host's IANA time zone: $TZ, else the zone
+// /etc/localtime links to; "" when neither names a known zone.
+func systemZone() string {
+	zone := os.Getenv("TZ")
+	if zone == "" {
+		target, err := os.Readlink("/etc/localtime")
+		if err != nil {
+			return ""
+		}
+		_, zone, _ = strings.Cut(target, "zoneinfo/")
+	}
+	zone = strings.TrimPrefix(zone, ":")
+	if zone == "" || zone == "Local" {
+		return ""
+	}
+	if _, err := time.LoadLocation(zone); err != nil {
+		return ""
+	}
+	return zone
 }
 
 // parseLabelFlag parses "k=v,k2=v2" given to --labels.

@@ -9,8 +9,8 @@
 
   // The device statuses (docs/api.md), in the order the fleet shows them,
   // and those an operator has to look at.
-  const STATUSES = ['converged', 'progressing', 'pending', 'drifted', 'overridden', 'blocked', 'failed', 'stuck', 'unreachable'];
-  const ATTENTION = new Set(['unreachable', 'stuck', 'failed', 'drifted', 'blocked']);
+  const STATUSES = ['converged', 'progressing', 'pending', 'drifted', 'overridden', 'fighting', 'blocked', 'failed', 'stuck', 'unreachable', 'deadline-at-risk', 'deadline-missed'];
+  const ATTENTION = new Set(['unreachable', 'stuck', 'failed', 'drifted', 'fighting', 'blocked', 'deadline-at-risk', 'deadline-missed']);
   const ENDED = new Set(['completed', 'aborted', 'reverted', 'superseded']);
 
   // What each status means, in the words of docs/api.md and the design.
@@ -24,6 +24,9 @@
     failed: 'Failed: an apply failed; the agent retries it.',
     stuck: 'Stuck: the device is connected but has made no progress past its deadline.',
     unreachable: 'Unreachable: the device has been out of contact past its threshold (a comms gap, not an apply failure).',
+    fighting: 'Fighting: something on the device keeps undoing a resource; the agent backs its corrections off.',
+    'deadline-at-risk': 'Deadline at risk: a resource\'s rotation deadline will be missed at the device\'s current rate (its link history and its class\'s backoff).',
+    'deadline-missed': 'Deadline missed: a resource\'s rotation deadline passed and it is not applied.',
   };
   const RESOURCE_TEXT = {
     pending: 'waits for the agent to acknowledge the revision that asks for it',
