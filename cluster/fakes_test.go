@@ -29,7 +29,16 @@ func newLocalProposer(t testing.TB) *localProposer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &localProposer{state: f}
+	// The cluster runs this release's level, as a new one's leader makes
+	// it at once (levelRaiser).
+	raise, err := fsm.Encode(fsm.SetFeatureLevelType, &fsm.SetFeatureLevelRequest{Level: fsm.FeatureLevel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := f.Apply(1, raise); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	return &localProposer{state: f, index: 1}
 }
 
 func (p *localProposer) apply(ctx context.Context, t fsm.MessageType, req any) (fsm.ApplyResult, uint64, error) {

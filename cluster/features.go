@@ -1,10 +1,12 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 
@@ -116,4 +118,58 @@ func (s *Server) requireFeature(level uint16, what string) error {
 		return &HeldBackError{What: what, Level: level, Behind: behind}
 	}
 	return nil
+}
+
+// levelRaiser is the leader worker that raises the cluster's active
+// feature level (fsm.SetFeatureLevelType) to this server's once every
+// server of the cluster runs it (requireFeature): what a release applies
+// differently from the one before waits until then (fsm/features.go). It
+// tries at the start of each term and every interval.
+type levelRaiser struct {
+	s        *Server
+	interval time.Duration
+}
+
+func (s *Server) levelRaiser() *levelRaiser {
+	return &levelRaiser{s: s, interval: s.config.ReconcileInterval}
+}
+
+func (r *levelRaiser) Name() string { return "feature-level" }
+
+func (r *levelRaiser) Run(ctx context.Context) error {
+	t := r.s.clock.NewTicker(r.interval)
+	defer t.Stop()
+	for {
+		if done, err := r.raise(ctx); err != nil || done {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+		}
+	}
+}
+
+// raise proposes this server's level if the cluster is ready for it; done
+// when the level is active.
+func (r *levelRaiser) raise(ctx context.Context) (done bool, err error) {
+	s := r.s
+	want, active := s.config.featureLevel(), s.fsm.Read().ActiveLevel()
+	if active >= want {
+		return true, nil
+	}
+	if err := s.requireFeature(want, fmt.Sprintf("feature level %d", want)); err != nil {
+		s.logger.Debug("feature level not raised yet", "active", active, "level", want, "why", err)
+		return false, nil
+	}
+	res, _, err := s.Propose(ctx, fsm.SetFeatureLevelType, &fsm.SetFeatureLevelRequest{Level: want, Time: s.clock.Now().UnixNano()})
+	if err != nil {
+		return false, fmt.Errorf("raise the feature level to %d: %w", want, err)
+	}
+	if res.Err != nil && s.fsm.Read().ActiveLevel() < want {
+		return false, fmt.Errorf("raise the feature level to %d: %w", want, res.Err)
+	}
+	s.logger.Info("feature level raised: every server runs it", "level", want, "was", active)
+	return true, nil
 }

@@ -358,6 +358,11 @@ func (h *httpAPI) handlePutIntent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("intent %q: the document's name does not match the URL's %q", in.Name, name))
 		return
 	}
+	if level, what := fsm.IntentLevel(in); level > h.state.Read().ActiveLevel() {
+		// The state machine would refuse it too; say so before the log.
+		writeError(w, toAPIError(&fsm.FeatureLevelError{What: fmt.Sprintf("intent %q: %s", name, what), Level: level, Active: h.state.Read().ActiveLevel()}))
+		return
+	}
 	ifMatch, err := parseIfMatch(r)
 	if err != nil {
 		writeError(w, badRequest("%v", err))
@@ -586,8 +591,9 @@ func toAPIError(err error) *api.Error {
 	var conflict *fsm.ConflictError
 	var unknown *OutcomeUnknownError
 	var heldBack *HeldBackError
+	var inactive *fsm.FeatureLevelError
 	switch {
-	case errors.As(err, &heldBack):
+	case errors.As(err, &heldBack), errors.As(err, &inactive):
 		return &api.Error{StatusCode: http.StatusConflict, Code: api.CodeHeldBack, Message: err.Error()}
 	case errors.As(err, &apiErr):
 		return apiErr

@@ -493,6 +493,18 @@ func (l *Local) leaderOnce(ctx context.Context) (int, error) {
 	if err := servers[leader].ConsistentRead(rctx); err != nil {
 		return -1, fmt.Errorf("leader %s: %w", servers[leader].ID(), err)
 	}
+	// The leader raises the active feature level as soon as every
+	// server runs it (levelRaiser): wait for that too, so that what
+	// follows sees the features of the running servers.
+	level := uint16(0)
+	for _, s := range servers {
+		if s != nil && (level == 0 || s.config.featureLevel() < level) {
+			level = s.config.featureLevel()
+		}
+	}
+	if active := servers[leader].fsm.Read().ActiveLevel(); active < level {
+		return -1, fmt.Errorf("leader %s: feature level %d active, the servers run %d", servers[leader].ID(), active, level)
+	}
 	return leader, nil
 }
 

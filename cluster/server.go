@@ -170,7 +170,7 @@ func New(cfg Config) (*Server, error) {
 		logger: s.logger.Named("leader"), clock: s.clock, changes: s.leaderCh,
 		barrier: func() error { return s.raft.Barrier(s.config.ApplyTimeout).Error() },
 		ready:   &s.readyForReads,
-		workers: append([]LeaderWorker{s.membership(), s.rolloutWorker()}, cfg.LeaderWorkers...),
+		workers: append([]LeaderWorker{s.membership(), s.levelRaiser(), s.rolloutWorker()}, cfg.LeaderWorkers...),
 	}
 	if cfg.ACL != nil && cfg.ACL.BootstrapTokenHash != "" {
 		s.leadership.workers = append(s.leadership.workers, &bootstrapToken{hash: cfg.ACL.BootstrapTokenHash, state: s.fsm, propose: s, clock: s.clock})

@@ -60,6 +60,9 @@ const (
 	// on the whole cluster that changes no other replicated state (a
 	// snapshot saved or restored). Feature level 2.
 	AuditOperationType MessageType = 20
+	// SetFeatureLevelType raises the cluster's active feature level
+	// (features.go). Feature level 3.
+	SetFeatureLevelType MessageType = 21
 
 	// IgnoreUnknownTypeFlag marks a command that older servers may skip
 	// rather than panic on. Set it only on commands whose loss cannot make
@@ -108,6 +111,8 @@ func (t MessageType) String() string {
 		return "device-unlock"
 	case AuditOperationType:
 		return "audit-operation"
+	case SetFeatureLevelType:
+		return "set-feature-level"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }

@@ -30,6 +30,7 @@ func FuzzCommand(f *testing.F) {
 		DeviceSessionBatchType: &DeviceSessionBatchRequest{Sessions: []DeviceSessionRequest{{ID: "dev-4", SessionID: "t", Server: "s3"}}},
 		RolloutStepType:        &RolloutStepRequest{Intent: "intent-1", Revision: 1, Basis: 1, Release: []string{"dev-1"}, State: RolloutProgressing, Waves: make([]WaveState, 3)},
 		RolloutControlType:     &RolloutControlRequest{Intent: "intent-1", Action: RolloutPause, Reason: "x"},
+		SetFeatureLevelType:    &SetFeatureLevelRequest{Level: 3, Time: 1},
 		AuditOperationType:     &OperationRequest{Action: "snapshot-save", Target: "snapshot/ab12", Summary: "x", Time: 1},
 		PutClassType:           &PutClassRequest{Class: ptr(intent.BuiltinClasses()["network-policy"]), Time: 1},
 		DeviceUnlockType:       &DeviceUnlockRequest{ID: "dev-1", Lock: "pos-sync", Since: 5, Reason: "hung", Time: 1},

@@ -67,7 +67,7 @@ func (f *FSM) applySession(txn *memdb.Txn, index uint64, req *DeviceSessionReque
 		if rec.SessionID != req.SessionID || rec.Server != req.Server || rec.Conn != req.Conn {
 			return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
 		}
-		if rec.Connected {
+		if rec.Connected && activeLevel(txn) >= LevelEdge {
 			link := rec.Link.clone()
 			link.OfflineSince = req.Time
 			rec.Link = link
@@ -88,7 +88,7 @@ func (f *FSM) applySession(txn *memdb.Txn, index uint64, req *DeviceSessionReque
 		if cur == nil || !cur.Connected || cur.Server != req.Server || cur.Conn != req.Conn {
 			f.emit(index, Event{Kind: KindSession, Action: "connected", Time: req.Time, Device: req.ID, Message: "to " + req.Server})
 		}
-		if cur != nil && !cur.Connected && cur.Link != nil && cur.Link.OfflineSince != 0 {
+		if cur != nil && !cur.Connected && cur.Link != nil && cur.Link.OfflineSince != 0 && activeLevel(txn) >= LevelEdge {
 			// The end of a gap: it goes into the link history.
 			link := cur.Link.clone()
 			if req.Time > link.OfflineSince {
@@ -120,6 +120,21 @@ func (f *FSM) applySession(txn *memdb.Txn, index uint64, req *DeviceSessionReque
 		return ApplyResult{}, err
 	}
 	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
+}
+
+// withoutEdge returns tr without what a replica of feature level 2 does
+// not know of a transition: the edge report's holds, locks, lock breaks
+// and recovery.
+func (tr StatusTransition) withoutEdge() StatusTransition {
+	tr.Edge, tr.Locks, tr.Unlocked, tr.Recovery = false, nil, nil, nil
+	if slices.ContainsFunc(tr.Resources, func(r ResourceStatus) bool { return r.Hold != nil }) {
+		res := slices.Clone(tr.Resources)
+		for i := range res {
+			res[i].Hold = nil
+		}
+		tr.Resources = res
+	}
+	return tr
 }
 
 // clone returns a copy of the history to change (an empty one for nil):
@@ -161,6 +176,7 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 	if err := json.Unmarshal(body, &req); err != nil {
 		return ApplyResult{}, fmt.Errorf("decode: %w", err)
 	}
+	edge := activeLevel(txn) >= LevelEdge
 	for _, tr := range req.Transitions {
 		cur, err := f.device(txn, tr.Device)
 		if err != nil {
@@ -168,6 +184,11 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 		}
 		if cur == nil {
 			continue // a device only reports within a session, which registers it
+		}
+		if !edge {
+			// Before the level is active a replica of an earlier release
+			// applies this entry too, and drops what it does not know.
+			tr = tr.withoutEdge()
 		}
 		rec := *cur
 		var corrected map[string]uint32

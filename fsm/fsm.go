@@ -32,6 +32,7 @@ var handlers = map[MessageType]handler{
 	RolloutStepType:       (*FSM).applyRolloutStep,
 	RolloutControlType:    (*FSM).applyRolloutControl,
 	AuditOperationType:    (*FSM).applyOperation,
+	SetFeatureLevelType:   (*FSM).applySetFeatureLevel,
 	PutClassType:          (*FSM).applyPutClass,
 	PutWindowType:         (*FSM).applyPutWindow,
 	DeviceUnlockType:      (*FSM).applyDeviceUnlock,
@@ -167,6 +168,9 @@ func (f *FSM) applyPutIntent(txn *memdb.Txn, index uint64, body []byte) (ApplyRe
 	// at once, as it did then.
 	if err := req.Intent.ValidateCommitted(); err != nil {
 		return rejected(txn, err)
+	}
+	if level, what := IntentLevel(req.Intent); level > activeLevel(txn) {
+		return rejected(txn, &FeatureLevelError{What: fmt.Sprintf("intent %q: %s", req.Intent.Name, what), Level: level, Active: activeLevel(txn)})
 	}
 	name := req.Intent.Name
 	raw, err := txn.First(tableIntents, "id", name)

@@ -35,12 +35,21 @@ func mustEncode(t testing.TB, typ MessageType, req any) []byte {
 	return b
 }
 
+// newTestFSM returns a replica whose cluster runs this release's feature
+// level (as the leader raises it at once in a new cluster), without an
+// entry for it: the tests' entries start at index 1.
 func newTestFSM(t testing.TB, limit int) *FSM {
 	t.Helper()
 	f, err := New(Config{HistoryLimit: limit})
 	if err != nil {
 		t.Fatal(err)
 	}
+	db, _ := f.current()
+	txn := db.Txn(true)
+	if err := setMeta(txn, metaActiveLevel, uint64(FeatureLevel)); err != nil {
+		t.Fatal(err)
+	}
+	txn.Commit()
 	return f
 }
 
@@ -299,7 +308,7 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 	f := newTestFSM(t, 0)
 	f.Apply(1, mustEncode(t, PutIntentType, &PutIntentRequest{Intent: testIntent("keep", "x")}))
 	for _, tc := range []struct{ name, data, want string }{
-		{"newer version", `{"format":"meteor-fsm","version":99}`, "version 99 is not supported by this server (it reads 1 to 2)"},
+		{"newer version", `{"format":"meteor-fsm","version":99}`, "version 99 is not supported by this server (it reads 1 to 3)"},
 		{"foreign format", `{"format":"etcd","version":1}`, `format "etcd" is not a Meteor state snapshot`},
 		{"truncated", `{"format":"meteor-fsm","version":1,"index":3,"revision":2}` + "\n" + `{"intent":{"name":"x"`, "entry 0"},
 		{"empty entry", `{"format":"meteor-fsm","version":1,"index":3}` + "\n{}", "empty or of an unknown kind"},

@@ -104,10 +104,11 @@ func TestOperatorRestoreGoesBack(t *testing.T) {
 	if got, _ := leader.Hash(); got != want {
 		t.Fatal("a refused install changed the state")
 	}
-	// The restored state's own snapshots carry its mark (version 2) and
-	// install on a replica that missed the restore.
+	// The restored state's own snapshots carry its mark (version 2, or 3
+	// with the active level 3 of these replicas) and install on a replica
+	// that missed the restore.
 	later := snapshotBytes(t, leader)
-	if !bytes.Contains(later, []byte(`"version":2`)) || !bytes.Contains(later, []byte(`"restore":{"seq":1,"id":"0000000000000abc"}`)) {
+	if !bytes.Contains(later, []byte(`"version":3`)) || !bytes.Contains(later, []byte(`"restore":{"seq":1,"id":"0000000000000abc"}`)) {
 		t.Fatalf("snapshot of a restored state: %s", later[:bytes.IndexByte(later, '\n')])
 	}
 	// Its own index (13) is past the snapshot's (12): the mark decides.
@@ -200,7 +201,10 @@ func TestFeatureLevels(t *testing.T) {
 	if old.Read().Index() != 2 {
 		t.Fatal("a flagged unknown command did not advance the index")
 	}
-	cur := newTestFSM(t, 0)
+	cur, err := New(Config{}) // a cluster whose active level is still 2
+	if err != nil {
+		t.Fatal(err)
+	}
 	restore := operatorRestore(t, snapshotBytes(t, cur), 5, 0, RestoreMark{}, 1)
 	if err := old.Restore(bytes.NewReader(restore)); err == nil || !strings.Contains(err.Error(), "version 2 is not supported by this server (it reads 1 to 1)") {
 		t.Fatalf("a level 1 replica restoring a version 2 snapshot: %v", err)

@@ -38,6 +38,22 @@ type snapshotHeader struct {
 	// Restore is the operator restore the state descends from (version
 	// 2); nil: none.
 	Restore *RestoreMark `json:"restore,omitempty"`
+	// ActiveLevel is the state's active feature level (version 3, which
+	// a state of active level 3 or more is written as); 0: 2.
+	ActiveLevel uint16 `json:"active_level,omitempty"`
+}
+
+// withLevel records the state's active level in h, raising the version
+// for a level that needs it: a replica that predates the level refuses
+// the snapshot rather than drop what it does not know.
+func (h snapshotHeader) withLevel(txn *memdb.Txn) snapshotHeader {
+	if v := metaValue(txn, metaActiveLevel); v > 0 {
+		h.ActiveLevel = uint16(v)
+		if h.ActiveLevel >= LevelEdge {
+			h.Version = max(h.Version, 3)
+		}
+	}
+	return h
 }
 
 // RestoreMark names the operator restore a state descends from. An
@@ -143,7 +159,7 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	if m := restoreMarkOf(s.txn); m.Seq > 0 {
 		hdr.Version, hdr.Restore = 2, &m
 	}
-	return s.write(w, hdr)
+	return s.write(w, hdr.withLevel(s.txn))
 }
 
 // Index and Revision return the Raft index and the revision of the state
@@ -184,7 +200,7 @@ func (s *Snapshot) WriteOperatorRestore(w io.Writer, o OperatorRestore) (int64, 
 	return s.write(w, snapshotHeader{
 		Format: snapshotFormat, Version: 2, Index: o.Index, Revision: o.Revision,
 		HistoryLimit: s.historyLimit, Restore: &mark,
-	})
+	}.withLevel(s.txn))
 }
 
 func (s *Snapshot) write(w io.Writer, hdr snapshotHeader) (int64, error) {
@@ -312,6 +328,14 @@ func (f *FSM) Restore(r io.Reader) error {
 	}
 	if err := setMeta(txn, metaRevision, hdr.Revision); err != nil {
 		return err
+	}
+	if hdr.ActiveLevel > 0 {
+		if hdr.ActiveLevel > f.level {
+			return fmt.Errorf("restore snapshot: its active feature level %d is above this server's %d; upgrade the server", hdr.ActiveLevel, f.level)
+		}
+		if err := setMeta(txn, metaActiveLevel, uint64(hdr.ActiveLevel)); err != nil {
+			return err
+		}
 	}
 	if m := hdr.Restore; m != nil {
 		if err := setMeta(txn, metaRestoreSeq, m.Seq); err != nil {
