@@ -173,13 +173,18 @@ type Health struct {
 	AppliedIndex uint64 `json:"applied_index"`
 	LastIndex    uint64 `json:"last_index"`
 	CommitIndex  uint64 `json:"commit_index"`
-	Revision     uint64 `json:"revision"`
-	Healthy      bool   `json:"healthy"`
-	Message      string `json:"message,omitempty"`
-	Version      string `json:"version"`
+	// StateIndex is the index of the last command the server's replica
+	// applied (AppliedIndex counts entries that are not commands too).
+	StateIndex uint64 `json:"state_index,omitempty"`
+	Revision   uint64 `json:"revision"`
+	Healthy    bool   `json:"healthy"`
+	Message    string `json:"message,omitempty"`
+	Version    string `json:"version"`
 	// FeatureLevel is the feature level of the server's state machine
-	// (rolling upgrades: docs/operations.md, "Upgrading").
+	// (rolling upgrades: docs/operations.md, "Upgrading"); ActiveLevel
+	// the cluster's active level as its replica has applied it.
 	FeatureLevel uint16 `json:"feature_level,omitempty"`
+	ActiveLevel  uint16 `json:"active_level,omitempty"`
 	// RestoreSeq and RestoreID name the operator restore of a snapshot
 	// the server's state descends from (0 and "": none).
 	RestoreSeq uint64 `json:"restore_seq,omitempty"`
