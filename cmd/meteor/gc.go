@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/pflag"
 )
@@ -38,8 +41,10 @@ func (g *gcFlags) register(f *pflag.FlagSet) {
 }
 
 // apply sets the collector and returns the settings in effect, for the
-// log: GOGC and the memory limit in bytes (math.MaxInt64: none).
-func (g *gcFlags) apply() (percent int, limit int64, err error) {
+// log: GOGC and the memory limit in bytes (math.MaxInt64: none), and, for
+// auto, why no limit could be set (the process then runs without one:
+// a sandbox may hide what auto reads, and that must not stop a server).
+func (g *gcFlags) apply() (percent int, limit int64, warning error, err error) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(g.percent)
 	}
@@ -47,22 +52,22 @@ func (g *gcFlags) apply() (percent int, limit int64, err error) {
 		switch g.limit {
 		case "off", "":
 		case "auto":
-			total, err := memoryAvailable()
-			if err != nil {
-				return 0, 0, fmt.Errorf("--memory-limit auto: %w (give a size or off)", err)
+			if total, err := memoryAvailable(); err != nil {
+				warning = fmt.Errorf("--memory-limit auto: %w; running without a memory limit (give --memory-limit a size)", err)
+			} else {
+				debug.SetMemoryLimit(int64(float64(total) * memoryShare))
 			}
-			debug.SetMemoryLimit(int64(float64(total) * memoryShare))
 		default:
 			n, err := parseSize(g.limit)
 			if err != nil {
-				return 0, 0, fmt.Errorf("--memory-limit %q: %w", g.limit, err)
+				return 0, 0, nil, fmt.Errorf("--memory-limit %q: %w", g.limit, err)
 			}
 			debug.SetMemoryLimit(n)
 		}
 	}
 	percent = debug.SetGCPercent(-1)
 	debug.SetGCPercent(percent)
-	return percent, debug.SetMemoryLimit(-1), nil
+	return percent, debug.SetMemoryLimit(-1), warning, nil
 }
 
 // parseSize reads a size as GOMEMLIMIT writes it: a number of bytes with
@@ -89,41 +94,72 @@ func parseSize(s string) (int64, error) {
 	return n * mult, nil
 }
 
-// memoryAvailable is the memory limit of the process's cgroup (v2 or v1),
-// or the machine's memory when the cgroup sets none.
+// memoryAvailable is the smallest memory limit of the process's cgroup
+// and its ancestors (v2, or v1's memory controller), or the machine's
+// memory (sysinfo) where none is set.
 func memoryAvailable() (uint64, error) {
-	machine, err := memTotal()
+	machine, err := machineMemory()
 	if err != nil {
 		return 0, err
 	}
-	for _, p := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+	best := machine
+	for _, p := range cgroupLimitFiles() {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			continue
 		}
-		v := strings.TrimSpace(string(b))
-		if n, err := strconv.ParseUint(v, 10, 64); err == nil && n > 0 && n < machine {
-			return n, nil
+		if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 && n < best {
+			best = n // "max" (no limit) does not parse
 		}
 	}
-	return machine, nil
+	return best, nil
 }
 
-func memTotal() (uint64, error) {
-	f, err := os.Open("/proc/meminfo")
+// cgroupLimitFiles lists the memory limit files of the process's cgroup
+// and of every cgroup above it, from /proc/self/cgroup (which a /proc
+// mounted with subset=pid, as systemd's ProcSubset=pid does, still has).
+func cgroupLimitFiles() []string {
+	f, err := os.Open("/proc/self/cgroup")
 	if err != nil {
-		return 0, fmt.Errorf("the machine's memory is unknown: %w", err)
+		return nil
 	}
 	defer f.Close()
+	var files []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("/proc/meminfo: %w", err)
+		// hierarchy-ID:controllers:path
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		var base, name string
+		switch {
+		case parts[0] == "0" && parts[1] == "":
+			base, name = "/sys/fs/cgroup", "memory.max"
+		case slices.Contains(strings.Split(parts[1], ","), "memory"):
+			base, name = "/sys/fs/cgroup/memory", "memory.limit_in_bytes"
+		default:
+			continue
+		}
+		for dir := path.Clean(parts[2]); ; dir = path.Dir(dir) {
+			files = append(files, path.Join(base, dir, name))
+			if dir == "/" || dir == "." {
+				break
 			}
-			return kb << 10, nil
 		}
 	}
-	return 0, fmt.Errorf("/proc/meminfo has no MemTotal")
+	return files
+}
+
+// machineMemory is the machine's memory, from sysinfo(2), which needs no
+// file (a sandbox may hide /proc/meminfo).
+func machineMemory() (uint64, error) {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		return 0, fmt.Errorf("the machine's memory is unknown: sysinfo: %w", err)
+	}
+	if si.Totalram == 0 {
+		return 0, fmt.Errorf("the machine's memory is unknown: sysinfo gives none")
+	}
+	return uint64(si.Totalram) * uint64(si.Unit), nil
 }

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"math"
+	"os"
+	"os/exec"
 	"runtime/debug"
+	"strings"
 	"testing"
 )
 
@@ -29,27 +33,60 @@ func TestGCFlags(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "")
 
 	g := gcFlags{percent: 400, limit: "auto"}
-	p, l, err := g.apply()
+	p, l, warn, err := g.apply()
 	total, merr := memoryAvailable()
-	if err != nil || merr != nil || p != 400 || l <= 0 || uint64(l) >= total {
-		t.Fatalf("auto: GOGC %d, limit %d of %d (%v, %v)", p, l, total, err, merr)
+	if err != nil || warn != nil || merr != nil || p != 400 || l <= 0 || uint64(l) >= total {
+		t.Fatalf("auto: GOGC %d, limit %d of %d (%v, %v, %v)", p, l, total, err, warn, merr)
 	}
 	g = gcFlags{percent: 200, limit: "256MiB"}
-	if p, l, err := g.apply(); err != nil || p != 200 || l != 256<<20 {
+	if p, l, _, err := g.apply(); err != nil || p != 200 || l != 256<<20 {
 		t.Fatalf("256MiB: GOGC %d, limit %d, %v", p, l, err)
 	}
 	debug.SetMemoryLimit(math.MaxInt64)
 	g = gcFlags{percent: 300, limit: "off"}
-	if _, l, err := g.apply(); err != nil || l != math.MaxInt64 {
+	if _, l, _, err := g.apply(); err != nil || l != math.MaxInt64 {
 		t.Fatalf("off: limit %d, %v", l, err)
 	}
 	t.Setenv("GOGC", "50")
-	if p, _, _ := (&gcFlags{percent: 400, limit: "off"}).apply(); p != 300 {
+	if p, _, _, _ := (&gcFlags{percent: 400, limit: "off"}).apply(); p != 300 {
 		// GOGC is read by the runtime at start; the flag must not
 		// override the variable, so the setting before (300) stays.
 		t.Fatalf("with GOGC set, the flag changed GOGC to %d", p)
 	}
-	if _, _, err := (&gcFlags{percent: 400, limit: "lots"}).apply(); err == nil {
+	if _, _, _, err := (&gcFlags{percent: 400, limit: "lots"}).apply(); err == nil {
 		t.Fatal("a bad --memory-limit was accepted")
 	}
+}
+
+// TestServerStartsWithoutProcMeminfo: under systemd's ProcSubset=pid
+// (deploy/systemd/meteor-server.service) /proc has no meminfo; the
+// default --memory-limit auto must not keep the server from starting. The
+// test runs the memory lookup in such a /proc, in user and mount
+// namespaces of its own, and skips where those are not allowed.
+func TestServerStartsWithoutProcMeminfo(t *testing.T) {
+	if os.Getenv("METEOR_TEST_SUBSET_PID") == "1" {
+		if _, err := os.Stat("/proc/meminfo"); err == nil {
+			fmt.Println("meminfo visible")
+		}
+		total, err := memoryAvailable()
+		fmt.Printf("memory %d %v\n", total, err)
+		return
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare (util-linux) is not installed: cannot mount a /proc with subset=pid")
+	}
+	script := `mount -t proc -o subset=pid proc /proc && exec "$0" -test.run '^TestServerStartsWithoutProcMeminfo$' -test.count=1`
+	cmd := exec.Command("unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "sh", "-c", script, os.Args[0])
+	cmd.Env = append(os.Environ(), "METEOR_TEST_SUBSET_PID=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil && strings.Contains(string(out), "unshare") {
+		t.Skipf("user namespaces are not available here: %s", strings.TrimSpace(string(out)))
+	}
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "meminfo visible") || !strings.Contains(string(out), "memory ") || !strings.Contains(string(out), "<nil>") {
+		t.Fatalf("in a /proc with subset=pid: %s", out)
+	}
+	t.Logf("in a /proc with subset=pid: %s", strings.TrimSpace(string(out)))
 }

@@ -150,9 +150,12 @@ command line override it. docs/config.md lists every key.`,
 			if cfg.Logger, err = logs.Logger(os.Stderr); err != nil {
 				return err
 			}
-			percent, limit, err := gc.apply()
+			percent, limit, warning, err := gc.apply()
 			if err != nil {
 				return err
+			}
+			if warning != nil {
+				cfg.Logger.Warn("no memory limit", "error", warning)
 			}
 			cfg.Logger.Info("garbage collector", "gc_percent", percent, "memory_limit", limit)
 			srv, err := cluster.New(cfg)
