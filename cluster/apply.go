@@ -73,8 +73,13 @@ func (s *Server) proposeRaw(ctx context.Context, t fsm.MessageType, data []byte)
 	}
 	switch {
 	case err == nil:
-	case errors.Is(err, raft.ErrNotLeader):
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		// Refused before the entry was appended: nothing was written (a
+		// transfer is what a draining leader does).
 		return fsm.ApplyResult{}, 0, ErrNotLeader
+	case errors.Is(err, raft.ErrAbortedByRestore):
+		// Replaced by an operator restore's state.
+		return fsm.ApplyResult{}, 0, ErrRestoring
 	case errors.Is(err, raft.ErrEnqueueTimeout):
 		return fsm.ApplyResult{}, 0, fmt.Errorf("%w: the leader's apply queue is full", ErrNotReady)
 	default:
@@ -126,34 +131,41 @@ func (s *Server) leaderHTTP() (string, string, error) {
 	return string(id), m.HTTPAddr, nil
 }
 
-// catchUp waits until this server's replica has applied everything the
-// leader had committed when asked: the leader's own commit index, or, on
-// a follower, the one the leader reports (/v1/internal/self), since a
-// follower that just restarted does not know how far behind it is until
-// the leader reaches it. It fails without a leader or once ctx ends.
+// catchUp waits until this server's replica holds every command the
+// leader has applied (every write it acknowledged) when asked. The leader
+// itself holds them once it is ready for reads (the barrier of its term);
+// a follower asks the leader (/v1/internal/self, state_index), since one
+// that just restarted does not know how far behind it is until the leader
+// reaches it. It fails without a leader or once ctx ends.
 func (s *Server) catchUp(ctx context.Context) error {
-	var target uint64
 	if s.IsLeader() {
-		target = s.raft.CommitIndex()
-	} else {
-		_, addr, err := s.leaderHTTP()
-		if err != nil {
-			return err
+		t := s.clock.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for !s.readyForReads.Load() {
+			select {
+			case <-t.C():
+			case <-ctx.Done():
+				return fmt.Errorf("this leader has not applied the entries of earlier terms yet: %w", ctx.Err())
+			}
 		}
-		st, err := s.peers.status(ctx, addr)
-		if err != nil {
-			return fmt.Errorf("ask the leader how far it committed: %w", err)
-		}
-		target = st.CommitIndex
+		return nil
+	}
+	_, addr, err := s.leaderHTTP()
+	if err != nil {
+		return err
+	}
+	st, err := s.peers.status(ctx, addr)
+	if err != nil {
+		return fmt.Errorf("ask the leader how far it applied: %w", err)
 	}
 	for {
 		ws := memdb.NewWatchSet()
 		have := s.fsm.Read().WatchIndex(ws)
-		if have >= target {
+		if have >= st.StateIndex {
 			return nil
 		}
 		if err := ws.WatchCtx(ctx); err != nil {
-			return fmt.Errorf("this replica is at index %d, the leader committed %d: %w", have, target, err)
+			return fmt.Errorf("this replica is at index %d, the leader's at %d: %w", have, st.StateIndex, err)
 		}
 	}
 }
@@ -168,8 +180,8 @@ func (s *Server) self() *selfStatus {
 	st := &selfStatus{
 		Node: s.config.NodeID, Region: s.config.Region,
 		RaftState: s.raft.State().String(), Leader: string(leader), Term: s.raft.CurrentTerm(),
-		AppliedIndex: s.raft.AppliedIndex(), LastIndex: s.raft.LastIndex(), CommitIndex: s.raft.CommitIndex(),
-		Revision: r.Revision(), Version: Version, FeatureLevel: s.config.featureLevel(),
+		AppliedIndex: s.raft.AppliedIndex(), LastIndex: s.raft.LastIndex(), CommitIndex: s.raft.CommitIndex(), StateIndex: r.Index(),
+		Revision: r.Revision(), Version: Version, FeatureLevel: s.config.featureLevel(), ActiveLevel: r.ActiveLevel(),
 	}
 	if m := r.RestoreMark(); m.Seq > 0 {
 		st.RestoreSeq, st.RestoreID = m.Seq, m.ID

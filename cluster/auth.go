@@ -143,10 +143,12 @@ type authenticator struct {
 	mu       sync.Mutex
 	failures map[string]*rate.Limiter // by remote IP; guarded by mu
 
-	// catchMu serialises catch-ups; caughtUp is when the last one began
-	// and catchErr how it ended, so that a stream of unknown tokens costs
+	// catchMu guards the catch-up in flight (catching: closed when it
+	// ends, with its outcome in catchErr) and when the last one began
+	// (caughtUp): callers share one, and a stream of unknown tokens costs
 	// the leader at most one question per catchUpEvery.
 	catchMu  sync.Mutex
+	catching chan struct{}
 	caughtUp time.Time
 	catchErr error
 }
@@ -167,24 +169,57 @@ var errCatchingUp = errors.New("catching up")
 // more after catching up with the leader: a server that just restarted,
 // or trails the leader, must not refuse a token created since the state
 // it has applied. find returns an error for a token it does not find.
-func (a *authenticator) lookupFresh(ctx context.Context, find func(*fsm.Read) (*fsm.TokenRecord, error)) (*fsm.TokenRecord, error) {
+// Only a remote address whose failed authentications are within their
+// limit makes a server catch up (the refusal that follows counts
+// against it), so strangers cannot make it question the leader at will.
+func (a *authenticator) lookupFresh(ctx context.Context, remote string, find func(*fsm.Read) (*fsm.TokenRecord, error)) (*fsm.TokenRecord, error) {
 	rec, err := find(a.state.Read())
-	if err == nil || a.catchUp == nil {
+	if err == nil || a.catchUp == nil || a.limiter(remote).Tokens() < 1 {
 		return rec, err
 	}
+	if cerr := a.sharedCatchUp(ctx); cerr != nil {
+		if rec, err := find(a.state.Read()); err == nil {
+			return rec, nil
+		}
+		return nil, fmt.Errorf("%w: %v", errCatchingUp, cerr)
+	}
+	return find(a.state.Read())
+}
+
+// sharedCatchUp joins the catch-up in flight, or starts one unless the
+// last began within catchUpEvery (its outcome stands), and waits for it
+// as long as ctx allows.
+func (a *authenticator) sharedCatchUp(ctx context.Context) error {
 	a.catchMu.Lock()
-	defer a.catchMu.Unlock()
-	if now := a.clock.Mono(); a.caughtUp.IsZero() || now.Sub(a.caughtUp) >= catchUpEvery {
-		cctx, cancel := context.WithTimeout(ctx, catchUpWait)
-		a.catchErr = a.catchUp(cctx)
-		cancel()
-		a.caughtUp = now
+	done := a.catching
+	if done == nil {
+		if now := a.clock.Mono(); !a.caughtUp.IsZero() && now.Sub(a.caughtUp) < catchUpEvery {
+			err := a.catchErr
+			a.catchMu.Unlock()
+			return err
+		}
+		done = make(chan struct{})
+		a.catching, a.caughtUp = done, a.clock.Mono()
+		go func() {
+			// Not the first caller's context: the others share it.
+			cctx, cancel := context.WithTimeout(context.Background(), catchUpWait)
+			err := a.catchUp(cctx)
+			cancel()
+			a.catchMu.Lock()
+			a.catching, a.catchErr = nil, err
+			a.catchMu.Unlock()
+			close(done)
+		}()
 	}
-	rec, err = find(a.state.Read())
-	if err != nil && a.catchErr != nil {
-		return nil, fmt.Errorf("%w: %v", errCatchingUp, a.catchErr)
+	a.catchMu.Unlock()
+	select {
+	case <-done:
+		a.catchMu.Lock()
+		defer a.catchMu.Unlock()
+		return a.catchErr
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return rec, err
 }
 
 func newAuthenticator(cfg *ACLConfig, state stateReader, clock Clock, peers *peerClient, mtls bool) *authenticator {
@@ -199,7 +234,10 @@ func (a *authenticator) authenticate(r *http.Request) (*principal, *api.Error) {
 		return p, nil
 	}
 	if errors.Is(err, errCatchingUp) {
-		// Not a failed authentication: the token may be valid.
+		// The token may be valid; it counts against the address all the
+		// same, so that unknown tokens cannot make a server wait on the
+		// leader without limit.
+		a.limiter(r.RemoteAddr).Allow()
 		return nil, &api.Error{StatusCode: http.StatusServiceUnavailable, Code: api.CodeCatchingUp, RetryAfterMS: 1000,
 			Message: "this server does not know the token yet and could not catch up with the leader (" + strings.TrimPrefix(err.Error(), errCatchingUp.Error()+": ") + "): retry, or ask another server"}
 	}
@@ -224,7 +262,7 @@ func (a *authenticator) verify(r *http.Request) (*principal, error) {
 		return nil, fmt.Errorf("bad token: %w", err)
 	}
 	hash := acl.HashSecret(secret)
-	rec, err := a.lookupFresh(r.Context(), func(rd *fsm.Read) (*fsm.TokenRecord, error) { return rd.TokenBySecretHash(nil, hash) })
+	rec, err := a.lookupFresh(r.Context(), r.RemoteAddr, func(rd *fsm.Read) (*fsm.TokenRecord, error) { return rd.TokenBySecretHash(nil, hash) })
 	if errors.Is(err, errCatchingUp) {
 		return nil, err
 	}
@@ -272,7 +310,7 @@ func (a *authenticator) verifySigned(r *http.Request) (*principal, error) {
 	if accessor == "" {
 		return &principal{server: r.Header.Get(headerForwarded)}, nil
 	}
-	rec, err := a.lookupFresh(r.Context(), func(rd *fsm.Read) (*fsm.TokenRecord, error) { return rd.Token(nil, accessor) })
+	rec, err := a.lookupFresh(r.Context(), r.RemoteAddr, func(rd *fsm.Read) (*fsm.TokenRecord, error) { return rd.Token(nil, accessor) })
 	if errors.Is(err, errCatchingUp) {
 		return nil, err
 	}

@@ -662,4 +662,17 @@ func TestRestartedServerKnowsNewTokens(t *testing.T) {
 		t.Fatalf("an unknown token: %d %+v; want 401", code, e)
 		return nil
 	})
+
+	// After an election on a quiet cluster (a term's no-op and no
+	// command since) an unknown token is still refused as unknown, on
+	// the new leader and on a follower alike.
+	if err := c.waitLeader().Raft().LeadershipTransfer().Error(); err != nil {
+		t.Fatal(err)
+	}
+	leader := c.waitLeader()
+	for _, s := range []*Server{leader, c.follower()} {
+		if code, e, _ := call(t, s, other.Secret, http.MethodGet, "/v1/intents?stale=true", nil, nil); code != http.StatusUnauthorized {
+			t.Fatalf("an unknown token on %s after an election: %d %+v; want 401", s.ID(), code, e)
+		}
+	}
 }
