@@ -81,6 +81,11 @@ func (s *Server) RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOpti
 		return nil, err
 	}
 	if err := scratch.Restore(state); err != nil {
+		// A damaged file makes the state unreadable before its checksum
+		// is reached: read the rest, and say the file is damaged if it is.
+		if _, cerr := io.Copy(io.Discard, state); errors.Is(cerr, snapshot.ErrInvalid) {
+			err = cerr
+		}
 		return nil, badRequest("snapshot refused, nothing changed: %v", err)
 	}
 	s.logger.Info("restoring snapshot", "index", hdr.Index, "revision", hdr.Revision, "sha256", hdr.SHA256, "bytes", hdr.Size, "taken_by", hdr.Server, "taken_at", hdr.TakenAt)
