@@ -48,9 +48,9 @@ func TestClassCommands(t *testing.T) {
 	}
 	for name, want := range map[string][]string{
 		"NAME":           {"PULL", "PROBE", "REPORT", "RETRY", "UNREACHABLE", "PROGRESS", "SOURCE"},
-		"network-policy": {"1m", "5s", "1h", "1s..30s ±10%", "2m", "written by"},
+		"network-policy": {"10m", "5s", "1h", "1s..30s ±10%", "2m", "written by"},
 		"pos-critical":   {"30s", "1m", "6h", "2s..20s", "written by"},
-		"package":        {"30m", "10m", "1m..1h", "built-in"},
+		"package":        {"1h", "10m", "1m..1h", "built-in"},
 	} {
 		for _, w := range want {
 			if !strings.Contains(lines[name], w) {
@@ -67,7 +67,7 @@ func TestClassCommands(t *testing.T) {
 	if out, err := cli("class", "delete", "network-policy"); err != nil || out != "class/network-policy deleted\n" {
 		t.Fatalf("class delete: %v %q", err, out)
 	}
-	if out, _ := cli("get", "classes"); !strings.Contains(out, "network-policy  1m    15s") {
+	if out, _ := cli("get", "classes"); !strings.Contains(out, "network-policy  10m   15s") {
 		t.Errorf("after the delete network-policy is not the built-in one:\n%s", out)
 	}
 	if _, err := cli("class", "delete", "package"); err == nil {

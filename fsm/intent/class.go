@@ -129,37 +129,42 @@ func (c Class) validate(floor time.Duration) error {
 // replaces them:
 //
 //	class           pull  probe  report  retry        unreachable  progress
-//	default         10m   1m     6h      1s..5m       5m           15m
-//	config          10m   1m     6h      1s..5m       5m           5m
-//	network-policy  1m    15s    1h      1s..30s      2m           5m
-//	logging         10m   1m     6h      5s..5m       10m          15m
-//	certificate     10m   5m     6h      30s..1h      15m          30m
-//	package         30m   10m    6h      1m..1h       30m          1h
+//	default         30m   1m     6h      1s..5m       5m           15m
+//	config          30m   1m     6h      1s..5m       5m           5m
+//	network-policy  10m   15s    1h      1s..30s      2m           5m
+//	logging         30m   1m     6h      5s..5m       10m          15m
+//	certificate     30m   5m     6h      30s..1h      15m          30m
+//	package         1h    10m    6h      1m..1h       30m          1h
 //
-// network-policy is fast (a policy gap is a security gap), package slow
-// (large downloads over slow links), and certificate deadline-aware: its
-// resources carry rotation windows (Resource.Window). Every retry is
-// jittered by a tenth.
+// A pull is the check that no push was missed (servers push every change
+// at once, over a connection the agent keeps alive): it costs an idle
+// device three datagrams, about 200 bytes, on a metered link, so even the
+// fast class pulls only every 10 minutes; what makes a class fast is how
+// often the device probes what is effective (a local check, no traffic)
+// and how soon it retries. network-policy is fast (a policy gap is a
+// security gap), package slow (large downloads over slow links), and
+// certificate deadline-aware: its resources carry rotation windows
+// (Resource.Rotation). Every retry is jittered by a tenth.
 func BuiltinClasses() map[string]Class {
 	out := map[string]Class{}
 	for _, c := range []Class{
 		{Name: DefaultClass, Description: "resources that name no class, or one the cluster does not have",
-			PullInterval: 10 * time.Minute, ProbeInterval: time.Minute, ReportInterval: 6 * time.Hour,
+			PullInterval: 30 * time.Minute, ProbeInterval: time.Minute, ReportInterval: 6 * time.Hour,
 			RetryBase: time.Second, RetryMax: 5 * time.Minute, UnreachableAfter: 5 * time.Minute, ProgressDeadline: 15 * time.Minute},
 		{Name: "config", Description: "configuration files",
-			PullInterval: 10 * time.Minute, ProbeInterval: time.Minute, ReportInterval: 6 * time.Hour,
+			PullInterval: 30 * time.Minute, ProbeInterval: time.Minute, ReportInterval: 6 * time.Hour,
 			RetryBase: time.Second, RetryMax: 5 * time.Minute, UnreachableAfter: 5 * time.Minute, ProgressDeadline: 5 * time.Minute},
 		{Name: "network-policy", Description: "firewall and network policy: a gap is a security gap",
-			PullInterval: time.Minute, ProbeInterval: 15 * time.Second, ReportInterval: time.Hour,
+			PullInterval: 10 * time.Minute, ProbeInterval: 15 * time.Second, ReportInterval: time.Hour,
 			RetryBase: time.Second, RetryMax: 30 * time.Second, UnreachableAfter: 2 * time.Minute, ProgressDeadline: 5 * time.Minute},
 		{Name: "logging", Description: "log shipping and retention",
-			PullInterval: 10 * time.Minute, ProbeInterval: time.Minute, ReportInterval: 6 * time.Hour,
+			PullInterval: 30 * time.Minute, ProbeInterval: time.Minute, ReportInterval: 6 * time.Hour,
 			RetryBase: 5 * time.Second, RetryMax: 5 * time.Minute, UnreachableAfter: 10 * time.Minute, ProgressDeadline: 15 * time.Minute},
 		{Name: "certificate", Description: "certificates and keys, rotated inside their windows before their deadlines",
-			PullInterval: 10 * time.Minute, ProbeInterval: 5 * time.Minute, ReportInterval: 6 * time.Hour,
+			PullInterval: 30 * time.Minute, ProbeInterval: 5 * time.Minute, ReportInterval: 6 * time.Hour,
 			RetryBase: 30 * time.Second, RetryMax: time.Hour, UnreachableAfter: 15 * time.Minute, ProgressDeadline: 30 * time.Minute},
 		{Name: "package", Description: "software packages: large downloads over slow links",
-			PullInterval: 30 * time.Minute, ProbeInterval: 10 * time.Minute, ReportInterval: 6 * time.Hour,
+			PullInterval: time.Hour, ProbeInterval: 10 * time.Minute, ReportInterval: 6 * time.Hour,
 			RetryBase: time.Minute, RetryMax: time.Hour, UnreachableAfter: 30 * time.Minute, ProgressDeadline: time.Hour},
 	} {
 		c.RetryJitter = 0.1
