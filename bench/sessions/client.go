@@ -64,7 +64,7 @@ func (s *session) recv() (wire.Message, error) {
 		}
 		s.rx.add(m)
 		switch m := m.(type) {
-		case *wire.Notify, *wire.ReportAck:
+		case *wire.Notify, *wire.ReportAck, *wire.Settings:
 			continue
 		case *wire.Reject:
 			return nil, fmt.Errorf("Reject %s: %s", m.Code, m.Reason)
@@ -268,7 +268,7 @@ func (s *session) waitReportAck(seq uint64) error {
 			if m.Seq >= seq {
 				return nil
 			}
-		case *wire.Notify:
+		case *wire.Notify, *wire.Settings:
 		default:
 			return fmt.Errorf("got %s, want ReportAck", m.Type())
 		}

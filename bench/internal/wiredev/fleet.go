@@ -473,6 +473,9 @@ func (m *member) handle(l *link, msg wire.Message, cfg Config) error {
 			m.resendTimer.Stop()
 		}
 	case *wire.Pong:
+	case *wire.Settings:
+		// Classes and windows pace a real agent's own work; a device
+		// that applies in zero time has none.
 	case *wire.Reject:
 		return fmt.Errorf("%w: Reject %s: %s", errEnded, msg.Code, msg.Reason)
 	case *wire.GoAway:
