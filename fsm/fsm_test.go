@@ -152,14 +152,32 @@ func TestHistoryIsBounded(t *testing.T) {
 	}
 }
 
-func TestInvalidIntentRejectedDeterministically(t *testing.T) {
+// TestReplicasDoNotValidateAgain: a replica applies the document its
+// proposer validated as it is, so that an entry a later release's rules
+// would refuse still replays alike on every replica; only a document the
+// state cannot hold (no name) is refused, on every replica alike.
+func TestReplicasDoNotValidateAgain(t *testing.T) {
 	f := newTestFSM(t, 0)
-	bad := testIntent("a", "x")
-	bad.Resources[0].Spec["path"] = "relative/path"
-	res := f.Apply(1, mustEncode(t, PutIntentType, &PutIntentRequest{Intent: bad}))
-	var ve *intent.ValidationError
-	if !errors.As(res.Err, &ve) || res.Revision != 0 {
-		t.Fatalf("got %+v, want a validation error and no revision", res)
+	stricter := testIntent("a", "x")
+	stricter.Resources[0].Spec["path"] = "relative/path" // refused by intent.Parse today
+	if res := f.Apply(1, mustEncode(t, PutIntentType, &PutIntentRequest{Intent: stricter})); res.Err != nil || res.Revision != 1 {
+		t.Fatalf("a committed document the rules of today refuse: %+v", res)
+	}
+	nameless := testIntent("", "x")
+	if res := f.Apply(2, mustEncode(t, PutIntentType, &PutIntentRequest{Intent: nameless})); res.Err == nil || res.Revision != 1 {
+		t.Fatalf("a nameless intent: %+v, want refused and no revision", res)
+	}
+	// The same document again changes nothing, whether the replica
+	// stored it itself or took it from a snapshot.
+	if res := f.Apply(3, mustEncode(t, PutIntentType, &PutIntentRequest{Intent: stricter})); !res.Unchanged {
+		t.Fatalf("the same document again: %+v", res)
+	}
+	g := newTestFSM(t, 0)
+	if err := g.Restore(bytes.NewReader(snapshotBytes(t, f))); err != nil {
+		t.Fatal(err)
+	}
+	if res := g.Apply(4, mustEncode(t, PutIntentType, &PutIntentRequest{Intent: stricter})); !res.Unchanged {
+		t.Fatalf("the same document on a restored replica: %+v", res)
 	}
 }
 

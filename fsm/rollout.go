@@ -629,17 +629,6 @@ func (f *FSM) applyRolloutStep(txn *memdb.Txn, index uint64, body []byte) (Apply
 	return ApplyResult{Revision: rev}, err
 }
 
-// sameIntent reports whether two documents are the same intent: equal
-// canonical encodings.
-func sameIntent(a, b *intent.Intent) bool {
-	ca, err := a.Canonical()
-	if err != nil {
-		return false
-	}
-	cb, err := b.Canonical()
-	return err == nil && string(ca) == string(cb)
-}
-
 func unpin(m map[uint64]int, rev uint64) {
 	if m[rev]--; m[rev] <= 0 {
 		delete(m, rev)

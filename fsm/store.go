@@ -71,6 +71,9 @@ type FSM struct {
 	timelineLimit int
 	auditLimit    int
 	level         uint16 // Config.FeatureLevel
+	// canon caches the canonical encoding of the intents this replica
+	// stored (canonicalOf); used by the apply goroutine only.
+	canon map[string]canonEntry
 
 	mu sync.RWMutex // guards db and abandonCh, swapped by Restore
 	db *memdb.MemDB
@@ -109,7 +112,7 @@ func New(cfg Config) (*FSM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create state store: %w", err)
 	}
-	return &FSM{historyLimit: cfg.HistoryLimit, timelineLimit: cfg.TimelineLimit, auditLimit: cfg.AuditLimit, level: cfg.FeatureLevel, db: db, abandonCh: make(chan struct{}), events: newEventLog(cfg.EventLimit)}, nil
+	return &FSM{historyLimit: cfg.HistoryLimit, timelineLimit: cfg.TimelineLimit, auditLimit: cfg.AuditLimit, level: cfg.FeatureLevel, db: db, abandonCh: make(chan struct{}), events: newEventLog(cfg.EventLimit), canon: map[string]canonEntry{}}, nil
 }
 
 func (f *FSM) current() (*memdb.MemDB, chan struct{}) {
