@@ -70,6 +70,12 @@ type wireAgent struct {
 
 func dialAgent(t testing.TB, addr string, tlsConf *tls.Config) *wireAgent {
 	t.Helper()
+	return dialAgentQUIC(t, addr, tlsConf, wire.ClientQUICConfig())
+}
+
+// dialAgentQUIC is dialAgent with the agent's QUIC configuration.
+func dialAgentQUIC(t testing.TB, addr string, tlsConf *tls.Config, qconf *quic.Config) *wireAgent {
+	t.Helper()
 	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +87,7 @@ func dialAgent(t testing.TB, addr string, tlsConf *tls.Config) *wireAgent {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := tr.DialEarly(ctx, raddr, tlsConf, wire.ClientQUICConfig())
+	conn, err := tr.DialEarly(ctx, raddr, tlsConf, qconf)
 	if err != nil {
 		t.Fatal(err)
 	}

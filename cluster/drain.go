@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -136,19 +137,38 @@ func (a *agentServer) drain(ctx context.Context, grace time.Duration) drainStats
 		sessions = append(sessions, sess)
 	}
 	a.mu.Unlock()
-	sem := make(chan struct{}, drainParallel)
-	var wg sync.WaitGroup
-	for _, sess := range sessions {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			sess.goAway()
-		})
-	}
-	wg.Wait()
-	st := drainStats{told: len(sessions), toldIn: a.clock.Mono().Sub(start)}
-	timer := a.clock.NewTimer(max(grace-st.toldIn, 0))
+	// Telling them is bounded too: each GoAway has goAwayWriteTimeout, but
+	// many stalled agents would add up. Those not told by the deadline
+	// are closed by Shutdown.
+	var told atomic.Int64
+	allTold := make(chan struct{})
+	go func() {
+		defer close(allTold)
+		sem := make(chan struct{}, drainParallel)
+		var wg sync.WaitGroup
+		for _, sess := range sessions {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				sess.goAway()
+				told.Add(1)
+			})
+		}
+		wg.Wait()
+	}()
+	timer := a.clock.NewTimer(grace)
 	defer timer.Stop()
+	var st drainStats
+	select {
+	case <-allTold:
+	case <-timer.C():
+		st.told, st.toldIn, st.left = int(told.Load()), a.clock.Mono().Sub(start), a.count()
+		return st
+	case <-ctx.Done():
+		st.told, st.toldIn, st.left = int(told.Load()), a.clock.Mono().Sub(start), a.count()
+		return st
+	}
+	st.told, st.toldIn = len(sessions), a.clock.Mono().Sub(start)
 	for {
 		a.mu.Lock()
 		st.left = len(a.sessions)
@@ -181,10 +201,15 @@ func (sess *agentSession) goAway() {
 	sess.goAwayOnce.Do(func() {
 		read := sess.a.state.Read()
 		reason := fmt.Sprintf("server %s is shutting down", sess.a.cfg.NodeID)
+		// A write blocked on the agent's flow-control window holds wmu:
+		// the deadline, set before taking the lock, ends it, and bounds
+		// every write after it, this GoAway's included.
+		by := time.Now().Add(goAwayWriteTimeout)
+		sess.leaveBy.Store(by.UnixNano())
+		sess.stream.SetWriteDeadline(by)
 		sess.wmu.Lock()
 		defer sess.wmu.Unlock()
-		sess.stream.SetWriteDeadline(time.Now().Add(goAwayWriteTimeout))
-		err := sess.w.Write(&wire.GoAway{Code: wire.CodeShuttingDown, Reason: reason, RetryAfter: shutdownRetryAfter,
+		err := sess.writeLocked(&wire.GoAway{Code: wire.CodeShuttingDown, Reason: reason, RetryAfter: shutdownRetryAfter,
 			Redirect: sess.a.redirectsFor(sess.deviceID, sess.placementLabels(read))})
 		if err == nil {
 			err = sess.stream.Close()

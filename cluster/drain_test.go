@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,4 +123,55 @@ func TestDrainMovesSessions(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestDrainEndsBesideAStalledAgent: an agent that stopped reading its
+// control stream leaves the server's write of its Delta blocked on a full
+// flow-control window. The drain still tells the other agents to go and
+// ends by its deadline (the blocked write used to hold the stream's lock,
+// and the GoAway waited for it for good); Shutdown then closes the
+// stalled session.
+func TestDrainEndsBesideAStalledAgent(t *testing.T) {
+	pki := newTestPKI(t)
+	c := newTestCluster(t, 1, pki.withAgents(t))
+	big := strings.Repeat("x", 16<<10)
+	c.propose(fileIntentN("store", 8, big))
+	c.waitConverged()
+	s := c.waitLeader()
+	labels := map[string]string{"region": "eu"}
+
+	qconf := wire.ClientQUICConfig()
+	qconf.InitialStreamReceiveWindow, qconf.MaxStreamReceiveWindow = 4<<10, 4<<10
+	stalled := dialAgentQUIC(t, s.AgentAddr(), pki.deviceTLS(t, "dev-stalled"), qconf)
+	stalled.send(hello(labels))
+	expect[*wire.Welcome](stalled)
+	stalled.send(&wire.Pull{Inventory: true}) // and never read the Delta
+
+	healthy := dialAgent(t, s.AgentAddr(), pki.deviceTLS(t, "dev-healthy"))
+	healthy.send(hello(labels))
+	expect[*wire.Welcome](healthy)
+	waitFor(t, 10*time.Second, func() error {
+		if got := s.AgentStats().Connected; got != 2 {
+			return fmt.Errorf("%d sessions registered of 2", got)
+		}
+		return nil
+	})
+
+	drained := make(chan struct{})
+	go func() { s.Drain(2 * time.Second); close(drained) }()
+	if g := expect[*wire.GoAway](healthy); g.Code != wire.CodeShuttingDown {
+		t.Fatalf("the healthy agent got %+v", g)
+	}
+	select {
+	case <-drained:
+	case <-time.After(time.Minute):
+		t.Fatal("the drain did not end: a stalled agent holds it")
+	}
+	c.kill(0)
+	// Shutdown closed the stalled session: its connection ends.
+	select {
+	case <-stalled.conn.Context().Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stalled agent's connection outlived the server")
+	}
 }

@@ -159,6 +159,10 @@ func (r *levelRaiser) raise(ctx context.Context) (done bool, err error) {
 	if active >= want {
 		return true, nil
 	}
+	// No server joins between the check and the commit
+	// (membershipReconciler.add).
+	s.levelMu.Lock()
+	defer s.levelMu.Unlock()
 	if err := s.requireFeature(want, fmt.Sprintf("feature level %d", want)); err != nil {
 		s.logger.Debug("feature level not raised yet", "active", active, "level", want, "why", err)
 		return false, nil

@@ -180,6 +180,14 @@ type membershipReconciler struct {
 	events       <-chan struct{}
 	interval     time.Duration
 	applyTimeout time.Duration
+	// activeLevel reads the cluster's active feature level; levelMu
+	// orders adding a server with raising that level (levelRaiser), so
+	// that no server below the level joins as it is raised.
+	activeLevel func() uint16
+	levelMu     *sync.Mutex
+	// refused holds the servers not added for their feature level, and
+	// the level they ran then: each is logged once a level.
+	refused map[string]uint16
 }
 
 func (s *Server) membership() *membershipReconciler {
@@ -187,6 +195,9 @@ func (s *Server) membership() *membershipReconciler {
 		logger: s.logger, self: s.config.NodeID, clock: s.clock, raft: s.raft, gossip: s.gossip,
 		peers:  s.peerVerifier(),
 		events: s.eventCh, interval: s.config.ReconcileInterval, applyTimeout: s.config.ApplyTimeout,
+		activeLevel: func() uint16 { return s.fsm.Read().ActiveLevel() },
+		levelMu:     &s.levelMu,
+		refused:     map[string]uint16{},
 	}
 }
 
@@ -236,10 +247,7 @@ func (r *membershipReconciler) reconcile() {
 				r.logger.Warn("not adding server", "peer", m.ID, "error", err)
 				continue
 			}
-			r.logger.Info("adding server to the raft configuration", "peer", m.ID, "raft", m.RaftAddr)
-			if err := r.raft.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, r.applyTimeout).Error(); err != nil {
-				r.logger.Warn("add server", "peer", m.ID, "error", err)
-			}
+			r.add(m)
 		case m.State == memberlist.StateAlive && known && string(srv.Address) != m.RaftAddr:
 			if err := verifyPeer(r.peers, m.RaftAddr, m.ID); err != nil {
 				r.logger.Warn("not moving server", "peer", m.ID, "error", err)
@@ -255,6 +263,29 @@ func (r *membershipReconciler) reconcile() {
 				r.logger.Warn("remove server", "peer", m.ID, "error", err)
 			}
 		}
+	}
+}
+
+// add adds m to the Raft configuration as a voter, unless it runs a
+// feature level below the cluster's active one: its replica would apply
+// the log the way an earlier release did and so diverge (or stop at the
+// first entry it cannot apply). Such a server stays outside until it is
+// upgraded; the leader says so once.
+func (r *membershipReconciler) add(m member) {
+	r.levelMu.Lock()
+	defer r.levelMu.Unlock()
+	if level, active := m.featureLevel(), r.activeLevel(); level < active {
+		if r.refused[m.ID] != level {
+			r.logger.Warn("not adding server: it runs a feature level below the cluster's active one; upgrade it, and it joins",
+				"peer", m.ID, "level", level, "active_level", active)
+			r.refused[m.ID] = level
+		}
+		return
+	}
+	delete(r.refused, m.ID)
+	r.logger.Info("adding server to the raft configuration", "peer", m.ID, "raft", m.RaftAddr)
+	if err := r.raft.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, r.applyTimeout).Error(); err != nil {
+		r.logger.Warn("add server", "peer", m.ID, "error", err)
 	}
 }
 

@@ -70,6 +70,9 @@ type Server struct {
 	// readyForReads is set by the leadership component once a barrier has
 	// applied every entry of earlier terms; linearizable reads wait for it.
 	readyForReads atomic.Bool
+	// levelMu orders raising the active feature level (levelRaiser) with
+	// adding servers to the Raft configuration (membershipReconciler.add).
+	levelMu sync.Mutex
 	// restoreMu admits one snapshot restore at a time; restoring stops
 	// proposals while one hands its state to Raft (restore.go).
 	restoreMu sync.Mutex

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -39,8 +40,11 @@ type agentSession struct {
 	wmu sync.Mutex // serialises frames on the control stream
 	// goAwayOnce sends the GoAway of a draining server once (drain.go).
 	goAwayOnce sync.Once
-	w          *wire.Writer
-	stream     *quic.Stream // the control stream
+	// leaveBy, once set (unix nanoseconds), bounds every later write on
+	// the control stream: the session is going away (goAway).
+	leaveBy atomic.Int64
+	w       *wire.Writer
+	stream  *quic.Stream // the control stream
 	// liveness is how long the session may go without a message from the
 	// agent before the server ends it as dead (wire.LivenessBound of the
 	// keep-alive interval the agent's last Ping announced); zero leaves
@@ -364,6 +368,24 @@ func (a *agentServer) livenessBound(interval time.Duration) time.Duration {
 func (sess *agentSession) write(m wire.Message) error {
 	sess.wmu.Lock()
 	defer sess.wmu.Unlock()
+	return sess.writeLocked(m)
+}
+
+// sessionWriteTimeout bounds one write on the control stream. A write
+// blocks while the agent's flow-control window is full: an agent that
+// stopped reading (a stalled device, or one that means harm) would
+// otherwise hold the stream's lock, and every goroutine of its session
+// that wants to write, for good. The session ends with the error instead.
+const sessionWriteTimeout = 30 * time.Second
+
+// writeLocked writes m, within sessionWriteTimeout or the session's
+// leaveBy, whichever comes first. The caller holds wmu.
+func (sess *agentSession) writeLocked(m wire.Message) error {
+	deadline := time.Now().Add(sessionWriteTimeout)
+	if by := sess.leaveBy.Load(); by != 0 && by < deadline.UnixNano() {
+		deadline = time.Unix(0, by)
+	}
+	sess.stream.SetWriteDeadline(deadline)
 	return sess.w.Write(m)
 }
 
@@ -542,7 +564,7 @@ func (sess *agentSession) ackReports() error {
 	sess.mu.Lock()
 	seq := sess.reportSeq
 	sess.mu.Unlock()
-	return sess.w.Write(&wire.ReportAck{Seq: seq})
+	return sess.writeLocked(&wire.ReportAck{Seq: seq})
 }
 
 // Bounds of the wait between the server's tries to record a report; each

@@ -6,11 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
 
 	"github.com/meteor-edge/meteor/chaos"
 	"github.com/meteor-edge/meteor/cluster/api"
@@ -227,4 +231,79 @@ func TestRollingUpgradeAcrossAWireMinor(t *testing.T) {
 func isHeldBack(err error) bool {
 	var e *api.Error
 	return errors.As(err, &e) && e.Code == api.CodeHeldBack
+}
+
+// TestServerBelowTheActiveLevelStaysOutside: once the cluster's active
+// feature level is raised, a server of an earlier release that joins is
+// not added to the Raft configuration (its replica would apply the log
+// the earlier way and diverge), while a server of this release joining
+// after it is; upgraded, it joins and takes the state.
+func TestServerBelowTheActiveLevelStaysOutside(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		if cfg.NodeID == "s4" {
+			earlierRelease(cfg)
+		}
+	})
+	c.propose(simpleIntent("web", "v1"))
+	waitFor(t, 20*time.Second, func() error {
+		if l := c.waitLeader().State().Read().ActiveLevel(); l != fsm.FeatureLevel {
+			return fmt.Errorf("active feature level %d", l)
+		}
+		return nil
+	})
+	leader := c.waitLeader()
+	old := c.add()
+	waitFor(t, 20*time.Second, func() error {
+		for _, m := range leader.gossip.members() {
+			if m.ID == old.ID() && m.State == memberlist.StateAlive {
+				return nil
+			}
+		}
+		return fmt.Errorf("the leader does not see %s alive in gossip", old.ID())
+	})
+	// The pass that adds s5 considers s4 too, which the leader knew first.
+	// (s4, outside, knows no leader: the cluster's own waits would fail.)
+	j, err := c.Add()
+	if err != nil {
+		t.Fatal(err)
+	}
+	added := c.Server(j)
+	waitFor(t, 20*time.Second, func() error {
+		if v := votersOf(t, leader); !slices.Contains(v, added.ID()) {
+			return fmt.Errorf("voters %v, want %s among them", v, added.ID())
+		}
+		return nil
+	})
+	if v := votersOf(t, leader); slices.Contains(v, old.ID()) {
+		t.Fatalf("voters %v: %s, below the active level, was added", v, old.ID())
+	}
+
+	i := c.Index(old.ID())
+	c.kill(i)
+	if _, err := c.RestartWith(i, upgraded); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, func() error {
+		if v := votersOf(t, leader); !slices.Contains(v, old.ID()) {
+			return fmt.Errorf("voters %v, want the upgraded %s among them", v, old.ID())
+		}
+		return nil
+	})
+	c.waitConverged()
+}
+
+// votersOf lists the voters of s's Raft configuration.
+func votersOf(t *testing.T, s *Server) []string {
+	t.Helper()
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			ids = append(ids, string(srv.ID))
+		}
+	}
+	return ids
 }
