@@ -54,6 +54,7 @@ func TestMixedVersionCluster(t *testing.T) {
 	ctx := context.Background()
 	old := c.Index("s3")
 	c.propose(fileIntentN("web", 2, "v1"))
+	c.waitConverged() // s3 answers the Pull below from its own replica
 	waitFor(t, 10*time.Second, func() error {
 		m, err := client(c.Server(0)).Members(ctx)
 		if err != nil {
