@@ -32,6 +32,9 @@ type RestoreOptions struct {
 	MinRevision uint64
 	// Actor is who asked, for the audit log.
 	Actor fsm.Actor
+	// RestoreCredentials brings the backup's tokens back as the backup
+	// holds them (api.RestoreOptions.RestoreCredentials).
+	RestoreCredentials bool
 }
 
 // RestoreSnapshot restores a backup (package snapshot's file format, read
@@ -50,7 +53,12 @@ type RestoreOptions struct {
 // later entries reuse the backup's indexes: Raft leaves a hole in its log
 // up to it), with a revision
 // above both the backup's and the replaced state's, and a new
-// fsm.RestoreMark. Raft installs it on the leader and sends it to every
+// fsm.RestoreMark. Before that, the leader carries into the backup's state
+// what the replaced state knows that makes the cluster stricter
+// (fsm.FSM.CarrySecurity): the devices revoked since stay revoked, and
+// over a later state of the same cluster the tokens revoked since stay
+// revoked and enroll tokens keep the uses counted since. Replicas never
+// merge on their own: they install the leader's bytes. Raft installs it on the leader and sends it to every
 // follower as a snapshot, which each replica takes however far it had
 // got (fsm.Restore), and returns once a majority holds it. The restore is
 // recorded in the audit log of the restored state; RestoreSnapshot then
@@ -90,21 +98,26 @@ func (s *Server) RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOpti
 	}
 	s.logger.Info("restoring snapshot", "index", hdr.Index, "revision", hdr.Revision, "sha256", hdr.SHA256, "bytes", hdr.Size, "taken_by", hdr.Server, "taken_at", hdr.TakenAt)
 
-	restore, err := s.restoreLocked(scratch, o)
+	restore, carried, err := s.restoreLocked(scratch, o)
 	if err != nil {
 		return nil, err
 	}
-	s.logger.Info("snapshot restored", "index", restore.Index, "revision", restore.Revision, "restore", restore.Mark.String())
+	s.logger.Info("snapshot restored", "index", restore.Index, "revision", restore.Revision, "restore", restore.Mark.String(),
+		"kept_revoked", len(carried.KeptRevoked), "tokens_not_restored", len(carried.TokensNotRestored), "token_uses_kept", len(carried.TokenUsesKept), "same_cluster", carried.Descends)
 
 	res := &api.RestoreResult{
 		Index: restore.Index, Revision: restore.Revision, BackupIndex: hdr.Index, BackupRevision: hdr.Revision,
 		SHA256: hdr.SHA256, RestoreSeq: restore.Mark.Seq, RestoreID: restore.Mark.ID, Leader: s.config.NodeID,
+		Carried: api.RestoreCarried{
+			SameCluster: carried.Descends, Basis: carried.Basis, BackupCredentials: o.RestoreCredentials,
+			KeptRevoked: carried.KeptRevoked, TokensNotRestored: carried.TokensNotRestored, TokenUsesKept: carried.TokenUsesKept,
+		},
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.config.ApplyTimeout)
 	_, _, err = applied(actx, s, fsm.AuditOperationType, &fsm.OperationRequest{
 		Action: "snapshot-restore", Target: "snapshot/" + hdr.SHA256, Actor: o.Actor, Time: s.clock.Now().UnixNano(),
-		Summary: fmt.Sprintf("restored the backup of index %d, revision %d (taken by %s at %s) as revision %d (restore %s)",
-			hdr.Index, hdr.Revision, hdr.Server, hdr.TakenAt.UTC().Format(time.RFC3339), restore.Revision, restore.Mark),
+		Summary: fmt.Sprintf("restored the backup of index %d, revision %d (taken by %s at %s) as revision %d (restore %s); %s",
+			hdr.Index, hdr.Revision, hdr.Server, hdr.TakenAt.UTC().Format(time.RFC3339), restore.Revision, restore.Mark, carrySummary(carried, o)),
 	})
 	cancel()
 	if err != nil {
@@ -114,15 +127,35 @@ func (s *Server) RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOpti
 	return res, nil
 }
 
+// carrySummary says, for the audit log, what a restore carried from the
+// state it replaced.
+func carrySummary(c *fsm.CarryResult, o RestoreOptions) string {
+	tokens := fmt.Sprintf("%d tokens revoked since left out, %d enroll tokens with their uses since", len(c.TokensNotRestored), len(c.TokenUsesKept))
+	switch {
+	case o.RestoreCredentials:
+		tokens = "the backup's tokens as they were (restore credentials)"
+	case !c.Descends:
+		tokens = "the backup's tokens as they were (" + c.Basis + ")"
+	}
+	return fmt.Sprintf("kept %d device revocations made since; %s", len(c.KeptRevoked), tokens)
+}
+
 // restoreLocked hands scratch's state to Raft as a new operator restore,
-// with proposals stopped. It holds restoreMu.
-func (s *Server) restoreLocked(scratch *fsm.FSM, o RestoreOptions) (*fsm.OperatorRestore, error) {
+// with proposals stopped, after carrying into it the security state of
+// the state it replaces (fsm.FSM.CarrySecurity). It holds restoreMu.
+func (s *Server) restoreLocked(scratch *fsm.FSM, o RestoreOptions) (*fsm.OperatorRestore, *fsm.CarryResult, error) {
 	s.restoring.Store(true)
 	defer s.restoring.Store(false)
 	if err := s.raft.Barrier(s.config.ApplyTimeout).Error(); err != nil {
-		return nil, raftErr(err)
+		return nil, nil, raftErr(err)
 	}
 	cur := s.fsm.Read()
+	// Proposals are stopped and every entry applied: cur is the state
+	// the restore replaces.
+	carried, err := scratch.CarrySecurity(cur, fsm.CarryOptions{BackupTokens: o.RestoreCredentials})
+	if err != nil {
+		return nil, nil, fmt.Errorf("carry the replaced state's revocations: %w", err)
+	}
 	var id [8]byte
 	crand.Read(id[:])
 	restore := fsm.OperatorRestore{
@@ -133,7 +166,7 @@ func (s *Server) restoreLocked(scratch *fsm.FSM, o RestoreOptions) (*fsm.Operato
 	snap := scratch.Snapshot()
 	var size countWriter
 	if _, err := snap.WriteOperatorRestore(&size, restore); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Raft copies the snapshot from the pipe; the second pass writes the
 	// same bytes (a snapshot's encoding is deterministic), and Raft
@@ -145,13 +178,13 @@ func (s *Server) restoreLocked(scratch *fsm.FSM, o RestoreOptions) (*fsm.Operato
 		_, err := snap.WriteOperatorRestore(pw, restore)
 		pw.CloseWithError(err)
 	}()
-	err := s.raft.Restore(&raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: restore.Index, Size: size.n}, pr, s.config.ApplyTimeout)
+	err = s.raft.Restore(&raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: restore.Index, Size: size.n}, pr, s.config.ApplyTimeout)
 	pr.CloseWithError(errors.New("restore over"))
 	<-done
 	if err != nil {
-		return nil, raftErr(fmt.Errorf("restore through raft: %w", err))
+		return nil, nil, raftErr(fmt.Errorf("restore through raft: %w", err))
 	}
-	return &restore, nil
+	return &restore, carried, nil
 }
 
 // raftErr maps Raft's errors about leadership to the write path's.

@@ -331,3 +331,136 @@ func appliedFrom(d *wire.Delta) []wire.AppliedResource {
 	}
 	return out
 }
+
+// TestRestoreKeepsRevocationsMadeSinceTheBackup: a device revoked and a
+// token revoked after a backup stay revoked on every server once the
+// backup is restored into the same running cluster: the device's Hello is
+// refused and the token does not authenticate, while the backup's other
+// tokens work and a token created after the backup does not. The restore
+// says what it kept, in its result and in the audit log. Restored into a
+// new cluster, the same backup brings back every token it holds.
+func TestRestoreKeepsRevocationsMadeSinceTheBackup(t *testing.T) {
+	c := startCluster(t, 3, LocalOptions{ACL: true, Agents: true})
+	ctx := context.Background()
+	admin := c.Client(0)
+	leaked, err := admin.CreateToken(ctx, api.CreateTokenRequest{Name: "leaked", Policy: acl.PolicyOperator})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := admin.CreateToken(ctx, api.CreateTokenRequest{Name: "kept", Policy: acl.PolicyOperator})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, _ := saveSnapshot(t, admin, false)
+
+	if _, err := admin.RevokeDevice(ctx, "dev-stolen", "stolen"); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.RevokeToken(ctx, leaked.Token.Accessor); err != nil {
+		t.Fatal(err)
+	}
+	later, err := admin.CreateToken(ctx, api.CreateTokenRequest{Name: "later", Policy: acl.PolicyOperator})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	res, err := c.Client(1).RestoreSnapshot(ctx, bytes.NewReader(file), api.RestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := api.RestoreCarried{SameCluster: true, Basis: res.Carried.Basis, KeptRevoked: []string{"dev-stolen"}, TokensNotRestored: []string{leaked.Token.Accessor}}
+	if diff := cmp.Diff(want, res.Carried); diff != "" {
+		t.Fatalf("carried (-want +got):\n%s", diff)
+	}
+	c.waitConverged()
+	cert, err := c.CA().IssueDevice("dev-stolen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stolen := wire.ClientTLSConfig(c.CA().Pool(), cert, "")
+	var apiErr *api.Error
+	for i, s := range c.alive() {
+		if revoked, _, err := s.State().Read().DeviceRevoked(nil, "dev-stolen"); err != nil || !revoked {
+			t.Fatalf("%s: dev-stolen is not revoked after the restore: %v", s.ID(), err)
+		}
+		expectRevokedReject(t, s, stolen, hello(nil), i == 0)
+		cl := c.Client(c.Index(s.ID()))
+		for _, tok := range []struct {
+			secret string
+			works  bool
+		}{{leaked.Secret, false}, {later.Secret, false}, {kept.Secret, true}} {
+			cl.Token = tok.secret
+			_, err := cl.ListIntents(ctx, api.ReadOptions{})
+			if works := err == nil; works != tok.works {
+				t.Fatalf("%s: token works %v after the restore, want %v: %v", s.ID(), works, tok.works, err)
+			}
+			if !tok.works && (!errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusUnauthorized) {
+				t.Fatalf("%s: refused token answered %v, want 401", s.ID(), err)
+			}
+		}
+	}
+	waitFor(t, 5*time.Second, func() error {
+		recs, err := c.waitLeader().State().Read().Audit(nil, fsm.AuditQuery{Limit: 1})
+		if err != nil || len(recs) != 1 || recs[0].Action != "snapshot-restore" ||
+			!strings.Contains(recs[0].Summary, "kept 1 device revocations made since; 1 tokens revoked since left out") {
+			return fmt.Errorf("newest audit record: %v %+v", err, recs)
+		}
+		return nil
+	})
+
+	// Into a new cluster every token of the backup comes back; the new
+	// cluster's own revocations are kept.
+	dst := startCluster(t, 1, LocalOptions{ACL: true})
+	if _, err := dst.Client(0).RevokeDevice(ctx, "dev-other", ""); err != nil {
+		t.Fatal(err)
+	}
+	res, err = dst.Client(0).RestoreSnapshot(ctx, bytes.NewReader(file), api.RestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Carried.SameCluster || res.Carried.TokensNotRestored != nil || !cmp.Equal(res.Carried.KeptRevoked, []string{"dev-other"}) {
+		t.Fatalf("carried into a new cluster: %+v", res.Carried)
+	}
+	cl := dst.Client(0)
+	for _, secret := range []string{leaked.Secret, kept.Secret} {
+		cl.Token = secret
+		if _, err := cl.ListIntents(ctx, api.ReadOptions{}); err != nil {
+			t.Fatalf("a token of the backup after a restore into a new cluster: %v", err)
+		}
+	}
+}
+
+// TestRestoreCredentialsBringsBackTheBackupsTokens: with
+// RestoreCredentials a restore over the same cluster brings back a token
+// revoked since; a device revoked since stays revoked.
+func TestRestoreCredentialsBringsBackTheBackupsTokens(t *testing.T) {
+	c := startCluster(t, 1, LocalOptions{ACL: true})
+	ctx := context.Background()
+	admin := c.Client(0)
+	tok, err := admin.CreateToken(ctx, api.CreateTokenRequest{Name: "op", Policy: acl.PolicyOperator})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, _ := saveSnapshot(t, admin, false)
+	if err := admin.RevokeToken(ctx, tok.Token.Accessor); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RevokeDevice(ctx, "dev-stolen", ""); err != nil {
+		t.Fatal(err)
+	}
+	res, err := admin.RestoreSnapshot(ctx, bytes.NewReader(file), api.RestoreOptions{RestoreCredentials: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Carried.SameCluster || !res.Carried.BackupCredentials || res.Carried.TokensNotRestored != nil || len(res.Carried.KeptRevoked) != 1 {
+		t.Fatalf("carried: %+v", res.Carried)
+	}
+	cl := c.Client(0)
+	cl.Token = tok.Secret
+	if _, err := cl.ListIntents(ctx, api.ReadOptions{}); err != nil {
+		t.Fatalf("the backup's token with restore credentials: %v", err)
+	}
+	if revoked, _, _ := c.Server(0).State().Read().DeviceRevoked(nil, "dev-stolen"); !revoked {
+		t.Fatal("dev-stolen is not revoked after the restore")
+	}
+}

@@ -78,6 +78,14 @@ func (h *httpAPI) handleSnapshotRestore(w http.ResponseWriter, r *http.Request) 
 		}
 		o.MinRevision = rev
 	}
+	if v := r.URL.Query().Get("restore_credentials"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, badRequest("restore_credentials %q: want true or false", v))
+			return
+		}
+		o.RestoreCredentials = b
+	}
 	o.Actor = principalOf(r.Context()).actor()
 	res, err := h.admin.RestoreSnapshot(r.Context(), r.Body, o)
 	if err != nil {

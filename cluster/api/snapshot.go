@@ -35,6 +35,31 @@ type RestoreResult struct {
 	// whether it installed the restore; Complete says all did.
 	Servers  []RestoredServer `json:"servers"`
 	Complete bool             `json:"complete"`
+	// Carried is what the restore kept of the state it replaced.
+	Carried RestoreCarried `json:"carried"`
+}
+
+// RestoreCarried is what a restore kept of the state it replaced, so
+// that an older backup does not undo a revocation (docs/security.md,
+// "Restoring a backup").
+type RestoreCarried struct {
+	// SameCluster says the replaced state was a later state of the
+	// backup's cluster, Basis why or why not. Only then are tokens
+	// revoked since left out.
+	SameCluster bool   `json:"same_cluster"`
+	Basis       string `json:"basis"`
+	// BackupCredentials says the backup's tokens were restored as they
+	// were, on request (RestoreOptions.RestoreCredentials).
+	BackupCredentials bool `json:"backup_credentials,omitempty"`
+	// KeptRevoked are the devices revoked in the replaced state and not
+	// in the backup: they stay revoked.
+	KeptRevoked []string `json:"kept_revoked,omitempty"`
+	// TokensNotRestored are the accessors of the backup's tokens revoked
+	// since: they stay revoked.
+	TokensNotRestored []string `json:"tokens_not_restored,omitempty"`
+	// TokenUsesKept are the accessors of the backup's enroll tokens
+	// whose uses since were kept.
+	TokenUsesKept []string `json:"token_uses_kept,omitempty"`
 }
 
 // RestoredServer is one server's part in a restore.
@@ -52,6 +77,12 @@ type RestoreOptions struct {
 	// (it takes at least one above the backup's and the replaced state's
 	// anyway): see docs/operations.md, "Restoring into a new cluster".
 	MinRevision uint64
+	// RestoreCredentials brings the backup's tokens back as the backup
+	// holds them, those revoked since included. By default a restore over
+	// a later state of the same cluster leaves them out, and keeps the
+	// uses enroll tokens counted since. Revoked devices stay revoked
+	// either way.
+	RestoreCredentials bool
 }
 
 // streaming returns a copy of the client whose requests have no overall
@@ -146,6 +177,9 @@ func (c *Client) restoreAt(ctx context.Context, addr string, body io.Reader, o R
 	q := url.Values{}
 	if o.MinRevision > 0 {
 		q.Set("min_revision", strconv.FormatUint(o.MinRevision, 10))
+	}
+	if o.RestoreCredentials {
+		q.Set("restore_credentials", "true")
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+"/v1/snapshot?"+q.Encode(), io.NopCloser(body))
 	if err != nil {

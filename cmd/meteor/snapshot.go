@@ -50,6 +50,7 @@ checked and renamed into place: FILE is a complete backup or is not written.`,
 	}
 	save.Flags().BoolVar(&stale, "stale", false, "read the state from the contacted server's replica, without a leader")
 	var minRevision uint64
+	var restoreCredentials bool
 	restore := &cobra.Command{
 		Use: "restore FILE", Short: "Restore FILE over the state of every server", Args: cobra.ExactArgs(1),
 		Long: `Restore the backup in FILE over the whole cluster: every server's state
@@ -57,8 +58,14 @@ becomes the backup's, however far the cluster had moved on since. The file
 is checked here and again by the leader before anything changes. The
 restored state takes a revision above both the backup's and the replaced
 state's, so agents take it as a new desired state and converge back to it.
-The tokens are the backup's from then on: a token created after the backup
-stops working, and one revoked since works again (revoke it again).
+Revocations made since the backup are kept: a device revoked since stays
+revoked (the restored state holds both states' revocations), and over a
+later state of the same cluster a token revoked since stays revoked and an
+enroll token keeps the uses counted since. Otherwise the tokens are the
+backup's: a token created after the backup stops working. Into a new or
+another cluster every token of the backup is restored.
+--restore-credentials brings the backup's tokens back as they were, those
+revoked since included (revoked devices stay revoked: unrevoke them).
 --min-revision sets the least revision the restored state takes: restoring
 an older backup into a new cluster, give one above any the lost cluster
 reached, or agents that acknowledged a later revision are sent away as
@@ -69,7 +76,7 @@ lagging until the cluster passes it (docs/operations.md).`,
 				return err
 			}
 			defer f.Close()
-			res, err := g.client().RestoreSnapshot(cmd.Context(), f, api.RestoreOptions{MinRevision: minRevision})
+			res, err := g.client().RestoreSnapshot(cmd.Context(), f, api.RestoreOptions{MinRevision: minRevision, RestoreCredentials: restoreCredentials})
 			if res == nil {
 				return err
 			}
@@ -82,6 +89,7 @@ lagging until the cluster passes it (docs/operations.md).`,
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "restored %s (index %d, revision %d) on %s: the cluster is at revision %d, restore %d (%s)\n",
 				args[0], h.Index, h.Revision, res.Leader, res.Revision, res.RestoreSeq, res.RestoreID)
+			printCarried(out, res.Carried)
 			for _, s := range res.Servers {
 				if s.Restored {
 					fmt.Fprintf(out, "  %s: restored\n", s.ID)
@@ -93,6 +101,7 @@ lagging until the cluster passes it (docs/operations.md).`,
 		},
 	}
 	restore.Flags().Uint64Var(&minRevision, "min-revision", 0, "least revision the restored state takes (restoring into a new cluster)")
+	restore.Flags().BoolVar(&restoreCredentials, "restore-credentials", false, "bring the backup's tokens back as they were, those revoked since included")
 	inspect := &cobra.Command{
 		Use: "inspect FILE", Short: "Check FILE and say what it holds", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -255,4 +264,31 @@ func printInspection(w io.Writer, path string, in *inspection) {
 	}
 	fmt.Fprintf(tw, "records\t%s\n", strings.Join(parts, ", "))
 	tw.Flush()
+}
+
+// printCarried says what a restore kept of the state it replaced.
+func printCarried(out io.Writer, c api.RestoreCarried) {
+	fmt.Fprintf(out, "  kept revoked: %d devices revoked since the backup%s\n", len(c.KeptRevoked), idList(c.KeptRevoked))
+	switch {
+	case c.BackupCredentials:
+		fmt.Fprintf(out, "  tokens: the backup's, as they were (--restore-credentials)\n")
+	case !c.SameCluster:
+		fmt.Fprintf(out, "  tokens: the backup's, as they were: %s\n", c.Basis)
+	default:
+		fmt.Fprintf(out, "  tokens not restored: %d revoked since the backup%s\n", len(c.TokensNotRestored), idList(c.TokensNotRestored))
+		if len(c.TokenUsesKept) > 0 {
+			fmt.Fprintf(out, "  enroll tokens with their uses since: %d%s\n", len(c.TokenUsesKept), idList(c.TokenUsesKept))
+		}
+	}
+}
+
+// idList lists up to 10 IDs after a colon.
+func idList(ids []string) string {
+	switch {
+	case len(ids) == 0:
+		return ""
+	case len(ids) > 10:
+		return ": " + strings.Join(ids[:10], ", ") + fmt.Sprintf(" and %d more", len(ids)-10)
+	}
+	return ": " + strings.Join(ids, ", ")
 }

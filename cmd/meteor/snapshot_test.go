@@ -16,7 +16,8 @@ import (
 // TestSnapshotCommands: 'meteor snapshot save' writes a file that
 // 'inspect' finds intact and 'restore' puts back; a damaged copy is
 // refused by the CLI itself, naming what is wrong, and a save that fails
-// leaves no file.
+// leaves no file. The restore says what it kept of the replaced state: a
+// device revoked after the backup stays revoked.
 func TestSnapshotCommands(t *testing.T) {
 	l, base := startACLCluster(t)
 	cli := func(args ...string) (string, error) { return run(t, append(append([]string{}, base...), args...)...) }
@@ -55,9 +56,16 @@ func TestSnapshotCommands(t *testing.T) {
 	if _, err := cli("apply", "-f", doc); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := cli("device", "revoke", "stolen-1"); err != nil {
+		t.Fatal(err)
+	}
 	out, err = cli("snapshot", "restore", file)
-	if err != nil || !strings.Contains(out, "the cluster is at revision 3") || !strings.Contains(out, "s1: restored") {
+	if err != nil || !strings.Contains(out, "the cluster is at revision 3") || !strings.Contains(out, "s1: restored") ||
+		!strings.Contains(out, "kept revoked: 1 devices revoked since the backup: stolen-1") || !strings.Contains(out, "tokens not restored: 0") {
 		t.Fatalf("snapshot restore: %v\n%s", err, out)
+	}
+	if out, err := cli("device", "revoked"); err != nil || !strings.Contains(out, "stolen-1") {
+		t.Fatalf("revoked devices after the restore: %v\n%s", err, out)
 	}
 	if out, err := cli("-o", "json", "get", "intent", "web"); err != nil || !strings.Contains(out, `"content": "v1"`) {
 		t.Fatalf("web after the restore: %v\n%s", err, out)
