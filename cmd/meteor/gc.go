@@ -2,41 +2,55 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"path"
 	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/pflag"
 )
 
 // gcFlags set the garbage collector of a server process. A server's live
-// heap is small next to the memory it may use (about 12 MiB with 10,000
-// intents), so with Go's default GOGC of 100 the collector runs after
-// every 12 MiB allocated: under a write load it took 138 µs of the 640 µs
-// of CPU a write cost the three servers. A higher GOGC trades memory the
-// machine has for CPU; the memory limit keeps that trade safe when the
-// live heap grows (a large fleet), since the collector then runs as often
-// as it must to stay under it, whatever GOGC says.
+// heap is often small next to the memory it may use (about 12 MiB with
+// 10,000 intents), so with Go's default GOGC of 100 the collector runs
+// after every 12 MiB allocated: under a write load it took 138 µs of the
+// 640 µs of CPU a write cost the three servers, and GOGC 400 cut the CPU
+// per write by a fifth. But a server holding many agent sessions has a
+// live heap of hundreds of MiB (about 63 KiB a session), and GOGC 400
+// would let it take five times that from the machine: 218 KiB of RSS a
+// session at 10,000 sessions against 134 KiB with GOGC 100 (make
+// bench-sessions). So by default (--gc-percent auto) GOGC follows the
+// live heap: gcHeadroom of garbage between collections, as a percentage
+// of the live heap, within [100, 400] (gcTuner). The memory limit keeps
+// any setting safe, since the collector then runs as often as it must to
+// stay under it, whatever GOGC says.
 type gcFlags struct {
-	percent int
+	percent string
 	limit   string
 }
 
-// defaultGCPercent is the server's GOGC unless the GOGC variable or
-// --gc-percent says otherwise; memoryShare is the share of the machine's
-// (or the cgroup's) memory --memory-limit auto gives the process.
+// memoryShare is the share of the machine's (or the cgroup's) memory
+// --memory-limit auto gives the process.
+const memoryShare = 0.75
+
+// Bounds of GOGC under --gc-percent auto, and the garbage it aims to
+// allow between collections.
 const (
-	defaultGCPercent = 400
-	memoryShare      = 0.75
+	gcPercentMin = 100
+	gcPercentMax = 400
+	gcHeadroom   = 48 << 20
 )
 
 func (g *gcFlags) register(f *pflag.FlagSet) {
-	f.IntVar(&g.percent, "gc-percent", defaultGCPercent, "the garbage collector's GOGC (percent of the live heap allocated between collections; -1 turns it off below the memory limit); the GOGC variable, if set, wins")
+	f.StringVar(&g.percent, "gc-percent", "auto", `the garbage collector's GOGC (percent of the live heap allocated between collections; -1 turns it off below the memory limit), or "auto": 48 MiB of garbage between collections, within 100 to 400 % of the live heap, followed as the heap grows; the GOGC variable, if set, wins`)
 	f.StringVar(&g.limit, "memory-limit", "auto", `soft memory limit of the process (as GOMEMLIMIT: 2GiB, 512MiB...), "auto" for 75 % of the memory of its cgroup or, without a limit there, of the machine, or "off"; the GOMEMLIMIT variable, if set, wins`)
 }
 
@@ -44,9 +58,20 @@ func (g *gcFlags) register(f *pflag.FlagSet) {
 // log: GOGC and the memory limit in bytes (math.MaxInt64: none), and, for
 // auto, why no limit could be set (the process then runs without one:
 // a sandbox may hide what auto reads, and that must not stop a server).
-func (g *gcFlags) apply() (percent int, limit int64, warning error, err error) {
+// tune is true when GOGC is to follow the live heap (runGCTuner).
+func (g *gcFlags) apply() (percent int, limit int64, tune bool, warning error, err error) {
 	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(g.percent)
+		switch g.percent {
+		case "auto", "":
+			tune = true
+			debug.SetGCPercent(gcPercentFor(liveHeap()))
+		default:
+			n, err := strconv.Atoi(g.percent)
+			if err != nil || n < -1 {
+				return 0, 0, false, nil, fmt.Errorf("--gc-percent %q: want auto, -1 or a percentage such as 200", g.percent)
+			}
+			debug.SetGCPercent(n)
+		}
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
 		switch g.limit {
@@ -60,14 +85,68 @@ func (g *gcFlags) apply() (percent int, limit int64, warning error, err error) {
 		default:
 			n, err := parseSize(g.limit)
 			if err != nil {
-				return 0, 0, nil, fmt.Errorf("--memory-limit %q: %w", g.limit, err)
+				return 0, 0, false, nil, fmt.Errorf("--memory-limit %q: %w", g.limit, err)
 			}
 			debug.SetMemoryLimit(n)
 		}
 	}
 	percent = debug.SetGCPercent(-1)
 	debug.SetGCPercent(percent)
-	return percent, debug.SetMemoryLimit(-1), warning, nil
+	return percent, debug.SetMemoryLimit(-1), tune, warning, nil
+}
+
+// gcPercentFor is GOGC under --gc-percent auto for a live heap of live
+// bytes: gcHeadroom of garbage between collections, within
+// [gcPercentMin, gcPercentMax].
+func gcPercentFor(live uint64) int {
+	if live == 0 {
+		return gcPercentMax
+	}
+	return int(min(max(uint64(gcHeadroom)*100/live, gcPercentMin), gcPercentMax))
+}
+
+// liveHeap is the live heap the last collection marked.
+func liveHeap() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
+
+// gcTuneInterval is how often gcTuner looks at the live heap.
+const gcTuneInterval = 5 * time.Second
+
+// gcTuner keeps GOGC at gcPercentFor of the live heap. live and set are
+// liveHeap and debug.SetGCPercent outside tests.
+type gcTuner struct {
+	live   func() uint64
+	set    func(int) int
+	logger hclog.Logger
+}
+
+// run follows the live heap every gcTuneInterval until ctx ends. GOGC
+// moves only when it would change by more than a tenth, so that a heap
+// that breathes does not make it flap.
+func (t *gcTuner) run(ctx context.Context) {
+	cur := t.set(-1)
+	t.set(cur)
+	tick := time.NewTicker(gcTuneInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		want := gcPercentFor(t.live())
+		if diff := want - cur; diff*10 > cur || -diff*10 > cur {
+			t.set(want)
+			t.logger.Debug("garbage collector follows the live heap", "gc_percent", want, "was", cur)
+			cur = want
+		}
+	}
 }
 
 // parseSize reads a size as GOMEMLIMIT writes it: a number of bytes with

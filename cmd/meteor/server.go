@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -150,14 +151,18 @@ command line override it. docs/config.md lists every key.`,
 			if cfg.Logger, err = logs.Logger(os.Stderr); err != nil {
 				return err
 			}
-			percent, limit, warning, err := gc.apply()
+			percent, limit, tune, warning, err := gc.apply()
 			if err != nil {
 				return err
 			}
 			if warning != nil {
 				cfg.Logger.Warn("no memory limit", "error", warning)
 			}
-			cfg.Logger.Info("garbage collector", "gc_percent", percent, "memory_limit", limit)
+			cfg.Logger.Info("garbage collector", "gc_percent", percent, "follows_live_heap", tune, "memory_limit", limit)
+			if tune {
+				t := &gcTuner{live: liveHeap, set: debug.SetGCPercent, logger: cfg.Logger.Named("gc")}
+				go t.run(cmd.Context())
+			}
 			srv, err := cluster.New(cfg)
 			if err != nil {
 				return err
