@@ -148,6 +148,21 @@ func TestInternalEndpointsNeedAServerCertificate(t *testing.T) {
 	if _, err := leader.fsm.Read().Intent(nil, "replayed"); err != nil {
 		t.Fatalf("intent replayed after the server's own request: %v", err)
 	}
+	// Servers talk HTTP/2 among themselves: requests in flight at once
+	// share a connection.
+	req, _ := http.NewRequest(http.MethodGet, leader.HTTPURL()+"/v1/internal/self", nil)
+	req.Header.Set(headerForwarded, follower.ID())
+	if err := follower.peers.signForwarded(req, fsm.Actor{}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := follower.peers.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
+		t.Fatalf("a server's request to another: %s over %s, want 200 over HTTP/2", resp.Status, resp.Proto)
+	}
 }
 
 // internalRead sends GET /v1/internal/self to s with hc, claiming to be
