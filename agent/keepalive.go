@@ -36,7 +36,10 @@ type bindingLearner struct {
 	// or once retestAfter passed since failedAt.
 	failed   time.Duration
 	failedAt time.Time
-	tests    int // tests concluded, passed or failed
+	// once is a silence that failed one test and is tried again before
+	// the failure counts; zero if none.
+	once  time.Duration
+	tests int // tests concluded, passed or failed
 }
 
 // retestAfter is how long a failed silence stands before the learner
@@ -70,6 +73,9 @@ func (b *bindingLearner) interval() time.Duration {
 // when it was restored): the device may now be behind another NAT, and a
 // binding that lapses between keep-alives shows nowhere else.
 func (b *bindingLearner) next(now time.Time) time.Duration {
+	if b.once > 0 {
+		return b.once
+	}
 	if b.safe > b.min && now.Sub(b.verifiedAt) >= retestAfter {
 		return b.safe
 	}
@@ -92,6 +98,9 @@ func (b *bindingLearner) next(now time.Time) time.Duration {
 // passed records a silence the path survived at now.
 func (b *bindingLearner) passed(silence time.Duration, now time.Time) {
 	b.tests++
+	if silence >= b.once {
+		b.once = 0
+	}
 	if silence >= b.safe {
 		b.safe, b.verifiedAt = silence, now
 	}
@@ -100,9 +109,22 @@ func (b *bindingLearner) passed(silence time.Duration, now time.Time) {
 	}
 }
 
-// lost records a silence the path did not survive.
-func (b *bindingLearner) lost(silence time.Duration, now time.Time) {
+// lost records a silence the path did not survive, and reports whether
+// the failure counts. A first failure of a silence does not: on a lossy
+// path a burst of losses can take the test's echo and its
+// retransmissions past the grace as surely as a lapsed binding, and one
+// unlucky test would otherwise shorten the keep-alive interval for good
+// (a 2-minute NAT behind 2 % loss was once learned as 73 s, and
+// keep-alives went every 55 s). So the same silence is tried again
+// (next), and only a second failure counts; a NAT's timer fails it
+// every time.
+func (b *bindingLearner) lost(silence time.Duration, now time.Time) (counted bool) {
 	b.tests++
+	if b.once != silence {
+		b.once = silence
+		return false
+	}
+	b.once = 0
 	if b.failed == 0 || silence < b.failed {
 		b.failed = silence
 	}
@@ -112,6 +134,7 @@ func (b *bindingLearner) lost(silence time.Duration, now time.Time) {
 		// over from below it.
 		b.safe, b.verifiedAt = max(b.min, silence/2), now
 	}
+	return true
 }
 
 // restore takes what an earlier run learned, within this run's bounds.
@@ -266,11 +289,16 @@ func (s *session) keepAliveTick() error {
 		s.ka.timer = s.a.cfg.Clock.After(s.ka.test + s.rttGuard(2*time.Second, 4))
 	case kaWaiting:
 		silence := s.ka.test
-		s.a.binding.lost(silence, now)
+		counted := s.a.binding.lost(silence, now)
 		s.ka.nextTest = now.Add(s.a.binding.failGap())
 		s.recordBinding()
-		s.log.Info("NAT binding test failed: the path did not outlive the silence", "silence", silence,
-			"keepalive_interval", s.a.binding.interval())
+		if counted {
+			s.log.Info("NAT binding test failed: the path did not outlive the silence", "silence", silence,
+				"keepalive_interval", s.a.binding.interval())
+		} else {
+			s.log.Info("NAT binding test failed once: trying the silence again before it counts (a lost echo looks the same)", "silence", silence,
+				"keepalive_interval", s.a.binding.interval())
+		}
 		return s.ping() // the path needs refreshing now
 	}
 	return nil

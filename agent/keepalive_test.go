@@ -22,10 +22,11 @@ func TestBindingLearner(t *testing.T) {
 	}{
 		{binding: 0, maxTests: 1, wantAbove: 200 * time.Second},
 		{binding: 5 * time.Minute, maxTests: 1, wantAbove: 200 * time.Second},
-		{binding: 2 * time.Minute, maxTests: 6, wantAbove: 95 * time.Second},
-		{binding: 60 * time.Second, maxTests: 6, wantAbove: 40 * time.Second},
+		// Each failure is tried twice before it counts.
+		{binding: 2 * time.Minute, maxTests: 10, wantAbove: 95 * time.Second},
+		{binding: 60 * time.Second, maxTests: 10, wantAbove: 40 * time.Second},
 		// Below min: not learned, the interval stays at min.
-		{binding: 20 * time.Second, maxTests: 6, wantAbove: 0},
+		{binding: 20 * time.Second, maxTests: 12, wantAbove: 0},
 	} {
 		t.Run(tc.binding.String(), func(t *testing.T) {
 			b := newBindingLearner(min, max)
@@ -58,6 +59,7 @@ func TestBindingLearner(t *testing.T) {
 	t.Run("retest after a day", func(t *testing.T) {
 		b := newBindingLearner(min, max)
 		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		b.lost(b.next(now), now)
 		b.lost(b.next(now), now)
 		for s := b.next(now); s > 0; s = b.next(now) {
 			if s < 2*time.Minute {
@@ -118,11 +120,39 @@ func TestBindingLearner(t *testing.T) {
 		}
 	})
 
+	t.Run("a lost echo on a lossy path", func(t *testing.T) {
+		// A 2-minute NAT behind loss: the test of 72.5 s loses its echo
+		// once, the retry passes, and the search goes on above it.
+		b := newBindingLearner(min, max)
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		b.passed(60*time.Second, now)
+		if counted := b.lost(72500*time.Millisecond, now); counted || b.failed != 0 {
+			t.Fatalf("one failure counted (%v): failed %v", counted, b.failed)
+		}
+		if s := b.next(now); s != 72500*time.Millisecond {
+			t.Fatalf("next %v, want 72.5s tried again", s)
+		}
+		b.passed(72500*time.Millisecond, now)
+		if s := b.next(now); s != max {
+			t.Fatalf("after the retry passed: next %v, want %v", s, max)
+		}
+		if counted := b.lost(max, now); counted {
+			t.Fatal("a first failure of the cap counted")
+		}
+		if counted := b.lost(max, now); !counted || b.failed != max {
+			t.Fatalf("the second failure of %v: counted %v, failed %v", max, counted, b.failed)
+		}
+	})
+
 	t.Run("a verified silence that fails later", func(t *testing.T) {
 		b := newBindingLearner(min, max)
 		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 		b.passed(max, now)
 		b.lost(max, now) // a new NAT on the path
+		if b.safe != max || b.next(now) != max {
+			t.Fatalf("after one failure: verified %v, next test %v; want %v tried again", b.safe, b.next(now), max)
+		}
+		b.lost(max, now)
 		if b.safe >= max || b.interval() >= max {
 			t.Fatalf("verified %v, interval %v after the silence %v failed", b.safe, b.interval(), max)
 		}
