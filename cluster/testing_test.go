@@ -191,14 +191,20 @@ func (c *testCluster) waitConverged() string {
 
 func (c *testCluster) voters() []string {
 	c.t.Helper()
-	f := c.waitLeader().raft.GetConfiguration()
+	return votersOf(c.t, c.waitLeader())
+}
+
+// votersOf lists the voters of s's Raft configuration.
+func votersOf(t testing.TB, s *Server) []string {
+	t.Helper()
+	f := s.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	var ids []string
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			ids = append(ids, string(s.ID))
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			ids = append(ids, string(srv.ID))
 		}
 	}
 	return ids

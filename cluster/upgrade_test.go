@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
-	"github.com/hashicorp/raft"
 
 	"github.com/meteor-edge/meteor/chaos"
 	"github.com/meteor-edge/meteor/cluster/api"
@@ -293,18 +292,3 @@ func TestServerBelowTheActiveLevelStaysOutside(t *testing.T) {
 	c.waitConverged()
 }
 
-// votersOf lists the voters of s's Raft configuration.
-func votersOf(t *testing.T, s *Server) []string {
-	t.Helper()
-	f := s.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, srv := range f.Configuration().Servers {
-		if srv.Suffrage == raft.Voter {
-			ids = append(ids, string(srv.ID))
-		}
-	}
-	return ids
-}
