@@ -190,11 +190,15 @@ func TestMetricsMoveWithWrites(t *testing.T) {
 	}
 	var after *scrape
 	// The request is counted once its answer is written: the client may
-	// have read it a moment before.
+	// have read it a moment before. Raft's applied index, too, moves on
+	// only after the write's future was answered.
 	waitFor(t, 10*time.Second, func() error {
 		after = scrapeMetrics(t, s, "")
 		if after.find("meteor_api_requests_total", "route", route, "code", "400") == nil {
 			return fmt.Errorf("the refused write is not counted yet")
+		}
+		if got := after.value("meteor_raft_applied_index"); got < float64(res.Index) {
+			return fmt.Errorf("applied index %v, the write is at %d", got, res.Index)
 		}
 		return nil
 	})
