@@ -239,6 +239,7 @@ func TestRestoreOlderSnapshotIntoARunningCluster(t *testing.T) {
 	c.propose(fileIntentN("web", 2, "v2"))
 	mustApply(t, c.waitLeader(), fsm.DeleteIntentType, &fsm.DeleteIntentRequest{Name: "motd", Time: 1})
 	c.propose(simpleIntent("new", "x"))
+	c.waitConverged() // the follower answers the agent's Pull from its own replica
 	a := dialAgent(t, follower.AgentAddr(), pki.deviceTLS(t, "dev-1"))
 	a.send(hello(map[string]string{"region": "eu"}))
 	welcome := expect[*wire.Welcome](a)
