@@ -291,4 +291,3 @@ func TestServerBelowTheActiveLevelStaysOutside(t *testing.T) {
 	})
 	c.waitConverged()
 }
-

@@ -127,7 +127,6 @@ func TestGCPercentFollowsTheLiveHeap(t *testing.T) {
 	})
 }
 
-
 // TestServerStartsWithoutProcMeminfo: under systemd's ProcSubset=pid
 // (deploy/systemd/meteor-server.service) /proc has no meminfo; the
 // default --memory-limit auto must not keep the server from starting. The
