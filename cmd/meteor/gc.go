@@ -119,10 +119,12 @@ func liveHeap() uint64 {
 const gcTuneInterval = 5 * time.Second
 
 // gcTuner keeps GOGC at gcPercentFor of the live heap. live and set are
-// liveHeap and debug.SetGCPercent outside tests.
+// liveHeap and debug.SetGCPercent outside tests; cur is GOGC as apply
+// left it.
 type gcTuner struct {
 	live   func() uint64
 	set    func(int) int
+	cur    int
 	logger hclog.Logger
 }
 
@@ -130,8 +132,7 @@ type gcTuner struct {
 // moves only when it would change by more than a tenth, so that a heap
 // that breathes does not make it flap.
 func (t *gcTuner) run(ctx context.Context) {
-	cur := t.set(-1)
-	t.set(cur)
+	cur := t.cur
 	tick := time.NewTicker(gcTuneInterval)
 	defer tick.Stop()
 	for {

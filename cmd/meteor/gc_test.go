@@ -92,12 +92,11 @@ func TestGCPercentFollowsTheLiveHeap(t *testing.T) {
 				mu.Lock()
 				defer mu.Unlock()
 				old := percent
-				if p >= 0 {
-					percent = p
-					sets++
-				}
+				percent = p
+				sets++
 				return old
 			},
+			cur:    400,
 			logger: hclog.NewNullLogger(),
 		}
 		ctx, cancel := context.WithCancel(t.Context())
