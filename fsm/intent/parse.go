@@ -26,6 +26,10 @@ func Parse(data []byte) (*Intent, error) {
 	if len(data) > MaxDocumentSize {
 		return nil, fmt.Errorf("parse intent: %w: %d bytes, limit %d", ErrTooLarge, len(data), MaxDocumentSize)
 	}
+	if doc, ok := jsonDocument(data); ok {
+		in, _, err := parseDocument(doc)
+		return in, err
+	}
 	docs, err := documents(data)
 	if err != nil {
 		return nil, jsonOrYAMLError(data, 0, err)
@@ -52,8 +56,11 @@ func ParseAll(data []byte) ([]*Intent, error) {
 	if len(data) > MaxDocumentSize {
 		return nil, fmt.Errorf("parse intents: %w: %d bytes, limit %d", ErrTooLarge, len(data), MaxDocumentSize)
 	}
-	docs, err := documents(data)
-	if err != nil {
+	var err error
+	var docs []*yaml.Node
+	if doc, ok := jsonDocument(data); ok {
+		docs = []*yaml.Node{doc}
+	} else if docs, err = documents(data); err != nil {
 		return nil, streamSyntaxError(data, err)
 	}
 	if len(docs) == 0 {
@@ -148,6 +155,9 @@ func LooksJSON(data []byte) bool {
 // *ValidationError "invalid JSON: ..." with the line and column of the
 // error. Lines count from firstLine+1.
 func CheckJSON(data []byte, firstLine int) error {
+	if json.Valid(data) {
+		return nil // without building the value, as Unmarshal would
+	}
 	var v any
 	err := json.Unmarshal(data, &v)
 	var se *json.SyntaxError
