@@ -28,8 +28,8 @@ import (
 // (serveEnroll for one that negotiated wire.EnrollALPN, enroll.go);
 // rotateLoop refreshes the token keyring and TLS session ticket keys at
 // each epoch; notifyLoop watches the FSM revision and pushes Notify to
-// sessions whose desired state changed, each push in a goroutine of its
-// session's (agentSession.notify); sessionSync.Run keeps the replica's
+// sessions whose desired state changed, through the notify window's
+// workers (notifyWindow), which pace the pushes; sessionSync.Run keeps the replica's
 // session records true. Each session's writes go through its own mutex, so
 // pushes and answers never interleave mid-frame.
 type agentServer struct {
@@ -54,6 +54,9 @@ type agentServer struct {
 	draining atomic.Bool
 
 	stats agentCounters
+
+	// notifies paces the pushes of changes (notifywindow.go).
+	notifies *notifyWindow
 
 	// sync keeps the replica's records of the sessions here true.
 	sync *sessionSync
@@ -147,6 +150,7 @@ func listenAgents(cfg *Config, deps agentDeps) (*agentServer, error) {
 	a := &agentServer{
 		agentDeps: deps, cfg: cfg, pc: udp, addr: udp.LocalAddr().String(),
 		planner: scheduler.NewPlanner(), sessions: map[*agentSession]struct{}{},
+		notifies: newNotifyWindow(cfg.NotifyWindow, cfg.NotifyPullWait),
 	}
 	a.sync = newSessionSync(cfg, deps.logger, deps.clock, deps.state, deps.records, &a.stats.rerecords)
 	pc := net.PacketConn(udp)
@@ -200,6 +204,7 @@ func (a *agentServer) Run(ctx context.Context) error {
 	a.wg.Go(func() { a.acceptLoop(ctx) })
 	a.wg.Go(func() { a.rotateLoop(ctx) })
 	a.wg.Go(func() { a.notifyLoop(ctx) })
+	a.runNotifyWindow(ctx)
 	a.wg.Go(func() { a.sync.Run(ctx) })
 	<-ctx.Done()
 	start := a.clock.Mono()

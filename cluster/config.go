@@ -150,6 +150,13 @@ type Config struct {
 	// liveness bound of agents of 1.3. Tests shorten it.
 	AgentLivenessSlack time.Duration
 
+	// NotifyWindow bounds how many sessions a change is being pushed to
+	// at once on this server (notifyWindow); 0 means
+	// DefaultNotifyWindow. NotifyPullWait is how long a push holds its
+	// place waiting for the device's Pull; 0 means DefaultNotifyPullWait.
+	NotifyWindow   int
+	NotifyPullWait time.Duration
+
 	// AgentPacketConn, if set, wraps the agents' UDP socket (fault
 	// injection in tests).
 	AgentPacketConn func(net.PacketConn) net.PacketConn

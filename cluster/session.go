@@ -63,8 +63,12 @@ type agentSession struct {
 	fp           wire.Digest // fingerprint of the desired state last sent; zero: none yet
 	registered   bool        // the session is committed and receives pushes
 	registeredAt time.Time   // when it registered (local monotonic clock)
-	notifying    bool        // a Notify is being written (notify)
+	notifying    bool        // a Notify is queued or being written (notify)
 	notifyRev    uint64      // the revision the next Notify names
+	// pulled is the revision of the last Delta served (handlePull);
+	// pulledCh, if set, is closed when it moves (awaitPull).
+	pulled   uint64
+	pulledCh chan struct{}
 	// recordedOnce is set once sessionSync committed this connection as
 	// connected, and recorded is the highest acknowledged revision it
 	// committed. attemptedOnce and attempted are the same for commits
@@ -431,6 +435,7 @@ func (sess *agentSession) handlePull(ctx context.Context, p *wire.Pull) error {
 		sess.a.stats.upserts.Add(uint64(len(f.Upserts)))
 		sess.a.stats.deltaBytes.Add(uint64(wire.FrameLen(f)))
 	}
+	sess.markPulled(delta.Revision)
 	return nil
 }
 
@@ -709,12 +714,13 @@ func (sess *agentSession) maybeNotify(read *fsm.Read, byLabels map[string]*sched
 	}
 }
 
-// notify sends a Notify without making the caller wait for this session's
-// stream: the writes of a device whose link went silent block (flow and
+// notify makes the session due a Notify of revision rev. The push goes
+// through the server's notify window (notifyWindow), which paces a
+// change's pushes and never waits on one session's stream in the caller:
+// the writes of a device whose link went silent block (flow and
 // congestion control) until its connection times out, and notifyLoop
-// serves every session. At most one Notify per session is in flight; one
-// asked for meanwhile follows it, with the latest revision. The goroutine
-// writing it is the agent server's, which waits for it.
+// serves every session. At most one Notify per session is queued or in
+// flight; one asked for meanwhile follows it, with the latest revision.
 func (sess *agentSession) notify(rev uint64) {
 	sess.mu.Lock()
 	sess.notifyRev = max(sess.notifyRev, rev)
@@ -724,26 +730,7 @@ func (sess *agentSession) notify(rev uint64) {
 	}
 	sess.notifying = true
 	sess.mu.Unlock()
-	sess.a.wg.Go(func() {
-		for {
-			sess.mu.Lock()
-			rev := sess.notifyRev
-			sess.mu.Unlock()
-			err := sess.write(&wire.Notify{Revision: rev})
-			if err != nil {
-				sess.logger.Debug("notify", "error", err)
-			} else {
-				sess.a.stats.notifies.Add(1)
-			}
-			sess.mu.Lock()
-			if err != nil || sess.notifyRev == rev {
-				sess.notifying = false
-				sess.mu.Unlock()
-				return
-			}
-			sess.mu.Unlock()
-		}
-	})
+	sess.a.notifies.push(sess)
 }
 
 func effectiveName(e wire.Effective) string {
