@@ -108,7 +108,10 @@ func newServerMetrics(s *Server) *serverMetrics {
 		m.connBytes.WithLabelValues(dir)
 	}
 	m.reg.MustRegister(
-		collectors.NewGoCollector(),
+		// The scheduler's latencies (go_sched_latencies_seconds): how long
+		// runnable goroutines waited for a CPU. On a busy host, this is
+		// what Raft's heartbeats wait in before they go out.
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.apiRequests, m.apiSeconds, m.commitSeconds, m.leaderChanges, m.elections, m.connBytes, m.state,
 	)

@@ -152,7 +152,7 @@ func TestMetricsNeedAReadToken(t *testing.T) {
 	}
 	reader := c.token(api.CreateTokenRequest{Name: "prometheus", Policy: acl.PolicyRead}).Secret
 	sc := scrapeMetrics(t, s, reader)
-	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total", "meteor_raft_applied_index", "meteor_fleet_devices"} {
+	for _, name := range []string{"go_goroutines", "go_sched_latencies_seconds", "process_cpu_seconds_total", "meteor_raft_applied_index", "meteor_fleet_devices"} {
 		if sc.families[name] == nil {
 			t.Errorf("no %s in /metrics", name)
 		}
