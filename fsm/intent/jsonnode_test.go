@@ -197,8 +197,8 @@ func FuzzJSONDocument(f *testing.F) {
 
 // benchDoc is an intent document of about 1 KiB, as bench/intents writes.
 var benchDoc = []byte(`{"name":"bench-0042","selector":{"role":"pos","region":"eu"},"resources":[` +
-	`{"id":"motd","type":"file","spec":{"path":"/etc/motd","mode":420,"content":"` + strings.Repeat("abcdefghij", 60) + `"}},` +
-	`{"id":"ntp","type":"service","spec":{"name":"ntpd","enabled":true,"args":["-g","-x"],"restart":{"delay":1.5,"limit":3}}}]}`)
+	`{"id":"motd","type":"file","spec":{"path":"/etc/motd","mode":"0644","content":"` + strings.Repeat("abcdefghij", 60) + `"}},` +
+	`{"id":"hosts","type":"file","spec":{"path":"/etc/hosts","content":"127.0.0.1 localhost\\n10.0.0.1 gw\\n"}},{"id":"flag","type":"sim","spec":{"value":"on","applyTime":"1s"}}]}`)
 
 // BenchmarkParseJSON compares Parse of a JSON document with the same
 // document read through the YAML parser (go test -bench ParseJSON
