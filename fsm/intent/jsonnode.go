@@ -19,20 +19,18 @@ import (
 // jsonDocument returns the document node of data if data is one strict
 // JSON object (with blanks around it), else ok false.
 func jsonDocument(data []byte) (doc *yaml.Node, ok bool) {
-	if !utf8.Valid(data) {
+	// A YAML document is turned away by its first byte, before the whole
+	// input is scanned for UTF-8.
+	if !LooksJSON(data) || !utf8.Valid(data) {
 		return nil, false
 	}
 	p := &jsonNodes{data: data, line: 1}
-	p.blanks()
-	if p.i >= len(p.data) || p.data[p.i] != '{' {
-		return nil, false
-	}
 	root, ok := p.value(0)
 	if !ok {
 		return nil, false
 	}
 	p.blanks()
-	if p.i != len(p.data) {
+	if p.bad || p.i != len(p.data) {
 		return nil, false
 	}
 	return &yaml.Node{Kind: yaml.DocumentNode, Line: root.Line, Column: root.Column, Content: []*yaml.Node{root}}, true
@@ -46,6 +44,9 @@ type jsonNodes struct {
 	line int
 	// lineStart is the offset of the current line's first byte.
 	lineStart int
+	// bad is set once the input is found not to be strict JSON, or to hold
+	// something the reader does not reproduce.
+	bad bool
 }
 
 func (p *jsonNodes) column() int {
@@ -61,9 +62,10 @@ func (p *jsonNodes) blanks() {
 			p.line++
 			p.lineStart = p.i
 		case ' ', '\t', '\r':
-			// A lone CR ends a line for YAML but not for this count.
+			// A lone CR ends a line for YAML but not for this count: not
+			// worth reproducing.
 			if p.data[p.i] == '\r' && (p.i+1 >= len(p.data) || p.data[p.i+1] != '\n') {
-				p.i = len(p.data) + 1 // refuse: not worth reproducing
+				p.bad = true
 				return
 			}
 			p.i++
@@ -78,7 +80,7 @@ func (p *jsonNodes) value(depth int) (*yaml.Node, bool) {
 		return nil, false // the YAML parser gives the decoder its error
 	}
 	p.blanks()
-	if p.i >= len(p.data) {
+	if p.bad || p.i >= len(p.data) {
 		return nil, false
 	}
 	n := &yaml.Node{Line: p.line, Column: p.column()}
@@ -111,7 +113,7 @@ func (p *jsonNodes) value(depth int) (*yaml.Node, bool) {
 			}
 			n.Content = append(n.Content, k, v)
 			if !p.next('}') {
-				return n, p.i <= len(p.data)
+				return n, !p.bad
 			}
 		}
 	case c == '[':
@@ -129,7 +131,7 @@ func (p *jsonNodes) value(depth int) (*yaml.Node, bool) {
 			}
 			n.Content = append(n.Content, v)
 			if !p.next(']') {
-				return n, p.i <= len(p.data)
+				return n, !p.bad
 			}
 		}
 	case c == '"':
@@ -152,8 +154,7 @@ func (p *jsonNodes) value(depth int) (*yaml.Node, bool) {
 
 // next reads the separator after an element of a mapping or list: true
 // after a comma (another element follows), false after end (the
-// collection closed). On anything else it moves p past the end of the
-// input, which the caller reports.
+// collection closed). On anything else it sets p.bad.
 func (p *jsonNodes) next(end byte) bool {
 	p.blanks()
 	if p.i < len(p.data) {
@@ -166,7 +167,7 @@ func (p *jsonNodes) next(end byte) bool {
 			return false
 		}
 	}
-	p.i = len(p.data) + 1
+	p.bad = true
 	return false
 }
 
