@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -128,16 +129,37 @@ type clientResult struct {
 // dialHello connects as an agent would: it sends hello in 0-RTT when a
 // session ticket allows, sends it again after the handshake if the server
 // refused 0-RTT, reads the Welcome and waits for the handshake to complete.
-func dialHello(ctx context.Context, t *testing.T, addr string, conf *tls.Config, hello *Hello) (*quic.Conn, clientResult, error) {
+//
+// With early set (a ticket is cached), the client takes no datagram from
+// the server until the Hello is written: on a busy host the handshake
+// could otherwise complete before the client got to write, and the Hello
+// would go as 1-RTT data although 0-RTT works. Without a ticket the dial
+// itself waits for the handshake, so nothing may be held.
+func dialHello(ctx context.Context, t *testing.T, addr string, conf *tls.Config, hello *Hello, early bool) (*quic.Conn, clientResult, error) {
 	t.Helper()
-	conn, err := quic.DialAddrEarly(ctx, addr, conf, ClientQUICConfig())
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := &heldConn{PacketConn: udp, open: make(chan struct{})}
+	release := sync.OnceFunc(func() { close(gate.open) })
+	if !early {
+		release()
+	}
+	tr := &quic.Transport{Conn: gate}
+	t.Cleanup(func() { release(); tr.Close(); udp.Close() })
+	raddr, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tr.DialEarly(ctx, raddr, conf, ClientQUICConfig())
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
 	t.Cleanup(func() { conn.CloseWithError(CloseNormal, "") })
 	var res clientResult
 	for {
-		res.welcome, res.early, err = exchangeHello(conn, hello)
+		res.welcome, res.early, err = exchangeHello(conn, hello, release)
 		if !errors.Is(err, quic.Err0RTTRejected) || res.rejected {
 			break
 		}
@@ -160,13 +182,28 @@ func dialHello(ctx context.Context, t *testing.T, addr string, conf *tls.Config,
 	return conn, res, nil
 }
 
-func exchangeHello(conn *quic.Conn, hello *Hello) (*Welcome, bool, error) {
+// heldConn holds every read until open is closed.
+type heldConn struct {
+	net.PacketConn
+	open chan struct{}
+}
+
+func (c *heldConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	<-c.open
+	return c.PacketConn.ReadFrom(b)
+}
+
+// exchangeHello sends hello on a new stream, calls written once it is
+// written (or failed), and reads the Welcome.
+func exchangeHello(conn *quic.Conn, hello *Hello, written func()) (*Welcome, bool, error) {
 	str, err := conn.OpenStream()
 	if err != nil {
 		return nil, false, err
 	}
 	hello.Early = !HandshakeDone(conn)
-	if err := WriteMessage(str, hello); err != nil {
+	err = WriteMessage(str, hello)
+	written()
+	if err != nil {
 		return nil, hello.Early, err
 	}
 	m, err := NewReader(str).Read()
@@ -213,7 +250,7 @@ func TestQUICResume0RTT(t *testing.T) {
 	}
 
 	// 1. Full handshake with a client certificate.
-	conn, res, err := dialHello(ctx, t, s1.addr, conf, hello())
+	conn, res, err := dialHello(ctx, t, s1.addr, conf, hello(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +269,7 @@ func TestQUICResume0RTT(t *testing.T) {
 	// both resume the TLS session and accept the Hello in 0-RTT, knowing
 	// the device from the ticket before the handshake completes.
 	for _, s := range []*testServer{s1, s2} {
-		conn, res, err := dialHello(ctx, t, s.addr, conf, hello())
+		conn, res, err := dialHello(ctx, t, s.addr, conf, hello(), true)
 		if err != nil {
 			t.Fatalf("%s: %v", s.id, err)
 		}
@@ -252,7 +289,7 @@ func TestQUICResume0RTT(t *testing.T) {
 
 	// 4. A server with other ticket keys cannot resume: full handshake.
 	s3 := startServer(t, "s3", TicketKeys([]byte("another-cluster-secret-0123456"), time.Now(), time.Hour))
-	_, res, err = dialHello(ctx, t, s3.addr, conf, hello())
+	_, res, err = dialHello(ctx, t, s3.addr, conf, hello(), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +310,7 @@ func TestQUICVersionRejected(t *testing.T) {
 	s := startServer(t, "s1", nil)
 	ca := sharedTestCA()
 	dev := ca.device(t, "dev-2")
-	_, _, err := dialHello(ctx, t, s.addr, ClientTLSConfig(ca.pool(), dev, ""), &Hello{Major: 2, Minor: 7})
+	_, _, err := dialHello(ctx, t, s.addr, ClientTLSConfig(ca.pool(), dev, ""), &Hello{Major: 2, Minor: 7}, false)
 	var ce *CloseError
 	if !errors.As(err, &ce) {
 		t.Fatalf("err = %v, want a *CloseError", err)
