@@ -141,6 +141,22 @@ func TestNotifyWindowPacesAChange(t *testing.T) {
 	// A newer change while three wait and two have not pulled yet.
 	c.propose(filesIntent("store-config", 2, "v3"))
 	rev3 := s.State().Read().Revision()
+	// notifyLoop evaluates the change after its commit, on its own: wait
+	// until every session is due rev3, or a worker freed by the Pulls
+	// below could tell a waiting session rev2 (a busy host, in CI).
+	waitFor(t, 10*time.Second, func() error {
+		s.agents.mu.Lock()
+		defer s.agents.mu.Unlock()
+		for sess := range s.agents.sessions {
+			sess.mu.Lock()
+			due := sess.notifyRev
+			sess.mu.Unlock()
+			if due != rev3 {
+				return fmt.Errorf("%s is due revision %d, want %d", sess.deviceID, due, rev3)
+			}
+		}
+		return nil
+	})
 	pull(first) // they pull rev3: nothing more is due to them
 	window(4, 1)
 	second := tell(2, rev3)
