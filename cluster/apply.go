@@ -46,24 +46,46 @@ func (s *Server) Propose(ctx context.Context, t fsm.MessageType, req any) (fsm.A
 
 // proposeRaw commits an encoded command (see Propose).
 func (s *Server) proposeRaw(ctx context.Context, t fsm.MessageType, data []byte) (fsm.ApplyResult, uint64, error) {
-	var err error
-	if s.raft.State() != raft.Leader {
-		return fsm.ApplyResult{}, 0, ErrNotLeader
-	}
-	if s.restoring.Load() {
-		return fsm.ApplyResult{}, 0, ErrRestoring
-	}
-	if err := s.requireFeature(t.Level(), fmt.Sprintf("command %s (type %d)", t, uint8(t))); err != nil {
-		return fsm.ApplyResult{}, 0, err
-	}
 	timeout := s.config.ApplyTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
 	}
-	start := s.clock.Mono()
-	f := s.raft.Apply(data, timeout)
+	p, err := s.startProposal(t, data, timeout)
+	if err != nil {
+		return fsm.ApplyResult{}, 0, err
+	}
+	return s.awaitProposal(ctx, p)
+}
+
+// proposal is a command handed to Raft whose commit is not known yet.
+type proposal struct {
+	f     raft.ApplyFuture
+	start time.Time
+}
+
+// startProposal hands an encoded command to Raft, to be committed within
+// timeout, and returns without waiting for the commit: the proposals of
+// one forwarded batch are all queued, in order, before the first is
+// waited for, so that they share log appends. It fails, with nothing
+// written, where the command may not be proposed here.
+func (s *Server) startProposal(t fsm.MessageType, data []byte, timeout time.Duration) (*proposal, error) {
+	if s.raft.State() != raft.Leader {
+		return nil, ErrNotLeader
+	}
+	if s.restoring.Load() {
+		return nil, ErrRestoring
+	}
+	if err := s.requireFeature(t.Level(), fmt.Sprintf("command %s (type %d)", t, uint8(t))); err != nil {
+		return nil, err
+	}
+	return &proposal{f: s.raft.Apply(data, timeout), start: s.clock.Mono()}, nil
+}
+
+// awaitProposal waits for p's commit and returns its result.
+func (s *Server) awaitProposal(ctx context.Context, p *proposal) (fsm.ApplyResult, uint64, error) {
+	var err error
 	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
+	go func() { done <- p.f.Error() }()
 	select {
 	case err = <-done:
 	case <-ctx.Done():
@@ -85,12 +107,12 @@ func (s *Server) proposeRaw(ctx context.Context, t fsm.MessageType, data []byte)
 	default:
 		return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: err}
 	}
-	s.metrics.commitSeconds.Observe(s.clock.Mono().Sub(start).Seconds())
-	res, ok := f.Response().(fsm.ApplyResult)
+	s.metrics.commitSeconds.Observe(s.clock.Mono().Sub(p.start).Seconds())
+	res, ok := p.f.Response().(fsm.ApplyResult)
 	if !ok {
-		return fsm.ApplyResult{}, 0, fmt.Errorf("unexpected apply response %T", f.Response())
+		return fsm.ApplyResult{}, 0, fmt.Errorf("unexpected apply response %T", p.f.Response())
 	}
-	return res, f.Index(), nil
+	return res, p.f.Index(), nil
 }
 
 // ConsistentRead confirms that this server is still the leader and has

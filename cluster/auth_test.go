@@ -576,6 +576,10 @@ func TestACLIgnoresForgedForwarding(t *testing.T) {
 	if code, _, _ := call(t, leader, "", "POST", "/v1/internal/apply", cmd, map[string]string{headerSignature: strings.Repeat("ab", 32)}); code != http.StatusForbidden {
 		t.Errorf("forged internal apply: %d, want 403", code)
 	}
+	batch := encodeBatch([]batchCommand{{t: fsm.PutIntentType, data: cmd, timeout: time.Second}})
+	if code, _, _ := call(t, leader, "", "POST", "/v1/internal/apply-batch", batch, map[string]string{headerSignature: strings.Repeat("ab", 32)}); code != http.StatusForbidden {
+		t.Errorf("forged internal batch: %d, want 403", code)
+	}
 	// A request a server really signed, for a harmless body, carries that
 	// signature to no other body: someone on the path cannot swap it.
 	signed, err := http.NewRequest("PUT", leader.HTTPURL()+"/v1/intents/web", bytes.NewReader(putDoc(t, simpleIntent("web", "harmless"))))

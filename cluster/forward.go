@@ -49,10 +49,16 @@ func (s *Server) apply(ctx context.Context, t fsm.MessageType, req any) (fsm.App
 	return res, index, err
 }
 
+// forwardApply hands an encoded command to the leader: batched with the
+// others forwarded meanwhile (applyBatcher) where the leader takes
+// batches, in a request of its own where it runs an earlier release.
 func (s *Server) forwardApply(ctx context.Context, t fsm.MessageType, data []byte) (fsm.ApplyResult, uint64, error) {
-	_, addr, err := s.leaderHTTP()
+	id, addr, err := s.leaderHTTP()
 	if err != nil {
 		return fsm.ApplyResult{}, 0, err
+	}
+	if m, ok := s.gossip.memberByID(id); ok && m.PeerAPI >= peerAPIBatch {
+		return s.forwarder.apply(ctx, addr, t, data)
 	}
 	return s.peers.apply(ctx, addr, t, data)
 }
@@ -109,6 +115,23 @@ func checkServerPeer(mtls bool, r *http.Request) error {
 	return nil
 }
 
+// forwardable says whether another server may forward a command of type
+// t, and why not if it may not. Commands about devices are accepted only
+// where servers share the cluster secret; intent writes carry nothing the
+// public API would not accept.
+func (h *httpAPI) forwardable(t fsm.MessageType) *api.Error {
+	switch t {
+	case fsm.PutIntentType, fsm.DeleteIntentType:
+	case fsm.CreateTokenType, fsm.RevokeTokenType, fsm.UseEnrollTokenType, fsm.AuditMemberChangeType, fsm.DeviceSessionType, fsm.DeviceSessionBatchType, fsm.UpsertDeviceType, fsm.StatusBatchType, fsm.RolloutControlType, fsm.AuditOperationType:
+		if len(h.cfg.ClusterSecret) == 0 {
+			return &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "device commands need a cluster secret shared by all servers (--cluster-secret-file)"}
+		}
+	default:
+		return badRequest("command %s may not be forwarded", t)
+	}
+	return nil
+}
+
 // handleInternalApply proposes a command forwarded by another server.
 // Commands about devices are accepted only from servers that share the
 // cluster secret; intent writes carry nothing the public API would not
@@ -119,15 +142,8 @@ func (h *httpAPI) handleInternalApply(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t := fsm.MessageType(data[0])
-	switch t {
-	case fsm.PutIntentType, fsm.DeleteIntentType:
-	case fsm.CreateTokenType, fsm.RevokeTokenType, fsm.UseEnrollTokenType, fsm.AuditMemberChangeType, fsm.DeviceSessionType, fsm.DeviceSessionBatchType, fsm.UpsertDeviceType, fsm.StatusBatchType, fsm.RolloutControlType, fsm.AuditOperationType:
-		if len(h.cfg.ClusterSecret) == 0 {
-			writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "device commands need a cluster secret shared by all servers (--cluster-secret-file)"})
-			return
-		}
-	default:
-		writeError(w, badRequest("command %s may not be forwarded", t))
+	if e := h.forwardable(t); e != nil {
+		writeError(w, e)
 		return
 	}
 	if !h.node.IsLeader() {

@@ -87,6 +87,9 @@ type leaderNode interface {
 	ConsistentRead(ctx context.Context) error
 	// proposeRaw commits an encoded command on the leader.
 	proposeRaw(ctx context.Context, t fsm.MessageType, data []byte) (fsm.ApplyResult, uint64, error)
+	// proposeBatch proposes the commands of a forwarded batch that are
+	// not refused, all before waiting for the first.
+	proposeBatch(ctx context.Context, cmds []batchCommand, refused []*api.Error) []batchOutcome
 }
 
 // clusterAdmin is what the cluster endpoints ask of the server (Server).
@@ -171,6 +174,7 @@ func (h *httpAPI) handler() http.Handler {
 	mux.HandleFunc("GET /v1/audit", h.authorize(acl.ActionReadAudit, h.reader(h.handleAudit)))
 	mux.HandleFunc("GET /metrics", h.authorize(acl.ActionRead, h.handleMetrics))
 	mux.HandleFunc("POST /v1/internal/apply", h.handleInternalApply)
+	mux.HandleFunc("POST /v1/internal/apply-batch", h.handleInternalApplyBatch)
 	mux.HandleFunc("POST /v1/internal/report", h.handleInternalReport)
 	mux.HandleFunc("POST /v1/internal/keyring", h.handleInternalKeyring)
 	mux.HandleFunc("GET /v1/internal/self", h.fromServer(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.admin.self()) }))

@@ -32,6 +32,13 @@ func (f *fakeLeader) ConsistentRead(context.Context) error { return f.readErr }
 func (f *fakeLeader) proposeRaw(context.Context, fsm.MessageType, []byte) (fsm.ApplyResult, uint64, error) {
 	return fsm.ApplyResult{}, 0, ErrNotLeader
 }
+func (f *fakeLeader) proposeBatch(_ context.Context, cmds []batchCommand, _ []*api.Error) []batchOutcome {
+	outs := make([]batchOutcome, len(cmds))
+	for i := range outs {
+		outs[i].err = ErrNotLeader
+	}
+	return outs
+}
 
 // TestHTTPAPIWithoutCluster serves the API from an in-memory state
 // machine: a write goes through the proposer, a stale read is served from

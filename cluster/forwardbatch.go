@@ -1,0 +1,425 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/fsm"
+)
+
+// peerAPIBatch is the level of the server-to-server API (nodeMeta.PeerAPI)
+// from which a server takes forwarded commands in batches
+// (/v1/internal/apply-batch). A server of an earlier release says nothing
+// (0): commands go to it one request each, as it expects.
+const peerAPIBatch = 1
+
+// Limits of a forwarded batch. A batch holds what was queued while the
+// batches before it were in flight, up to maxForwardBatch commands and
+// maxForwardBatchBytes of them (one larger command goes alone); at most
+// forwardBatchesInFlight batches a leader are in flight at once.
+const (
+	maxForwardBatch        = 256
+	maxForwardBatchBytes   = 1 << 20
+	forwardBatchesInFlight = 4
+)
+
+// applyBatcher forwards the commands this server proposes while another
+// server leads: the API's writes and the session servers' acknowledgements,
+// session records and status batches. One HTTP request a command made the
+// leader pay for a request's parsing, signature check and response per
+// write, and the follower's side the same; the batcher sends the commands
+// queued meanwhile in one signed request, which the leader proposes in
+// order before waiting for any of them, so that they also share Raft's log
+// appends. It is group commit: a command waits for no timer, only for a
+// place among the batches in flight, so a lone write goes at once and a
+// burst goes in few requests.
+//
+// Each caller keeps its own deadline: the leader gives each command the
+// time its caller had left, and a caller that stops waiting learns that
+// its command's outcome is unknown, as with a single request.
+type applyBatcher struct {
+	p            *peerClient
+	ctx          context.Context // the server's: ends the requests in flight on shutdown
+	applyTimeout time.Duration
+	wg           sync.WaitGroup // the goroutines sending batches
+
+	// batches and commands count what went to leaders as batches
+	// (meteor_forward_batches_total, meteor_forward_commands_total).
+	batches, commands atomic.Uint64
+
+	mu      sync.Mutex
+	leaders map[string]*forwardQueue // by the leader's HTTP address; guarded by mu
+	closed  bool                     // set by wait; guarded by mu
+}
+
+// forwardQueue is what is forwarded to one leader.
+type forwardQueue struct {
+	pending  []*forwardCall
+	inFlight int
+}
+
+// forwardCall is one forwarded command and, once done is closed, its
+// outcome.
+type forwardCall struct {
+	ctx     context.Context
+	t       fsm.MessageType
+	data    []byte
+	timeout time.Duration
+	done    chan struct{}
+	res     fsm.ApplyResult
+	index   uint64
+	err     error
+}
+
+func newApplyBatcher(ctx context.Context, p *peerClient, applyTimeout time.Duration) *applyBatcher {
+	return &applyBatcher{p: p, ctx: ctx, applyTimeout: applyTimeout, leaders: map[string]*forwardQueue{}}
+}
+
+// apply has the leader at addr commit an encoded command, batched with
+// the others forwarded meanwhile. Its outcome is what peerClient.apply's
+// would be: a rejection by the state machine is an *api.Error in
+// ApplyResult.Err; a failure to reach the leader wraps ErrNoLeader
+// (nothing was written); a failure after sending is an
+// OutcomeUnknownError.
+func (b *applyBatcher) apply(ctx context.Context, addr string, t fsm.MessageType, data []byte) (fsm.ApplyResult, uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return fsm.ApplyResult{}, 0, fmt.Errorf("forward %s to the leader: %w; nothing was sent", t, err)
+	}
+	timeout := b.applyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	c := &forwardCall{ctx: ctx, t: t, data: data, timeout: timeout, done: make(chan struct{})}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return fsm.ApplyResult{}, 0, fmt.Errorf("forward %s to the leader: the server is shutting down; nothing was sent", t)
+	}
+	q := b.leaders[addr]
+	if q == nil {
+		q = &forwardQueue{}
+		b.leaders[addr] = q
+	}
+	q.pending = append(q.pending, c)
+	var batch []*forwardCall
+	if q.inFlight < forwardBatchesInFlight {
+		batch = q.take()
+		q.inFlight++
+		b.wg.Add(1) // under mu: wait sets closed under it before waiting
+	}
+	b.mu.Unlock()
+	if batch != nil {
+		go b.run(addr, batch)
+	}
+	select {
+	case <-c.done:
+		return c.res, c.index, c.err
+	case <-ctx.Done():
+		return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: fmt.Errorf("gave up waiting for the leader's answer: %w", ctx.Err())}
+	}
+}
+
+// take removes the next batch from the queue. Called with the batcher's
+// mu held.
+func (q *forwardQueue) take() []*forwardCall {
+	n, size := 0, 0
+	for n < len(q.pending) && n < maxForwardBatch {
+		size += len(q.pending[n].data)
+		if n > 0 && size > maxForwardBatchBytes {
+			break
+		}
+		n++
+	}
+	batch := q.pending[:n:n]
+	q.pending = append([]*forwardCall(nil), q.pending[n:]...)
+	return batch
+}
+
+// run sends batch, then the batches queued meanwhile, until none is left.
+func (b *applyBatcher) run(addr string, batch []*forwardCall) {
+	defer b.wg.Done()
+	for {
+		b.send(addr, batch)
+		b.mu.Lock()
+		q := b.leaders[addr]
+		if len(q.pending) == 0 {
+			q.inFlight--
+			if q.inFlight == 0 {
+				delete(b.leaders, addr)
+			}
+			b.mu.Unlock()
+			return
+		}
+		batch = q.take()
+		b.mu.Unlock()
+	}
+}
+
+// send forwards one batch and hands each call its outcome. Calls whose
+// callers stopped waiting before it went are left out.
+func (b *applyBatcher) send(addr string, batch []*forwardCall) {
+	live := batch[:0:0]
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.finish(fsm.ApplyResult{}, 0, err)
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	cmds := make([]batchCommand, len(live))
+	longest := time.Duration(0)
+	for i, c := range live {
+		cmds[i] = batchCommand{t: c.t, data: c.data, timeout: c.timeout}
+		longest = max(longest, c.timeout)
+	}
+	// The leader answers once the last command is committed or timed out;
+	// the answer itself gets a little more.
+	ctx, cancel := context.WithTimeout(b.ctx, longest+2*time.Second)
+	defer cancel()
+	b.batches.Add(1)
+	b.commands.Add(uint64(len(cmds)))
+	outs, err := b.p.applyBatch(ctx, addr, cmds)
+	if errors.Is(err, errBatchUnsupported) {
+		// Leadership moved to a server of an earlier release between
+		// reading its gossip and sending.
+		var wg sync.WaitGroup
+		for _, c := range live {
+			wg.Go(func() { c.finish(b.p.apply(c.ctx, addr, c.t, c.data)) })
+		}
+		wg.Wait()
+		return
+	}
+	for i, c := range live {
+		if err != nil {
+			c.finish(fsm.ApplyResult{}, 0, err)
+			continue
+		}
+		o := outs[i]
+		c.finish(o.res, o.index, o.err)
+	}
+}
+
+func (c *forwardCall) finish(res fsm.ApplyResult, index uint64, err error) {
+	c.res, c.index, c.err = res, index, err
+	close(c.done)
+}
+
+// wait refuses what is forwarded from now on and waits for the batches
+// in flight, which end with the server's context.
+func (b *applyBatcher) wait() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.wg.Wait()
+}
+
+// batchCommand is one command of a forwarded batch, with the time its
+// proposer gives it to commit.
+type batchCommand struct {
+	t       fsm.MessageType
+	data    []byte
+	timeout time.Duration
+}
+
+// batchOutcome is the outcome of one command of a batch.
+type batchOutcome struct {
+	res   fsm.ApplyResult
+	index uint64
+	err   error
+}
+
+// encodeBatch frames commands for /v1/internal/apply-batch: their count,
+// then for each the milliseconds it has to commit, its length and its
+// bytes, all counts as unsigned varints.
+func encodeBatch(cmds []batchCommand) []byte {
+	size := binary.MaxVarintLen64
+	for _, c := range cmds {
+		size += 2*binary.MaxVarintLen64 + len(c.data)
+	}
+	buf := make([]byte, 0, size)
+	buf = binary.AppendUvarint(buf, uint64(len(cmds)))
+	for _, c := range cmds {
+		buf = binary.AppendUvarint(buf, uint64(max(c.timeout.Milliseconds(), 1)))
+		buf = binary.AppendUvarint(buf, uint64(len(c.data)))
+		buf = append(buf, c.data...)
+	}
+	return buf
+}
+
+// decodeBatch reads what encodeBatch wrote. Every command must have a
+// type byte; the commands' bytes are not copied.
+func decodeBatch(buf []byte) ([]batchCommand, error) {
+	n, k := binary.Uvarint(buf)
+	if k <= 0 {
+		return nil, errors.New("batch: bad command count")
+	}
+	buf = buf[k:]
+	// Each command takes at least three bytes: no count may claim more.
+	if n == 0 || n > uint64(len(buf)/3) {
+		return nil, fmt.Errorf("batch: %d commands in %d bytes", n, len(buf))
+	}
+	cmds := make([]batchCommand, 0, n)
+	for i := range n {
+		ms, k := binary.Uvarint(buf)
+		if k <= 0 || ms > uint64(time.Hour.Milliseconds()) {
+			return nil, fmt.Errorf("batch: command %d: bad timeout", i)
+		}
+		buf = buf[k:]
+		l, k := binary.Uvarint(buf)
+		if k <= 0 || l == 0 || l > uint64(len(buf)-k) {
+			return nil, fmt.Errorf("batch: command %d: bad length", i)
+		}
+		buf = buf[k:]
+		cmds = append(cmds, batchCommand{t: fsm.MessageType(buf[0]), data: buf[:l:l], timeout: time.Duration(ms) * time.Millisecond})
+		buf = buf[l:]
+	}
+	if len(buf) != 0 {
+		return nil, fmt.Errorf("batch: %d bytes after the last command", len(buf))
+	}
+	return cmds, nil
+}
+
+// batchResult is one command's answer in /v1/internal/apply-batch's
+// response: its applyResponse, or the error the single endpoint would
+// have answered with, and that error's HTTP status.
+type batchResult struct {
+	applyResponse
+	Error  *api.Error `json:"failed,omitempty"`
+	Status int        `json:"status,omitempty"`
+}
+
+// batchResponse answers /v1/internal/apply-batch, one result per command
+// in the request's order.
+type batchResponse struct {
+	Results []batchResult `json:"results"`
+}
+
+// errBatchUnsupported says the leader does not serve
+// /v1/internal/apply-batch: it runs an earlier release.
+var errBatchUnsupported = errors.New("the leader does not take forwarded batches")
+
+// applyBatch has the leader at addr commit cmds (/v1/internal/apply-batch)
+// and returns their outcomes, in order; err is set when the batch as a
+// whole failed, and then holds for each of its commands.
+func (p *peerClient) applyBatch(ctx context.Context, addr string, cmds []batchCommand) ([]batchOutcome, error) {
+	resp, err := p.post(ctx, addr, "/v1/internal/apply-batch", encodeBatch(cmds))
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return nil, fmt.Errorf("%w: cannot reach the leader at %s: %v", ErrNoLeader, addr, err)
+		}
+		return nil, &OutcomeUnknownError{Err: fmt.Errorf("forward %d commands to the leader: %w", len(cmds), err)}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, &OutcomeUnknownError{Err: fmt.Errorf("read the leader's answer: %w", err)}
+	}
+	if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
+		return nil, errBatchUnsupported
+	}
+	if resp.StatusCode != http.StatusOK {
+		e := &api.Error{StatusCode: resp.StatusCode}
+		if json.Unmarshal(body, e) != nil || e.Message == "" {
+			return nil, &OutcomeUnknownError{Err: fmt.Errorf("leader answered %s: %s", resp.Status, bytes.TrimSpace(body))}
+		}
+		return nil, e
+	}
+	var br batchResponse
+	if err := json.Unmarshal(body, &br); err != nil {
+		return nil, &OutcomeUnknownError{Err: fmt.Errorf("decode leader's answer: %w", err)}
+	}
+	if len(br.Results) != len(cmds) {
+		return nil, &OutcomeUnknownError{Err: fmt.Errorf("the leader answered %d of %d commands", len(br.Results), len(cmds))}
+	}
+	outs := make([]batchOutcome, len(cmds))
+	for i, r := range br.Results {
+		if r.Error != nil {
+			r.Error.StatusCode = r.Status
+			outs[i].err = r.Error
+			continue
+		}
+		outs[i].res = fsm.ApplyResult{Revision: r.Revision, Unchanged: r.Unchanged}
+		outs[i].index = r.Index
+		if r.Rejected != nil {
+			r.Rejected.StatusCode = statusOf(r.Rejected.Code)
+			outs[i].res.Err = r.Rejected
+		}
+	}
+	return outs, nil
+}
+
+// handleInternalApplyBatch proposes the commands of a batch forwarded by
+// another server (applyBatcher), all before waiting for the first, and
+// answers once each is committed or failed. Each command is checked as
+// /v1/internal/apply checks it; one refused does not refuse the others.
+func (h *httpAPI) handleInternalApplyBatch(w http.ResponseWriter, r *http.Request) {
+	body, ok := h.readSigned(w, r)
+	if !ok {
+		return
+	}
+	cmds, err := decodeBatch(body)
+	if err != nil {
+		writeError(w, badRequest("%v", err))
+		return
+	}
+	if !h.node.IsLeader() {
+		writeError(w, toAPIError(fmt.Errorf("%w: leadership moved while the commands were forwarded", ErrNoLeader)))
+		return
+	}
+	refused := make([]*api.Error, len(cmds))
+	for i, c := range cmds {
+		refused[i] = h.forwardable(c.t)
+	}
+	outs := h.node.proposeBatch(r.Context(), cmds, refused)
+	resp := batchResponse{Results: make([]batchResult, len(cmds))}
+	for i, o := range outs {
+		out := &resp.Results[i]
+		switch {
+		case refused[i] != nil:
+			out.Error, out.Status = refused[i], refused[i].StatusCode
+		case o.err != nil:
+			e := toAPIError(o.err)
+			out.Error, out.Status = e, e.StatusCode
+		default:
+			out.Revision, out.Index, out.Unchanged = o.res.Revision, o.index, o.res.Unchanged
+			if o.res.Err != nil {
+				out.Rejected = toAPIError(o.res.Err)
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// proposeBatch proposes the commands of a forwarded batch that are not
+// refused, in order, then waits for each.
+func (s *Server) proposeBatch(ctx context.Context, cmds []batchCommand, refused []*api.Error) []batchOutcome {
+	outs := make([]batchOutcome, len(cmds))
+	props := make([]*proposal, len(cmds))
+	for i, c := range cmds {
+		if refused[i] != nil {
+			continue
+		}
+		props[i], outs[i].err = s.startProposal(c.t, c.data, min(c.timeout, s.config.ApplyTimeout))
+	}
+	for i, p := range props {
+		if p != nil {
+			outs[i].res, outs[i].index, outs[i].err = s.awaitProposal(ctx, p)
+		}
+	}
+	return outs
+}
