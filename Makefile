@@ -60,12 +60,18 @@ demo: build ## A local 3-server cluster and a simulated 1,200-device retail flee
 	./$(BIN) dev --servers 3 --fleet retail --changes docs/examples/retail $(DEMO_FLAGS)
 
 .PHONY: test
-test: ## Run all tests with the race detector
-	$(GO) test -race -shuffle=on -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(PKGS)
+test: ## Run all tests with the race detector (and the agent's and wire's again without it)
 	@# Race builds of the agent send no 0-RTT data, and the wire 0-RTT
-	@# test skips under -race (quic-go#4303, see agent/race.go); run their
-	@# tests again without -race so the 0-RTT paths are tested too.
-	$(GO) test -count=1 ./agent ./wire
+	@# test skips under -race (quic-go#4303, see agent/race.go); their
+	@# tests run again without -race so the 0-RTT paths are tested too,
+	@# beside the race run (whose length is the cluster package's, which
+	@# mostly waits on timers), and print when it ends.
+	@out=$$(mktemp); \
+	$(GO) test -count=1 ./agent ./wire >$$out 2>&1 & norace=$$!; \
+	$(GO) test -race -shuffle=on -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(PKGS); race=$$?; \
+	wait $$norace; rc=$$?; \
+	echo "go test -count=1 ./agent ./wire (without -race):"; cat $$out; rm -f $$out; \
+	[ $$race -eq 0 ] && [ $$rc -eq 0 ]
 
 .PHONY: test-docker
 test-docker: ## The three-region Docker cluster of make cluster-up taken through a region's loss and a rolling restart under writes (deploy/compose_test.go; skips without Docker)
