@@ -71,11 +71,17 @@ func fleetDocument(version int, apply time.Duration) []byte {
 
 // fastAgent shrinks an agent's cadences and backoffs like the scenarios
 // shrink the links' outages, so that a device back online retries within
-// its online window.
+// its online window. The resend of an unacknowledged report is shrunk
+// too: at the default (1 s doubling to 60 s) a report whose commits failed
+// a few times on a busy host was sent again only after 30 s or more, and
+// its server showed the device's earlier status for that long while the
+// device, connected and converged, waited (TestSimulatedFleetOf200 gives
+// each server 30 s to agree with the simulator).
 func fastAgent(c *agent.Config) {
 	c.PullInterval, c.ReportInterval = 2*time.Second, time.Second
 	c.BackoffMax = 2 * time.Second
 	c.RetryMin, c.RetryMax = 200*time.Millisecond, 2*time.Second
+	c.ReportResendMin, c.ReportResendMax = 200*time.Millisecond, 2*time.Second
 }
 
 // fleetRun is a fleet running under a scenario, with its workload and
