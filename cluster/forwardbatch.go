@@ -192,7 +192,11 @@ func (b *applyBatcher) send(addr string, batch []*forwardCall) {
 	defer cancel()
 	b.batches.Add(1)
 	b.commands.Add(uint64(len(cmds)))
-	outs, err := b.p.applyBatch(ctx, addr, cmds)
+	done := make([]bool, len(live))
+	err := b.p.applyBatch(ctx, addr, cmds, func(i int, o batchOutcome) {
+		done[i] = true
+		live[i].finish(o.res, o.index, o.err)
+	})
 	if errors.Is(err, errBatchUnsupported) {
 		// Leadership moved to a server of an earlier release between
 		// reading its gossip and sending.
@@ -204,12 +208,12 @@ func (b *applyBatcher) send(addr string, batch []*forwardCall) {
 		return
 	}
 	for i, c := range live {
-		if err != nil {
+		if !done[i] {
+			if err == nil {
+				err = &OutcomeUnknownError{Err: errors.New("the leader's answer ended early")}
+			}
 			c.finish(fsm.ApplyResult{}, 0, err)
-			continue
 		}
-		o := outs[i]
-		c.finish(o.res, o.index, o.err)
 	}
 }
 
@@ -294,18 +298,14 @@ func decodeBatch(buf []byte) ([]batchCommand, error) {
 }
 
 // batchResult is one command's answer in /v1/internal/apply-batch's
-// response: its applyResponse, or the error the single endpoint would
-// have answered with, and that error's HTTP status.
+// response: the index of the command in the request, and its
+// applyResponse or the error the single endpoint would have answered
+// with, and that error's HTTP status.
 type batchResult struct {
+	I int `json:"i"`
 	applyResponse
 	Error  *api.Error `json:"failed,omitempty"`
 	Status int        `json:"status,omitempty"`
-}
-
-// batchResponse answers /v1/internal/apply-batch, one result per command
-// in the request's order.
-type batchResponse struct {
-	Results []batchResult `json:"results"`
 }
 
 // errBatchUnsupported says the leader does not serve
@@ -313,59 +313,65 @@ type batchResponse struct {
 var errBatchUnsupported = errors.New("the leader does not take forwarded batches")
 
 // applyBatch has the leader at addr commit cmds (/v1/internal/apply-batch)
-// and returns their outcomes, in order; err is set when the batch as a
-// whole failed, and then holds for each of its commands.
-func (p *peerClient) applyBatch(ctx context.Context, addr string, cmds []batchCommand) ([]batchOutcome, error) {
+// and hands each command's outcome to deliver, with the command's index,
+// as the leader answers it: the leader streams the answers in the order
+// the commands commit, so that none waits for the slowest of its batch.
+// The error is set when the batch failed before every command was
+// answered; it holds for the commands not delivered.
+func (p *peerClient) applyBatch(ctx context.Context, addr string, cmds []batchCommand, deliver func(int, batchOutcome)) error {
 	resp, err := p.post(ctx, addr, "/v1/internal/apply-batch", encodeBatch(cmds))
 	if err != nil {
 		var op *net.OpError
 		if errors.As(err, &op) && op.Op == "dial" {
-			return nil, fmt.Errorf("%w: cannot reach the leader at %s: %v", ErrNoLeader, addr, err)
+			return fmt.Errorf("%w: cannot reach the leader at %s: %v", ErrNoLeader, addr, err)
 		}
-		return nil, &OutcomeUnknownError{Err: fmt.Errorf("forward %d commands to the leader: %w", len(cmds), err)}
+		return &OutcomeUnknownError{Err: fmt.Errorf("forward %d commands to the leader: %w", len(cmds), err)}
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return nil, &OutcomeUnknownError{Err: fmt.Errorf("read the leader's answer: %w", err)}
-	}
 	if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
-		return nil, errBatchUnsupported
+		return errBatchUnsupported
 	}
 	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		e := &api.Error{StatusCode: resp.StatusCode}
 		if json.Unmarshal(body, e) != nil || e.Message == "" {
-			return nil, &OutcomeUnknownError{Err: fmt.Errorf("leader answered %s: %s", resp.Status, bytes.TrimSpace(body))}
+			return &OutcomeUnknownError{Err: fmt.Errorf("leader answered %s: %s", resp.Status, bytes.TrimSpace(body))}
 		}
-		return nil, e
+		return e
 	}
-	var br batchResponse
-	if err := json.Unmarshal(body, &br); err != nil {
-		return nil, &OutcomeUnknownError{Err: fmt.Errorf("decode leader's answer: %w", err)}
-	}
-	if len(br.Results) != len(cmds) {
-		return nil, &OutcomeUnknownError{Err: fmt.Errorf("the leader answered %d of %d commands", len(br.Results), len(cmds))}
-	}
-	outs := make([]batchOutcome, len(cmds))
-	for i, r := range br.Results {
-		if r.Error != nil {
+	dec := json.NewDecoder(io.LimitReader(resp.Body, 16<<20))
+	seen := make([]bool, len(cmds))
+	for range cmds {
+		var r batchResult
+		if err := dec.Decode(&r); err != nil {
+			return &OutcomeUnknownError{Err: fmt.Errorf("read the leader's answers: %w", err)}
+		}
+		if r.I < 0 || r.I >= len(cmds) || seen[r.I] {
+			return &OutcomeUnknownError{Err: fmt.Errorf("the leader answered command %d of %d twice or out of range", r.I, len(cmds))}
+		}
+		seen[r.I] = true
+		var o batchOutcome
+		switch {
+		case r.Error != nil:
 			r.Error.StatusCode = r.Status
-			outs[i].err = r.Error
-			continue
+			o.err = r.Error
+		default:
+			o.res = fsm.ApplyResult{Revision: r.Revision, Unchanged: r.Unchanged}
+			o.index = r.Index
+			if r.Rejected != nil {
+				r.Rejected.StatusCode = statusOf(r.Rejected.Code)
+				o.res.Err = r.Rejected
+			}
 		}
-		outs[i].res = fsm.ApplyResult{Revision: r.Revision, Unchanged: r.Unchanged}
-		outs[i].index = r.Index
-		if r.Rejected != nil {
-			r.Rejected.StatusCode = statusOf(r.Rejected.Code)
-			outs[i].res.Err = r.Rejected
-		}
+		deliver(r.I, o)
 	}
-	return outs, nil
+	return nil
 }
 
 // handleInternalApplyBatch proposes the commands of a batch forwarded by
 // another server (applyBatcher), all before waiting for the first, and
-// answers once each is committed or failed. Each command is checked as
+// streams each command's answer (one JSON object a line, with its index)
+// as soon as it is committed or failed. Each command is checked as
 // /v1/internal/apply checks it; one refused does not refuse the others.
 func (h *httpAPI) handleInternalApplyBatch(w http.ResponseWriter, r *http.Request) {
 	body, ok := h.readSigned(w, r)
@@ -385,41 +391,60 @@ func (h *httpAPI) handleInternalApplyBatch(w http.ResponseWriter, r *http.Reques
 	for i, c := range cmds {
 		refused[i] = h.forwardable(c.t)
 	}
-	outs := h.node.proposeBatch(r.Context(), cmds, refused)
-	resp := batchResponse{Results: make([]batchResult, len(cmds))}
-	for i, o := range outs {
-		out := &resp.Results[i]
+	outs := make(chan indexedOutcome, len(cmds))
+	h.node.proposeBatch(r.Context(), cmds, refused, outs)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	enc := json.NewEncoder(w)
+	for range cmds {
+		o := <-outs
+		res := batchResult{I: o.i}
 		switch {
-		case refused[i] != nil:
-			out.Error, out.Status = refused[i], refused[i].StatusCode
+		case refused[o.i] != nil:
+			res.Error, res.Status = refused[o.i], refused[o.i].StatusCode
 		case o.err != nil:
 			e := toAPIError(o.err)
-			out.Error, out.Status = e, e.StatusCode
+			res.Error, res.Status = e, e.StatusCode
 		default:
-			out.Revision, out.Index, out.Unchanged = o.res.Revision, o.index, o.res.Unchanged
+			res.Revision, res.Index, res.Unchanged = o.res.Revision, o.index, o.res.Unchanged
 			if o.res.Err != nil {
-				out.Rejected = toAPIError(o.res.Err)
+				res.Rejected = toAPIError(o.res.Err)
 			}
 		}
+		// A write that fails has lost the follower: the outcomes still
+		// come, and are dropped.
+		if enc.Encode(res) == nil && flusher != nil && len(outs) == 0 {
+			flusher.Flush()
+		}
 	}
-	writeJSON(w, http.StatusOK, resp)
+}
+
+// indexedOutcome is the outcome of the command at index i of a batch.
+type indexedOutcome struct {
+	i int
+	batchOutcome
 }
 
 // proposeBatch proposes the commands of a forwarded batch that are not
-// refused, in order, then waits for each.
-func (s *Server) proposeBatch(ctx context.Context, cmds []batchCommand, refused []*api.Error) []batchOutcome {
-	outs := make([]batchOutcome, len(cmds))
-	props := make([]*proposal, len(cmds))
+// refused, in order, and sends each command's outcome to outs (which has
+// room for all) once it is known: refused and failed ones at once, the
+// others as they commit.
+func (s *Server) proposeBatch(ctx context.Context, cmds []batchCommand, refused []*api.Error, outs chan<- indexedOutcome) {
 	for i, c := range cmds {
 		if refused[i] != nil {
+			outs <- indexedOutcome{i: i}
 			continue
 		}
-		props[i], outs[i].err = s.startProposal(c.t, c.data, min(c.timeout, s.config.ApplyTimeout))
-	}
-	for i, p := range props {
-		if p != nil {
-			outs[i].res, outs[i].index, outs[i].err = s.awaitProposal(ctx, p)
+		p, err := s.startProposal(c.t, c.data, min(c.timeout, s.config.ApplyTimeout))
+		if err != nil {
+			outs <- indexedOutcome{i: i, batchOutcome: batchOutcome{err: err}}
+			continue
 		}
+		go func() {
+			o := indexedOutcome{i: i}
+			o.res, o.index, o.err = s.awaitProposal(ctx, p)
+			outs <- o
+		}()
 	}
-	return outs
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -116,10 +117,11 @@ func TestForwardedWritesGoInBatches(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := f.peers.applyBatch(ctx, leader.HTTPAddr(), []batchCommand{
+	res := map[int]batchOutcome{}
+	err = f.peers.applyBatch(ctx, leader.HTTPAddr(), []batchCommand{
 		{t: fsm.RolloutStepType, data: bad, timeout: 5 * time.Second},
 		{t: fsm.PutIntentType, data: good, timeout: 5 * time.Second},
-	})
+	}, func(i int, o batchOutcome) { res[i] = o })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,30 +220,45 @@ func TestForwardBatchToAnEarlierLeader(t *testing.T) {
 	}
 }
 
-// TestForwardBatchAnswerDecodes: a batch answer with a failure, a
-// rejection and a commit reaches each caller as the single endpoint's
-// would.
+// TestForwardBatchAnswerDecodes: the answers of a batch, streamed in the
+// order the leader knew them, reach each caller as the single endpoint's
+// would: a failure, a rejection and a commit. An answer stream that ends
+// early, or names a command twice, fails the rest.
 func TestForwardBatchAnswerDecodes(t *testing.T) {
-	resp := batchResponse{Results: []batchResult{
-		{Error: &api.Error{Code: api.CodeNoLeader, Message: "no leader; nothing was written"}, Status: http.StatusServiceUnavailable},
-		{applyResponse: applyResponse{Revision: 7, Index: 9, Rejected: &api.Error{Code: api.CodeConflict, Message: "stale"}}},
-		{applyResponse: applyResponse{Revision: 8, Index: 10, Unchanged: true}},
-	}}
-	b, _ := json.Marshal(resp)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(b)
-	}))
-	defer srv.Close()
-	u, _ := url.Parse(srv.URL)
+	answers := []batchResult{
+		{I: 2, applyResponse: applyResponse{Revision: 8, Index: 10, Unchanged: true}},
+		{I: 0, Error: &api.Error{Code: api.CodeNoLeader, Message: "no leader; nothing was written"}, Status: http.StatusServiceUnavailable},
+		{I: 1, applyResponse: applyResponse{Revision: 7, Index: 9, Rejected: &api.Error{Code: api.CodeConflict, Message: "stale"}}},
+	}
+	serve := func(answers []batchResult) *url.URL {
+		var stream []byte
+		for _, a := range answers {
+			b, _ := json.Marshal(a)
+			stream = append(append(stream, b...), '\n')
+		}
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.Write(stream)
+		}))
+		t.Cleanup(srv.Close)
+		u, _ := url.Parse(srv.URL)
+		return u
+	}
+	u := serve(answers)
+	twice := serve(append(answers, batchResult{I: 1}))
 	cfg := DefaultConfig()
 	cfg.NodeID, cfg.ClusterSecret = "s2", []byte("secret")
 	p := newPeerClient(&cfg)
 	defer p.close()
 	cmd := batchCommand{t: fsm.PutIntentType, data: []byte{byte(fsm.PutIntentType)}, timeout: time.Second}
-	outs, err := p.applyBatch(context.Background(), u.Host, []batchCommand{cmd, cmd, cmd})
-	if err != nil {
+	var order []int
+	outs := map[int]batchOutcome{}
+	collect := func(i int, o batchOutcome) { order, outs[i] = append(order, i), o }
+	if err := p.applyBatch(context.Background(), u.Host, []batchCommand{cmd, cmd, cmd}, collect); err != nil {
 		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]int{2, 0, 1}, order); diff != "" {
+		t.Errorf("delivered in another order than answered (-want +got):\n%s", diff)
 	}
 	var e *api.Error
 	if !errors.As(outs[0].err, &e) || e.StatusCode != http.StatusServiceUnavailable || e.Code != api.CodeNoLeader {
@@ -253,8 +270,13 @@ func TestForwardBatchAnswerDecodes(t *testing.T) {
 	if outs[2].err != nil || outs[2].res.Err != nil || !outs[2].res.Unchanged || outs[2].index != 10 {
 		t.Errorf("third: %+v", outs[2])
 	}
-	// An answer that does not cover every command is no answer.
-	if _, err := p.applyBatch(context.Background(), u.Host, []batchCommand{cmd}); err == nil {
-		t.Error("three results for one command taken")
+	// Four commands: the stream ends after three answers.
+	var unknown *OutcomeUnknownError
+	if err := p.applyBatch(context.Background(), u.Host, []batchCommand{cmd, cmd, cmd, cmd}, func(int, batchOutcome) {}); !errors.As(err, &unknown) {
+		t.Errorf("an answer stream ended early: %v, want an unknown outcome", err)
+	}
+	// Four commands: the fourth answer names the second again.
+	if err := p.applyBatch(context.Background(), twice.Host, []batchCommand{cmd, cmd, cmd, cmd}, func(int, batchOutcome) {}); !errors.As(err, &unknown) || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("a command answered twice: %v, want an unknown outcome", err)
 	}
 }

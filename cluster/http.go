@@ -88,8 +88,9 @@ type leaderNode interface {
 	// proposeRaw commits an encoded command on the leader.
 	proposeRaw(ctx context.Context, t fsm.MessageType, data []byte) (fsm.ApplyResult, uint64, error)
 	// proposeBatch proposes the commands of a forwarded batch that are
-	// not refused, all before waiting for the first.
-	proposeBatch(ctx context.Context, cmds []batchCommand, refused []*api.Error) []batchOutcome
+	// not refused, all before waiting for the first, and sends each
+	// outcome to outs as it is known.
+	proposeBatch(ctx context.Context, cmds []batchCommand, refused []*api.Error, outs chan<- indexedOutcome)
 }
 
 // clusterAdmin is what the cluster endpoints ask of the server (Server).

@@ -32,12 +32,10 @@ func (f *fakeLeader) ConsistentRead(context.Context) error { return f.readErr }
 func (f *fakeLeader) proposeRaw(context.Context, fsm.MessageType, []byte) (fsm.ApplyResult, uint64, error) {
 	return fsm.ApplyResult{}, 0, ErrNotLeader
 }
-func (f *fakeLeader) proposeBatch(_ context.Context, cmds []batchCommand, _ []*api.Error) []batchOutcome {
-	outs := make([]batchOutcome, len(cmds))
-	for i := range outs {
-		outs[i].err = ErrNotLeader
+func (f *fakeLeader) proposeBatch(_ context.Context, cmds []batchCommand, _ []*api.Error, outs chan<- indexedOutcome) {
+	for i := range cmds {
+		outs <- indexedOutcome{i: i, batchOutcome: batchOutcome{err: ErrNotLeader}}
 	}
-	return outs
 }
 
 // TestHTTPAPIWithoutCluster serves the API from an in-memory state
