@@ -1,14 +1,12 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -321,11 +319,7 @@ var errBatchUnsupported = errors.New("the leader does not take forwarded batches
 func (p *peerClient) applyBatch(ctx context.Context, addr string, cmds []batchCommand, deliver func(int, batchOutcome)) error {
 	resp, err := p.post(ctx, addr, "/v1/internal/apply-batch", encodeBatch(cmds))
 	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			return fmt.Errorf("%w: cannot reach the leader at %s: %v", ErrNoLeader, addr, err)
-		}
-		return &OutcomeUnknownError{Err: fmt.Errorf("forward %d commands to the leader: %w", len(cmds), err)}
+		return forwardError(addr, fmt.Sprintf("forward %d commands to the leader", len(cmds)), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
@@ -333,11 +327,7 @@ func (p *peerClient) applyBatch(ctx context.Context, addr string, cmds []batchCo
 	}
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		e := &api.Error{StatusCode: resp.StatusCode}
-		if json.Unmarshal(body, e) != nil || e.Message == "" {
-			return &OutcomeUnknownError{Err: fmt.Errorf("leader answered %s: %s", resp.Status, bytes.TrimSpace(body))}
-		}
-		return e
+		return leaderRefusal(resp, body)
 	}
 	dec := json.NewDecoder(io.LimitReader(resp.Body, 16<<20))
 	seen := make([]bool, len(cmds))
@@ -356,12 +346,7 @@ func (p *peerClient) applyBatch(ctx context.Context, addr string, cmds []batchCo
 			r.Error.StatusCode = r.Status
 			o.err = r.Error
 		default:
-			o.res = fsm.ApplyResult{Revision: r.Revision, Unchanged: r.Unchanged}
-			o.index = r.Index
-			if r.Rejected != nil {
-				r.Rejected.StatusCode = statusOf(r.Rejected.Code)
-				o.res.Err = r.Rejected
-			}
+			o.res, o.index = r.result(), r.Index
 		}
 		deliver(r.I, o)
 	}

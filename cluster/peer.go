@@ -176,31 +176,50 @@ func (p *peerClient) status(ctx context.Context, addr string) (*selfStatus, erro
 func (p *peerClient) apply(ctx context.Context, addr string, t fsm.MessageType, data []byte) (fsm.ApplyResult, uint64, error) {
 	resp, err := p.post(ctx, addr, "/v1/internal/apply", data)
 	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			return fsm.ApplyResult{}, 0, fmt.Errorf("%w: cannot reach the leader at %s: %v", ErrNoLeader, addr, err)
-		}
-		return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: fmt.Errorf("forward %s to the leader: %w", t, err)}
+		return fsm.ApplyResult{}, 0, forwardError(addr, fmt.Sprintf("forward %s to the leader", t), err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode != http.StatusOK {
-		e := &api.Error{StatusCode: resp.StatusCode}
-		if json.Unmarshal(body, e) != nil || e.Message == "" {
-			return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: fmt.Errorf("leader answered %s: %s", resp.Status, bytes.TrimSpace(body))}
-		}
-		return fsm.ApplyResult{}, 0, e
+		return fsm.ApplyResult{}, 0, leaderRefusal(resp, body)
 	}
 	var ar applyResponse
 	if err := json.Unmarshal(body, &ar); err != nil {
 		return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: fmt.Errorf("decode leader's answer: %w", err)}
 	}
+	return ar.result(), ar.Index, nil
+}
+
+// forwardError is the error of a request to the leader at addr that got
+// no answer: nothing was written if it could not connect, and the outcome
+// is unknown otherwise.
+func forwardError(addr, what string, err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return fmt.Errorf("%w: cannot reach the leader at %s: %v", ErrNoLeader, addr, err)
+	}
+	return &OutcomeUnknownError{Err: fmt.Errorf("%s: %w", what, err)}
+}
+
+// leaderRefusal is the error of a leader's answer other than 200 OK with
+// the body it came with: the *api.Error it holds, or an unknown outcome.
+func leaderRefusal(resp *http.Response, body []byte) error {
+	e := &api.Error{StatusCode: resp.StatusCode}
+	if json.Unmarshal(body, e) != nil || e.Message == "" {
+		return &OutcomeUnknownError{Err: fmt.Errorf("leader answered %s: %s", resp.Status, bytes.TrimSpace(body))}
+	}
+	return e
+}
+
+// result is the ApplyResult an answer of the leader says, a rejection by
+// the state machine as an *api.Error in Err.
+func (ar *applyResponse) result() fsm.ApplyResult {
 	res := fsm.ApplyResult{Revision: ar.Revision, Unchanged: ar.Unchanged}
 	if ar.Rejected != nil {
 		ar.Rejected.StatusCode = statusOf(ar.Rejected.Code)
 		res.Err = ar.Rejected
 	}
-	return res, ar.Index, nil
+	return res
 }
 
 // report hands a device's report to its owner at addr
