@@ -57,7 +57,7 @@ func (s *Server) forwardApply(ctx context.Context, t fsm.MessageType, data []byt
 	if err != nil {
 		return fsm.ApplyResult{}, 0, err
 	}
-	if m, ok := s.gossip.memberByID(id); ok && m.PeerAPI >= peerAPIBatch {
+	if m, ok := s.gossip.memberByID(id); ok && m.PeerAPI >= peerAPIBatch && forwardBatched(t) {
 		return s.forwarder.apply(ctx, addr, t, data)
 	}
 	return s.peers.apply(ctx, addr, t, data)

@@ -32,11 +32,21 @@ const (
 	forwardBatchesInFlight = 4
 )
 
+// forwardBatched says whether commands of type t are forwarded in
+// batches. The session recorder's and the status owner's entries are
+// group commits already, each with one in flight a server, so a batch
+// would seldom hold two of them, and the fan-out to 10,000 devices went no
+// faster with them batched (docs/performance.md, "Per device"): they keep
+// a request each.
+func forwardBatched(t fsm.MessageType) bool {
+	return t != fsm.DeviceSessionBatchType && t != fsm.StatusBatchType
+}
+
 // applyBatcher forwards the commands this server proposes while another
-// server leads: the API's writes and the session servers' acknowledgements,
-// session records and status batches. One HTTP request a command made the
-// leader pay for a request's parsing, signature check and response per
-// write, and the follower's side the same; the batcher sends the commands
+// server leads: the API's writes (intents, tokens, enrolments, rollout
+// controls; not the group commits of forwardBatched). One HTTP request a
+// command made the leader pay for a request's parsing, signature check and
+// response per write, and the follower the same; the batcher sends the commands
 // queued meanwhile in one signed request, which the leader proposes in
 // order before waiting for any of them, so that they also share Raft's log
 // appends. It is group commit: a command waits for no timer, only for a
