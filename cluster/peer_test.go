@@ -2,12 +2,15 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -136,5 +139,70 @@ func TestPeerClientReusesConnections(t *testing.T) {
 	defer mu.Unlock()
 	if conns != 1 {
 		t.Fatalf("20 requests took %d connections, want 1", conns)
+	}
+}
+
+// TestPeerClientBurstSharesAConnection: a burst of forwarded requests
+// held open at once, as a server's reports are after a change until their
+// owner commits them, goes over the one HTTP/2 connection between two
+// servers: past the server's stream limit the client would open a
+// connection, and a TLS handshake on both sides, for each further 250.
+func TestPeerClientBurstSharesAConnection(t *testing.T) {
+	_, peer := peerPKI(t)
+	const burst = 1000
+	var mu sync.Mutex
+	conns, arrived := 0, 0
+	all := make(chan struct{})
+	srv := &http.Server{HTTP2: apiHTTP2(), Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/internal/report" {
+			mu.Lock()
+			if arrived++; arrived == burst {
+				close(all)
+			}
+			mu.Unlock()
+			select {
+			case <-all:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		w.Write([]byte("acknowledged\n"))
+	}), ConnState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			conns++
+			mu.Unlock()
+		}
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(tls.NewListener(ln, peer("s2").apiServerConfig()))
+	defer srv.Close()
+
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.ClusterSecret, cfg.PeerTLS = "s1", []byte("a cluster secret of 32 bytes...."), peer("s1")
+	p := newPeerClient(&cfg)
+	defer p.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The first request settles on HTTP/2; the burst follows it.
+	if _, err := p.post(ctx, ln.Addr().String(), "/v1/internal/self", nil); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range burst {
+		wg.Go(func() {
+			if err := p.report(ctx, "s2", ln.Addr().String(), &forwardedReport{Device: fmt.Sprintf("d%d", i)}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if conns != 1 {
+		t.Fatalf("%d requests, %d of them at once, took %d connections, want 1", burst+1, burst, conns)
 	}
 }

@@ -191,7 +191,7 @@ func New(cfg Config) (*Server, error) {
 		s.api.auth = newAuthenticator(cfg.ACL, s.fsm, s.clock, s.peers, cfg.PeerTLS != nil)
 		s.api.auth.catchUp = s.catchUp
 	}
-	s.httpSrv = &http.Server{Handler: s.metrics.instrument(s.clock, s.api.handler()), ReadHeaderTimeout: 10 * time.Second,
+	s.httpSrv = &http.Server{Handler: s.metrics.instrument(s.clock, s.api.handler()), ReadHeaderTimeout: 10 * time.Second, HTTP2: apiHTTP2(),
 		ErrorLog: s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Debug})}
 
 	ctx := s.ctx
