@@ -132,8 +132,9 @@ type stormMode struct {
 	RecordedOnVictim     int     `json:"recorded_on_victim"`
 	RecordsSec           float64 `json:"records_correct_s"`
 	// ClosedAfter devices had their connection closed after they resumed
-	// (read once the log settled), ClosedReasons a few of the reasons;
-	// the record figures are of the others.
+	// (read at each reading of the records, until the last),
+	// ClosedReasons a few of the reasons; the record figures are of the
+	// others.
 	ClosedAfter   int      `json:"closed_after_resuming"`
 	ClosedReasons []string `json:"closed_reasons,omitempty"`
 	// WrongRecords are a few of the wrong records at the last reading.
@@ -367,23 +368,16 @@ func (m *stormMode) storm(ctx context.Context, cfg *config, c *benchkit.MeteorCl
 	}
 	// Devices do not read after their first Delta: a connection the
 	// server closed since (e.g. a 0-RTT connection whose handshake never
-	// completed) leaves them unconnected, as an agent would notice and
-	// reconnect. Only devices still connected are checked.
-	on := make(map[string]string, len(live))
+	// completed, or a session the server found silent) leaves them
+	// unconnected, as an agent would notice and reconnect. Only devices
+	// still connected are checked, at every reading (checkRecords).
+	resumed := make([]resumedDev, 0, len(live))
 	for i, sd := range live {
-		if !outcomes[i].ok {
-			continue
+		if outcomes[i].ok {
+			resumed = append(resumed, resumedDev{sd, outcomes[i].server})
 		}
-		if err := context.Cause(sd.conn.Context()); err != nil {
-			m.ClosedAfter++
-			if len(m.ClosedReasons) < 5 {
-				m.ClosedReasons = append(m.ClosedReasons, fmt.Sprintf("%s on %s: %v", sd.d.ID, outcomes[i].server, err))
-			}
-			continue
-		}
-		on[sd.d.ID] = outcomes[i].server
 	}
-	m.checkRecords(ctx, c, t0, on, log)
+	m.checkRecords(ctx, c, t0, resumed, log)
 	summarizeStorm(m, outcomes)
 	fmt.Fprintf(log, "storm: %s: %d of %d resumed, last at %.2f s\n", m.Mode, m.Opened, len(live), m.ResumedAllms/1000)
 	return nil
@@ -547,12 +541,36 @@ const (
 	stormRecordsWait = time.Minute
 )
 
+// resumedDev is a device that resumed on server.
+type resumedDev struct {
+	sd     *stormDev
+	server string
+}
+
 // checkRecords reads what the cluster records of the devices until every
-// one is recorded as connected to the server it resumed on (on: device ID
-// to server ID), at most stormRecordsWait, and fills m's record figures.
-func (m *stormMode) checkRecords(ctx context.Context, c *benchkit.MeteorCluster, t0 time.Time, on map[string]string, log io.Writer) {
+// one still connected is recorded as connected to the server it resumed
+// on, at most stormRecordsWait, and fills m's record figures. Before each
+// reading it leaves out the devices whose connection closed since the last
+// (ClosedAfter): the record of a session that ended is right to say so.
+func (m *stormMode) checkRecords(ctx context.Context, c *benchkit.MeteorCluster, t0 time.Time, resumed []resumedDev, log io.Writer) {
 	deadline := time.Now().Add(stormRecordsWait)
+	on := make(map[string]string, len(resumed)) // device ID → the server it resumed on
+	for _, r := range resumed {
+		on[r.sd.d.ID] = r.server
+	}
 	for {
+		for _, r := range resumed {
+			if _, ok := on[r.sd.d.ID]; !ok {
+				continue
+			}
+			if err := context.Cause(r.sd.conn.Context()); err != nil {
+				delete(on, r.sd.d.ID)
+				m.ClosedAfter++
+				if len(m.ClosedReasons) < 5 {
+					m.ClosedReasons = append(m.ClosedReasons, fmt.Sprintf("%s on %s: %v", r.sd.d.ID, r.server, err))
+				}
+			}
+		}
 		li, err := c.Leader(ctx)
 		if err == nil {
 			m.WrongRecords = m.WrongRecords[:0]

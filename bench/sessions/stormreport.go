@@ -133,7 +133,7 @@ func stormNotes(r *stormResult) []string {
 				m.Mode, m.InitialFailed, m.Agents, m.Victim, m.Agents-m.InitialFailed))
 		}
 		if m.ClosedAfter > 0 {
-			n = append(n, fmt.Sprintf("Storm, %s: by the time the log settled, the connections of %d devices that had resumed were closed again (the devices do not read after their first Delta, so they did not reconnect as an agent would); e.g. %s. Their records are left out of the check below.",
+			n = append(n, fmt.Sprintf("Storm, %s: by the last reading of the records, the connections of %d devices that had resumed were closed again (the devices do not read after their first Delta, so they did not reconnect as an agent would); e.g. %s. Their records are left out of the check below.",
 				m.Mode, m.ClosedAfter, strings.Join(m.ClosedReasons, "; ")))
 		}
 		switch {
