@@ -142,15 +142,25 @@ func (s *Server) ConsistentRead(ctx context.Context) error {
 
 // leaderHTTP returns the leader's node ID and HTTP address.
 func (s *Server) leaderHTTP() (string, string, error) {
+	m, err := s.leaderMember()
+	return m.ID, m.HTTPAddr, err
+}
+
+// leaderMember returns what gossip says of the leader (ID, HTTP address,
+// the server-to-server API it serves). Without a leader, or with one
+// gossip does not know an HTTP address of yet, it fails with ErrNoLeader
+// and the leader's ID if there is one.
+func (s *Server) leaderMember() (member, error) {
 	_, id := s.raft.LeaderWithID()
 	if id == "" {
-		return "", "", ErrNoLeader
+		return member{}, ErrNoLeader
 	}
 	m, ok := s.gossip.memberByID(string(id))
 	if !ok || m.HTTPAddr == "" {
-		return string(id), "", fmt.Errorf("%w: leader %s is not known through gossip yet", ErrNoLeader, id)
+		m.ID, m.HTTPAddr = string(id), ""
+		return m, fmt.Errorf("%w: leader %s is not known through gossip yet", ErrNoLeader, id)
 	}
-	return string(id), m.HTTPAddr, nil
+	return m, nil
 }
 
 // catchUp waits until this server's replica holds every command the

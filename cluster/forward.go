@@ -53,14 +53,14 @@ func (s *Server) apply(ctx context.Context, t fsm.MessageType, req any) (fsm.App
 // others forwarded meanwhile (applyBatcher) where the leader takes
 // batches, in a request of its own where it runs an earlier release.
 func (s *Server) forwardApply(ctx context.Context, t fsm.MessageType, data []byte) (fsm.ApplyResult, uint64, error) {
-	id, addr, err := s.leaderHTTP()
+	m, err := s.leaderMember()
 	if err != nil {
 		return fsm.ApplyResult{}, 0, err
 	}
-	if m, ok := s.gossip.memberByID(id); ok && m.PeerAPI >= peerAPIBatch && forwardBatched(t) {
-		return s.forwarder.apply(ctx, addr, t, data)
+	if m.PeerAPI >= peerAPIBatch && forwardBatched(t) {
+		return s.forwarder.apply(ctx, m.HTTPAddr, t, data)
 	}
-	return s.peers.apply(ctx, addr, t, data)
+	return s.peers.apply(ctx, m.HTTPAddr, t, data)
 }
 
 func statusOf(code string) int {
@@ -155,9 +155,16 @@ func (h *httpAPI) handleInternalApply(w http.ResponseWriter, r *http.Request) {
 		writeError(w, toAPIError(err))
 		return
 	}
+	writeJSON(w, http.StatusOK, responseOf(res, index))
+}
+
+// responseOf is the leader's answer to a forwarded command committed at
+// index with result res; the state machine's rejection goes as the API
+// would report it.
+func responseOf(res fsm.ApplyResult, index uint64) applyResponse {
 	out := applyResponse{Revision: res.Revision, Index: index, Unchanged: res.Unchanged}
 	if res.Err != nil {
 		out.Rejected = toAPIError(res.Err)
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out
 }

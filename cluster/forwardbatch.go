@@ -77,17 +77,13 @@ type forwardQueue struct {
 	inFlight int
 }
 
-// forwardCall is one forwarded command and, once done is closed, its
-// outcome.
+// forwardCall is one forwarded command, its caller's context, and, once
+// done is closed, its outcome.
 type forwardCall struct {
-	ctx     context.Context
-	t       fsm.MessageType
-	data    []byte
-	timeout time.Duration
-	done    chan struct{}
-	res     fsm.ApplyResult
-	index   uint64
-	err     error
+	ctx  context.Context
+	cmd  batchCommand // its timeout is set when the batch goes
+	done chan struct{}
+	out  batchOutcome
 }
 
 func newApplyBatcher(ctx context.Context, p *peerClient, applyTimeout time.Duration) *applyBatcher {
@@ -104,11 +100,7 @@ func (b *applyBatcher) apply(ctx context.Context, addr string, t fsm.MessageType
 	if err := ctx.Err(); err != nil {
 		return fsm.ApplyResult{}, 0, fmt.Errorf("forward %s to the leader: %w; nothing was sent", t, err)
 	}
-	timeout := b.applyTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(dl))
-	}
-	c := &forwardCall{ctx: ctx, t: t, data: data, timeout: timeout, done: make(chan struct{})}
+	c := &forwardCall{ctx: ctx, cmd: batchCommand{t: t, data: data}, done: make(chan struct{})}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -132,7 +124,7 @@ func (b *applyBatcher) apply(ctx context.Context, addr string, t fsm.MessageType
 	}
 	select {
 	case <-c.done:
-		return c.res, c.index, c.err
+		return c.out.res, c.out.index, c.out.err
 	case <-ctx.Done():
 		return fsm.ApplyResult{}, 0, &OutcomeUnknownError{Err: fmt.Errorf("gave up waiting for the leader's answer: %w", ctx.Err())}
 	}
@@ -143,7 +135,7 @@ func (b *applyBatcher) apply(ctx context.Context, addr string, t fsm.MessageType
 func (q *forwardQueue) take() []*forwardCall {
 	n, size := 0, 0
 	for n < len(q.pending) && n < maxForwardBatch {
-		size += len(q.pending[n].data)
+		size += len(q.pending[n].cmd.data)
 		if n > 0 && size > maxForwardBatchBytes {
 			break
 		}
@@ -177,22 +169,25 @@ func (b *applyBatcher) run(addr string, batch []*forwardCall) {
 // send forwards one batch and hands each call its outcome. Calls whose
 // callers stopped waiting before it went are left out.
 func (b *applyBatcher) send(addr string, batch []*forwardCall) {
-	live := batch[:0:0]
+	var live []*forwardCall
+	var cmds []batchCommand
+	longest := time.Duration(0)
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
-			c.finish(fsm.ApplyResult{}, 0, err)
+			c.finish(batchOutcome{err: err})
 			continue
 		}
-		live = append(live, c)
+		// What is left of the caller's time, its wait in the queue
+		// deducted.
+		c.cmd.timeout = b.applyTimeout
+		if dl, ok := c.ctx.Deadline(); ok {
+			c.cmd.timeout = min(c.cmd.timeout, time.Until(dl))
+		}
+		longest = max(longest, c.cmd.timeout)
+		live, cmds = append(live, c), append(cmds, c.cmd)
 	}
 	if len(live) == 0 {
 		return
-	}
-	cmds := make([]batchCommand, len(live))
-	longest := time.Duration(0)
-	for i, c := range live {
-		cmds[i] = batchCommand{t: c.t, data: c.data, timeout: c.timeout}
-		longest = max(longest, c.timeout)
 	}
 	// The leader answers once the last command is committed or timed out;
 	// the answer itself gets a little more.
@@ -203,14 +198,18 @@ func (b *applyBatcher) send(addr string, batch []*forwardCall) {
 	done := make([]bool, len(live))
 	err := b.p.applyBatch(ctx, addr, cmds, func(i int, o batchOutcome) {
 		done[i] = true
-		live[i].finish(o.res, o.index, o.err)
+		live[i].finish(o)
 	})
 	if errors.Is(err, errBatchUnsupported) {
 		// Leadership moved to a server of an earlier release between
 		// reading its gossip and sending.
 		var wg sync.WaitGroup
 		for _, c := range live {
-			wg.Go(func() { c.finish(b.p.apply(c.ctx, addr, c.t, c.data)) })
+			wg.Go(func() {
+				var o batchOutcome
+				o.res, o.index, o.err = b.p.apply(c.ctx, addr, c.cmd.t, c.cmd.data)
+				c.finish(o)
+			})
 		}
 		wg.Wait()
 		return
@@ -220,13 +219,13 @@ func (b *applyBatcher) send(addr string, batch []*forwardCall) {
 			if err == nil {
 				err = &OutcomeUnknownError{Err: errors.New("the leader's answer ended early")}
 			}
-			c.finish(fsm.ApplyResult{}, 0, err)
+			c.finish(batchOutcome{err: err})
 		}
 	}
 }
 
-func (c *forwardCall) finish(res fsm.ApplyResult, index uint64, err error) {
-	c.res, c.index, c.err = res, index, err
+func (c *forwardCall) finish(o batchOutcome) {
+	c.out = o
 	close(c.done)
 }
 
@@ -395,17 +394,11 @@ func (h *httpAPI) handleInternalApplyBatch(w http.ResponseWriter, r *http.Reques
 	for range cmds {
 		o := <-outs
 		res := batchResult{I: o.i}
-		switch {
-		case refused[o.i] != nil:
-			res.Error, res.Status = refused[o.i], refused[o.i].StatusCode
-		case o.err != nil:
-			e := toAPIError(o.err)
+		if o.err != nil {
+			e := toAPIError(o.err) // a refusal is an *api.Error already
 			res.Error, res.Status = e, e.StatusCode
-		default:
-			res.Revision, res.Index, res.Unchanged = o.res.Revision, o.index, o.res.Unchanged
-			if o.res.Err != nil {
-				res.Rejected = toAPIError(o.res.Err)
-			}
+		} else {
+			res.applyResponse = responseOf(o.res, o.index)
 		}
 		// A write that fails has lost the follower: the outcomes still
 		// come, and are dropped.
@@ -423,12 +416,12 @@ type indexedOutcome struct {
 
 // proposeBatch proposes the commands of a forwarded batch that are not
 // refused, in order, and sends each command's outcome to outs (which has
-// room for all) once it is known: refused and failed ones at once, the
-// others as they commit.
+// room for all) once it is known: refused ones (their refusal as the
+// error) and failed ones at once, the others as they commit.
 func (s *Server) proposeBatch(ctx context.Context, cmds []batchCommand, refused []*api.Error, outs chan<- indexedOutcome) {
 	for i, c := range cmds {
 		if refused[i] != nil {
-			outs <- indexedOutcome{i: i}
+			outs <- indexedOutcome{i: i, batchOutcome: batchOutcome{err: refused[i]}}
 			continue
 		}
 		p, err := s.startProposal(c.t, c.data, min(c.timeout, s.config.ApplyTimeout))

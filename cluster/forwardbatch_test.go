@@ -184,10 +184,7 @@ func TestForwardBatchToAnEarlierLeader(t *testing.T) {
 	}))
 	defer srv.Close()
 	u, _ := url.Parse(srv.URL)
-	cfg := DefaultConfig()
-	cfg.NodeID, cfg.ClusterSecret = "s2", []byte("secret")
-	p := newPeerClient(&cfg)
-	defer p.close()
+	p := testPeerClient(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	b := newApplyBatcher(ctx, p, 5*time.Second)
@@ -246,10 +243,7 @@ func TestForwardBatchAnswerDecodes(t *testing.T) {
 	}
 	u := serve(answers)
 	twice := serve(append(answers, batchResult{I: 1}))
-	cfg := DefaultConfig()
-	cfg.NodeID, cfg.ClusterSecret = "s2", []byte("secret")
-	p := newPeerClient(&cfg)
-	defer p.close()
+	p := testPeerClient(t, nil)
 	cmd := batchCommand{t: fsm.PutIntentType, data: []byte{byte(fsm.PutIntentType)}, timeout: time.Second}
 	var order []int
 	outs := map[int]batchOutcome{}

@@ -95,6 +95,16 @@ func TestPeerClientTakesTheScheme(t *testing.T) {
 	}
 }
 
+// testPeerClient is server s1's peer client, with a cluster secret and,
+// if set, its TLS material; it is closed when the test ends.
+func testPeerClient(t *testing.T, tls *PeerTLS) *peerClient {
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.ClusterSecret, cfg.PeerTLS = "s1", []byte("a cluster secret of 32 bytes...."), tls
+	p := newPeerClient(&cfg)
+	t.Cleanup(p.close)
+	return p
+}
+
 // TestPeerClientReusesConnections: requests between servers whose answers
 // the caller does not read to the end (a decoded status, a report's
 // acknowledgement) still leave their connection for the next request.
@@ -122,10 +132,7 @@ func TestPeerClientReusesConnections(t *testing.T) {
 	defer ts.Close()
 	addr := strings.TrimPrefix(ts.URL, "http://")
 
-	cfg := DefaultConfig()
-	cfg.NodeID, cfg.ClusterSecret = "s1", []byte("a cluster secret of 32 bytes....")
-	p := newPeerClient(&cfg)
-	defer p.close()
+	p := testPeerClient(t, nil)
 	ctx := context.Background()
 	for range 10 {
 		if _, err := p.status(ctx, addr); err != nil {
@@ -181,10 +188,7 @@ func TestPeerClientBurstSharesAConnection(t *testing.T) {
 	go srv.Serve(tls.NewListener(ln, peer("s2").apiServerConfig()))
 	defer srv.Close()
 
-	cfg := DefaultConfig()
-	cfg.NodeID, cfg.ClusterSecret, cfg.PeerTLS = "s1", []byte("a cluster secret of 32 bytes...."), peer("s1")
-	p := newPeerClient(&cfg)
-	defer p.close()
+	p := testPeerClient(t, peer("s1"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// The first request settles on HTTP/2; the burst follows it.
