@@ -79,9 +79,19 @@ type ownedDevice struct {
 	// it.
 	heard   time.Time
 	heardOf sessionFacts
-	// reportQ is the transition queued for the latest report (seq
-	// reportSeq), until its commit's outcome is known.
+	// reportQ is what the latest report (seq rec.ReportSeq) waits for: the
+	// transition queued for it, or, when it changed nothing, the pending
+	// transition it was judged against. A duplicate of the report waits
+	// for the same.
 	reportQ *queuedTransition
+	// pending is the latest transition queued for the device, by a report
+	// or an evaluation, until its commit's outcome is known. What rec and
+	// status hold includes it, so a report found to change nothing has
+	// changed nothing only once pending is committed: acknowledged before,
+	// the report would be lost if pending failed (the owner then forgets
+	// the device and reloads the replica, and the agent, its report
+	// acknowledged, sends only what changes after it).
+	pending *queuedTransition
 }
 
 type queuedTransition struct {
@@ -280,12 +290,17 @@ func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]st
 		tr.Traffic = traffic
 		tr.Edge, tr.Locks, tr.Unlocked, tr.Recovery = rep.Edge, locks, unlocked, recovery
 	})
-	if q != nil {
-		d.reportQ = q
-	}
-	o.mu.Unlock()
-	if err != nil || q == nil {
+	if err != nil {
+		o.mu.Unlock()
 		return err
+	}
+	if q == nil && d.pending != nil && !d.pending.done() {
+		q = d.pending
+	}
+	d.reportQ = q
+	o.mu.Unlock()
+	if q == nil {
+		return nil
 	}
 	select {
 	case <-q.fin:
@@ -354,6 +369,7 @@ func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Ti
 		fill(&tr)
 	}
 	q := &queuedTransition{tr: tr, at: o.clock.Mono(), fin: make(chan struct{})}
+	d.pending = q
 	o.queue = append(o.queue, q)
 	select {
 	case o.kick <- struct{}{}:
@@ -428,6 +444,16 @@ func (o *statusOwner) commit(ctx context.Context, batch []*queuedTransition) {
 func (q *queuedTransition) finish(err error) {
 	q.err = err
 	close(q.fin)
+}
+
+// done reports whether q's commit outcome is known.
+func (q *queuedTransition) done() bool {
+	select {
+	case <-q.fin:
+		return true
+	default:
+		return false
+	}
 }
 
 func (o *statusOwner) failQueued(err error) {

@@ -176,3 +176,46 @@ func TestStatusOwnerFailedCommitIsNotAcknowledged(t *testing.T) {
 		}
 	})
 }
+
+// TestStatusOwnerReportWaitsForThePendingCommit: a report that changes
+// nothing beyond a transition still being committed is acknowledged only
+// once that transition is. Acknowledged before, it was lost when the
+// commit failed: the owner forgot the device, and the agent, its report
+// acknowledged, had no reason to send the content again.
+func TestStatusOwnerReportWaitsForThePendingCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, o, stop := runUnitStatusOwner(t, "dev-a")
+		defer stop()
+
+		p.setFail(func(mt fsm.MessageType) bool { return mt == fsm.StatusBatchType })
+		first := make(chan error, 1)
+		go func() { first <- o.ingest(context.Background(), "dev-a", euLabels, convergedReport(2)) }()
+		synctest.Wait() // report 2 is queued, its batch not yet due
+		second := make(chan error, 1)
+		go func() { second <- o.ingest(context.Background(), "dev-a", euLabels, convergedReport(3)) }()
+		synctest.Wait()
+		select {
+		case err := <-second:
+			t.Fatalf("report 3, which only repeats report 2, answered %v before report 2's commit", err)
+		default:
+		}
+		if err := <-first; err == nil {
+			t.Fatal("report 2 acknowledged although its commit failed")
+		}
+		if err := <-second; err == nil {
+			t.Fatal("report 3 acknowledged although the commit it depends on failed")
+		}
+
+		p.setFail(nil)
+		if err := o.ingest(context.Background(), "dev-a", euLabels, convergedReport(3)); err != nil {
+			t.Fatalf("report 3 sent again: %v", err)
+		}
+		rec, err := p.state.Read().Device(nil, "dev-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.ReportSeq != 3 || len(rec.Resources) != 1 || rec.Resources[0].AppliedRevision != 1 {
+			t.Fatalf("committed report seq %d with resources %+v; want 3 with motd/motd at revision 1", rec.ReportSeq, rec.Resources)
+		}
+	})
+}
