@@ -112,7 +112,7 @@ func TestSimulatedFleetOf200(t *testing.T) {
 		}
 		compared := 0 // samples of status and list at one index
 		var mismatch error
-		err := waitFor(ctx, 30*time.Second, 100*time.Millisecond, func(ctx context.Context) error {
+		agreed := func(ctx context.Context) error {
 			now, err := fleet.Report()
 			if err != nil {
 				return err
@@ -160,7 +160,29 @@ func TestSimulatedFleetOf200(t *testing.T) {
 				return fmt.Errorf("%d devices never agreed with the simulator (e.g. %s)", len(pending), firstPending(pending))
 			}
 			return nil
+		}
+		// Each server has agreeTime of a stable leader to agree: a
+		// leader election (the term growing) starts it again, as no
+		// status commits while the cluster elects. Elections are counted
+		// and logged; this test is about agreement.
+		const agreeTime = 30 * time.Second
+		stableSince, term := time.Now(), h.MaxTerm(ctx)
+		var late error
+		err := waitFor(ctx, 3*agreeTime, 100*time.Millisecond, func(ctx context.Context) error {
+			if now := h.MaxTerm(ctx); now > term {
+				t.Logf("server %s: the cluster elected (term %d to %d) while the devices were compared; %v more to agree", h.ID(i), term, now, agreeTime)
+				stableSince, term = time.Now(), now
+			}
+			err := agreed(ctx)
+			if err != nil && time.Since(stableSince) > agreeTime {
+				late = fmt.Errorf("after %v of a stable leader: %w", agreeTime, err)
+				return nil // fails below
+			}
+			return err
 		})
+		if err == nil {
+			err = late
+		}
 		if mismatch != nil {
 			t.Fatalf("server %s: %v: the fleet summary and the device list disagree", h.ID(i), mismatch)
 		}
