@@ -260,6 +260,7 @@ type stateCollector struct {
 	rolloutDevices, rolloutWave, rolloutWaves, rolloutState                 *prometheus.Desc
 	rolloutRevision                                                         *prometheus.Desc
 	forwardBatches, forwardCommands                                         *prometheus.Desc
+	evaluated                                                               *prometheus.Desc
 
 	// resourcesMaxAge (a time.Duration) bounds how long the last
 	// resource counts (resourcesLast, guarded by resourcesMu) are served
@@ -294,6 +295,7 @@ func newStateCollector(s *Server) *stateCollector {
 		corrections:       d("fleet", "drift_corrections", "Drift corrections the devices' agents reported, summed over every device's resources: each agent counts from its start, so the sum falls when agents restart (use increase() over it with care)."),
 		resources:         d("fleet", "resources", "Intended resources on all devices, by reconcile class and state, as GET /v1/devices/{id} shows each.", "class", "state"),
 		transitions:       d("status", "transitions_total", "Device status transitions this server, as owner, committed."),
+		evaluated:         d("status", "evaluated_total", "Devices this server's periodic evaluations went through as their owner: judged=\"true\" those classified again, judged=\"false\" those passed over because nothing their status depends on had changed.", "judged"),
 		forwardBatches:    d("forward", "batches_total", "Requests that carried commands this server forwarded to the leader in batches (/v1/internal/apply-batch)."),
 		forwardCommands:   d("forward", "commands_total", "Commands this server forwarded to the leader in batches; over meteor_forward_batches_total, the mean batch."),
 		rolloutDevices:    d("rollout", "devices", "Devices of an intent's rollout by progress, as /v1/rollouts/{name} counts them.", "intent", "stage"),
@@ -314,7 +316,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.gossipMembers, c.sessionsConnected, c.sessions, c.early, c.deltaBytes, c.reports, c.notifies,
 		c.stateIndex, c.stateRevision, c.devices, c.corrections, c.resources, c.resourcesIndex, c.transitions,
 		c.rolloutDevices, c.rolloutWave, c.rolloutWaves, c.rolloutState, c.rolloutRevision,
-		c.forwardBatches, c.forwardCommands,
+		c.forwardBatches, c.forwardCommands, c.evaluated,
 	} {
 		ch <- d
 	}
@@ -393,6 +395,8 @@ func (c *stateCollector) collectAgents(ch chan<- prometheus.Metric) {
 	ch <- counter(c.reports, st.Reports)
 	ch <- counter(c.notifies, st.Notifies)
 	ch <- counter(c.transitions, c.s.status.transitions.Load())
+	ch <- counter(c.evaluated, c.s.status.judged.Load(), "true")
+	ch <- counter(c.evaluated, c.s.status.passed.Load(), "false")
 	ch <- counter(c.forwardBatches, c.s.forwarder.batches.Load())
 	ch <- counter(c.forwardCommands, c.s.forwarder.commands.Load())
 }

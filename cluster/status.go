@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,9 +54,28 @@ type statusOwner struct {
 	queue   []*queuedTransition     // guarded by mu
 	devices map[string]*ownedDevice // guarded by mu; by device ID
 	kick    chan struct{}
+	// What the last sweep (an evaluation that judged every owned device)
+	// judged by, guarded by mu: world fires when anything devices are
+	// judged by changes beside their own records (fsm.Read.WatchJudgement),
+	// worldOwners names the owner candidates then, and sinceSweep counts
+	// the evaluations since.
+	world       memdb.WatchSet
+	worldOwners string
+	sinceSweep  int
+	sweepEvery  int // sweepEvery; 1 judges every device every time
 
 	entries, transitions atomic.Uint64
+	// judged and passed count the devices evaluations classified and
+	// passed over (settled).
+	judged, passed atomic.Uint64
 }
+
+// sweepEvery bounds how many evaluations may pass over settled devices
+// before one judges every owned device again. Settling relies on the
+// watches of fsm.Read.WatchJudgement and on the owner candidates; the
+// sweep also catches what neither covers, such as built-in classes
+// changed by a configuration reload.
+const sweepEvery = 12
 
 // ownedDevice is what the owner knows of a device beyond the committed
 // record: the latest report merged in, and the progress mark.
@@ -84,6 +104,16 @@ type ownedDevice struct {
 	// transition it was judged against. A duplicate of the report waits
 	// for the same.
 	reportQ *queuedTransition
+	// settled is the replica's record of the device that the latest
+	// evaluation judged it by, when that judgement committed nothing and
+	// cannot change with time alone (timeFree); nil otherwise. Until the
+	// replica's record or what devices are judged by changes, evaluations
+	// pass over the device: a fleet at rest costs its owner a lookup a
+	// device, not a classification.
+	settled *fsm.DeviceRecord
+	// timeFree is set by classifyLocked: its judgement would stay the
+	// same at any later time (timeFree).
+	timeFree bool
 	// pending is the latest transition queued for the device, by a report
 	// or an evaluation, until its commit's outcome is known. What rec and
 	// status hold includes it, so a report found to change nothing has
@@ -123,7 +153,7 @@ func newStatusOwner(cfg *Config, logger hclog.Logger, clock Clock, state stateRe
 		state: state, propose: p, owners: owners, planner: planner, cfg: cfg,
 		batchSize: cfg.StatusBatchSize, batchInterval: cfg.StatusBatchInterval,
 		evalInterval: cfg.StatusEvalInterval, applyTimeout: cfg.ApplyTimeout,
-		devices: map[string]*ownedDevice{}, kick: make(chan struct{}, 1),
+		devices: map[string]*ownedDevice{}, kick: make(chan struct{}, 1), sweepEvery: sweepEvery,
 	}
 }
 
@@ -280,11 +310,12 @@ func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]st
 			d.rec.Recovery = recovery
 		}
 	}
+	d.settled = nil // judged from the report merged in below, not the replica's record
 	d.rec.AgentStatus, d.rec.BlockedReason = rep.Status, rep.BlockedReason
 	d.rec.LastSeen = now.UnixNano()
 	d.rec.Connected = true
 	d.heard = o.clock.Mono()
-	q, err := o.classifyLocked(d, read, now, contentChanged, func(tr *fsm.StatusTransition) {
+	q, err := o.classifyLocked(d, read, o.cfg.effectiveClasses(read), now, contentChanged, func(tr *fsm.StatusTransition) {
 		tr.Seq, tr.Full, tr.Resources = rep.Seq, rep.Full, res
 		tr.AgentStatus, tr.BlockedReason = rep.Status, rep.BlockedReason
 		tr.Traffic = traffic
@@ -313,8 +344,9 @@ func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]st
 // classifyLocked classifies d at now and queues a transition if its status
 // or a resource's status changed, or if force is set (the report changed
 // what is applied even though no status moved, as when a rollout's new
-// version lands between two reports). fill adds the report to it.
-func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Time, force bool, fill func(*fsm.StatusTransition)) (*queuedTransition, error) {
+// version lands between two reports). classes are the replica's effective
+// classes (Config.effectiveClasses of read). fill adds the report to it.
+func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, classes scheduler.Classes, now time.Time, force bool, fill func(*fsm.StatusTransition)) (*queuedTransition, error) {
 	desired, err := o.planner.Desired(read, d.rec.ID, o.cfg.recordSelection(&d.rec))
 	if err != nil {
 		return nil, err
@@ -330,7 +362,8 @@ func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, now time.Ti
 		cp.LastSeen = now.Add(-o.clock.Mono().Sub(d.heard)).UnixNano()
 		judged = &cp
 	}
-	st := scheduler.Classify(view, judged, o.cfg.effectiveClasses(read), classOf, now, d.mark)
+	st := scheduler.Classify(view, judged, classes, classOf, now, d.mark)
+	d.timeFree = timeFree(st.Status, &d.rec, classOf)
 	states := make(map[string]string, len(st.Resources))
 	for _, r := range st.Resources {
 		states[r.Key] = r.Status
@@ -482,6 +515,11 @@ func (o *statusOwner) evalLoop(ctx context.Context) {
 	}
 }
 
+// evaluate classifies the devices this server owns at now. A device whose
+// last judgement cannot change with time alone (ownedDevice.settled) is
+// passed over while its replica record and what devices are judged by stay
+// the same; a sweep, at least every sweepEvery evaluations, judges them
+// all.
 func (o *statusOwner) evaluate(now time.Time) error {
 	read := o.state.Read()
 	recs, err := read.Devices(nil)
@@ -493,24 +531,51 @@ func (o *statusOwner) evaluate(now time.Time) error {
 	defer o.mu.Unlock()
 	mine := map[string]bool{}
 	alive := map[string]bool{}
+	var key strings.Builder
 	for _, c := range owners {
 		alive[c.ID] = true
+		key.WriteString(c.ID + "\x00" + c.Region + "\x00")
 	}
+	sweep := o.world == nil || fired(o.world) || key.String() != o.worldOwners || o.sinceSweep+1 >= o.sweepEvery
+	if sweep {
+		// Watched before judging: a change from here on fires it.
+		ws := memdb.NewWatchSet()
+		if err := read.WatchJudgement(ws); err != nil {
+			return err
+		}
+		o.world, o.worldOwners, o.sinceSweep = ws, key.String(), 0
+	} else {
+		o.sinceSweep++
+	}
+	var judged, passed uint64
+	classes := o.cfg.effectiveClasses(read)
 	for _, rec := range recs {
 		if ownerOf(rec.ID, rec.Labels["region"], owners) != o.self {
 			continue
 		}
 		mine[rec.ID] = true
+		if d, ok := o.devices[rec.ID]; ok && !sweep && d.settled == rec {
+			passed++
+			continue
+		}
 		d := o.ownedLocked(rec.ID, read)
 		if d.rec.Connected && !alive[d.rec.Server] {
 			// Its session server failed without recording the disconnect:
 			// the device is not connected anywhere we know of.
 			d.rec.Connected = false
 		}
-		if _, err := o.classifyLocked(d, read, now, false, nil); err != nil {
+		q, err := o.classifyLocked(d, read, classes, now, false, nil)
+		if err != nil {
 			return fmt.Errorf("classify %s: %w", rec.ID, err)
 		}
+		judged++
+		d.settled = nil
+		if q == nil && d.timeFree {
+			d.settled = rec
+		}
 	}
+	o.judged.Add(judged)
+	o.passed.Add(passed)
 	// Devices that moved to another owner: forget them, so their state is
 	// reloaded from the replica if they come back.
 	for id := range o.devices {
@@ -519,6 +584,42 @@ func (o *statusOwner) evaluate(now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// fired reports whether a channel of ws has fired.
+func fired(ws memdb.WatchSet) bool {
+	for ch := range ws {
+		select {
+		case <-ch:
+			return true
+		default:
+		}
+	}
+	return false
+}
+
+// timeFree reports whether a device judged status, with rec as the owner
+// holds it and intended its resources' classes and rotation windows
+// (scheduler.IntendedOf), would be judged the same at any later time. Time
+// alone moves a device connected with work left to stuck, a disconnected
+// one to unreachable, and one with a rotation window or deadline through
+// them; a connected device that is done (converged), or waits on its own
+// side (blocked, failed, drifted, overridden), and an unreachable one,
+// change only with their records or what they are judged by.
+func timeFree(status string, rec *fsm.DeviceRecord, intended map[string]scheduler.Intended) bool {
+	for _, in := range intended {
+		if !in.Deadline.IsZero() || !in.NotBefore.IsZero() {
+			return false
+		}
+	}
+	switch status {
+	case scheduler.StatusConverged, scheduler.StatusBlocked, scheduler.StatusFailed,
+		scheduler.StatusDrifted, scheduler.StatusOverridden:
+		return rec.Connected
+	case scheduler.StatusUnreachable:
+		return !rec.Connected
+	}
+	return false
 }
 
 // sameApplied reports whether two resource lists say the same about what

@@ -41,7 +41,7 @@ func runUnitStatusOwner(t *testing.T, devices ...string) (p *localProposer, o *s
 }
 
 // connectDevice commits a device's session as another server would.
-func connectDevice(t *testing.T, p *localProposer, id string, connected bool) {
+func connectDevice(t testing.TB, p *localProposer, id string, connected bool) {
 	t.Helper()
 	p.mustApply(t, fsm.DeviceSessionType, &fsm.DeviceSessionRequest{
 		ID: id, Labels: euLabels, SessionID: "s", Server: "s2", Conn: "c", Connected: connected, Time: time.Now().UnixNano(),

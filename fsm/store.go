@@ -162,6 +162,32 @@ func (r *Read) WatchRevision(ws memdb.WatchSet) uint64 { return r.watchMeta(ws, 
 // and returns the index applied.
 func (r *Read) WatchIndex(ws memdb.WatchSet) uint64 { return r.watchMeta(ws, metaIndex) }
 
+// judgementTables are the tables WatchJudgement watches whole: all but
+// tableDevices, tableTimeline, tableAudit and tableMeta (of which it
+// watches two keys). A new table is in this list unless it only records
+// devices' own state (TestWatchJudgementCoversTheSchema).
+var judgementTables = []string{tableIntents, tableHistory, tableTokens, tableRevoked, tableRollouts,
+	tableReleases, tableRolloutEvents, tableRolloutOutcomes, tableClasses, tableWindows}
+
+// WatchJudgement adds to ws channels that fire when anything a device's
+// status is judged by may change, other than the device's own record:
+// every table but the devices' records and what only records them (their
+// timelines and the audit log), the cluster revision and the feature
+// level, and a restore. Conservative: some changes it reports change no
+// judgement (an enrollment token issued, say).
+func (r *Read) WatchJudgement(ws memdb.WatchSet) error {
+	for _, table := range judgementTables {
+		it, err := r.txn.Get(table, "id")
+		if err != nil {
+			return fmt.Errorf("watch %s: %w", table, err)
+		}
+		r.watch(ws, it.WatchCh())
+	}
+	r.watchMeta(ws, metaRevision)
+	r.watchMeta(ws, metaActiveLevel)
+	return nil
+}
+
 func (r *Read) watchMeta(ws memdb.WatchSet, key string) uint64 {
 	ch, raw, err := r.txn.FirstWatch(tableMeta, "id", key)
 	if err != nil {

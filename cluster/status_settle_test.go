@@ -1,0 +1,166 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meteor-edge/meteor/fsm"
+	"github.com/meteor-edge/meteor/fsm/intent"
+	"github.com/meteor-edge/meteor/scheduler"
+	"github.com/meteor-edge/meteor/wire"
+)
+
+// mutableOwners is an ownerView whose alive servers a test changes.
+type mutableOwners struct {
+	mu sync.Mutex
+	c  []ownerCandidate
+}
+
+func (m *mutableOwners) ownerCandidates() []ownerCandidate {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.c
+}
+
+func (m *mutableOwners) set(c ...ownerCandidate) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.c = c
+}
+
+// convergedFleet registers n devices ("dev-00000"...) in sessions on
+// server, all in region eu, and has o ingest from each a report of
+// everything its desired state holds, applied and confirmed. The owner's
+// configuration must trust reported labels.
+func convergedFleet(tb testing.TB, p *localProposer, o *statusOwner, n int, server string) []string {
+	tb.Helper()
+	rev := p.state.Read().Revision()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("dev-%05d", i)
+		// Each new device takes a revision; acknowledge past all of them.
+		p.mustApply(tb, fsm.DeviceSessionType, &fsm.DeviceSessionRequest{
+			ID: ids[i], Labels: euLabels, SessionID: "s", Server: server, Conn: "c", Connected: true,
+			AckedRevision: rev + uint64(n), Time: time.Now().UnixNano(),
+		})
+	}
+	read := p.state.Read()
+	for _, id := range ids {
+		desired, err := o.planner.Desired(read, id, euLabels)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		rep := &wire.Report{Seq: 1, Full: true, Status: "converged"}
+		for _, r := range desired.Resources {
+			rep.Resources = append(rep.Resources, wire.ResourceReport{Key: r.Key, AppliedDigest: r.Digest, AppliedRevision: r.Revision, Effective: wire.EffectiveOK})
+		}
+		if err := o.ingest(context.Background(), id, euLabels, rep); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return ids
+}
+
+// TestStatusOwnerPassesOverSettledDevices: an evaluation classifies only
+// the devices whose judgement may have changed: those whose records
+// changed, all of them when a class, an intent or the alive servers
+// change or the sweep is due, and those time alone moves (disconnected
+// but not yet unreachable). A settled device costs no classification.
+func TestStatusOwnerPassesOverSettledDevices(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newLocalProposer(t)
+		p.mustApply(t, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: simpleIntent("motd", "v1"), Time: time.Now().UnixNano()})
+		cfg := DefaultConfig()
+		cfg.NodeID = "s1"
+		cfg.TrustReportedLabels = true
+		cfg.StatusEvalInterval = time.Hour // evaluated by the test
+		owners := &mutableOwners{}
+		owners.set(ownerCandidate{ID: "s1", Region: "eu"}, ownerCandidate{ID: "s2", Region: "eu"})
+		// Only s1 owns: s2 is alive but not a candidate for ownership here.
+		o := newStatusOwner(&cfg, hclog.NewNullLogger(), SystemClock{}, p.state, p, owners, scheduler.NewPlanner())
+		stop := runComponent(t, o.Run)
+		defer stop()
+		ids := convergedFleet(t, p, o, 6, "s2")
+		mine := 0
+		for _, id := range ids {
+			if ownerOf(id, "eu", owners.ownerCandidates()) == "s1" {
+				mine++
+			}
+		}
+		if mine == 0 {
+			t.Fatal("s1 owns none of the devices: pick other IDs")
+		}
+
+		evaluate := func(what string, wantJudged int) {
+			t.Helper()
+			j, ps := o.judged.Load(), o.passed.Load()
+			if err := o.evaluate(time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second) // what it queued commits
+			if got := int(o.judged.Load() - j); got != wantJudged {
+				t.Fatalf("%s: %d devices classified, %d passed over; want %d classified", what, got, int(o.passed.Load()-ps), wantJudged)
+			}
+		}
+		evaluate("first evaluation", mine)
+		evaluate("nothing changed", 0)
+
+		// One device's record changes: that device alone.
+		var one string
+		for _, id := range ids {
+			if ownerOf(id, "eu", owners.ownerCandidates()) == "s1" {
+				one = id
+				break
+			}
+		}
+		rec, _ := p.state.Read().Device(nil, one)
+		p.mustApply(t, fsm.DeviceSessionType, &fsm.DeviceSessionRequest{
+			ID: one, SessionID: "s", Server: "s2", Conn: "c", Connected: true, AckedRevision: rec.AckedRevision, Time: time.Now().UnixNano(),
+		})
+		evaluate("one record changed", 1)
+
+		// A class changes what every device is judged by.
+		def := intent.BuiltinClasses()[scheduler.DefaultClass]
+		def.UnreachableAfter = time.Minute
+		p.mustApply(t, fsm.PutClassType, &fsm.PutClassRequest{Class: &def, Time: time.Now().UnixNano()})
+		evaluate("a class written", mine)
+		evaluate("nothing changed since the class", 0)
+
+		// The sweep comes round however quiet the fleet.
+		for range sweepEvery - 2 {
+			evaluate("between sweeps", 0)
+		}
+		evaluate("the sweep", mine)
+
+		// The session server dies without recording the disconnects: the
+		// owner judges every device again, counts them disconnected, and
+		// judges them at every evaluation until they are unreachable.
+		owners.set(ownerCandidate{ID: "s1", Region: "eu"})
+		if n := len(ids); n != mine {
+			// Devices s2 owned move to s1 with the candidates.
+			mine = 0
+			for _, id := range ids {
+				if ownerOf(id, "eu", owners.ownerCandidates()) == "s1" {
+					mine++
+				}
+			}
+		}
+		evaluate("the session server gone", mine)
+		evaluate("silent, not yet unreachable", mine)
+		time.Sleep(def.UnreachableAfter)
+		evaluate("silent past the class's threshold", mine)
+		for _, id := range ids {
+			if rec, err := p.state.Read().Device(nil, id); err != nil || rec.Status != scheduler.StatusUnreachable {
+				t.Fatalf("%s: %v %+v, want unreachable", id, err, rec)
+			}
+		}
+		evaluate("unreachable", mine) // the commits changed their records
+		evaluate("unreachable, nothing changed", 0)
+	})
+}
