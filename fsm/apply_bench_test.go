@@ -36,3 +36,46 @@ func BenchmarkApplyPutIntent(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkApplyStatusBatch applies status batches of 512 transitions of
+// reports of 5 resources each, as owners commit them during a change.
+func BenchmarkApplyStatusBatch(b *testing.B) {
+	const devices, batch = 4096, 512
+	f := newTestFSM(b, 0)
+	idx := uint64(0)
+	for i := range devices {
+		idx++
+		cmd := mustEncode(b, DeviceSessionType, &DeviceSessionRequest{ID: fmt.Sprintf("dev-%05d", i), Labels: map[string]string{"region": "eu"}, SessionID: "s", Server: "s1", Connected: true, Time: 1})
+		if res := f.Apply(idx, cmd); res.Err != nil {
+			b.Fatal(res.Err)
+		}
+	}
+	seq := uint64(0)
+	next := func() []byte {
+		seq++
+		req := &StatusBatchRequest{Owner: "s1", Transitions: make([]StatusTransition, batch)}
+		for i := range req.Transitions {
+			tr := StatusTransition{Device: fmt.Sprintf("dev-%05d", (int(seq)*batch+i)%devices), Seq: seq, Full: true, Time: int64(seq), Revision: 7,
+				Status: "progressing", Reason: "2 of 5 resources converged; app/cfg: applied; the probe has not confirmed it yet",
+				ResourceStates: map[string]string{"app/cfg": "progressing"}, LastSeen: int64(seq)}
+			for r := range 5 {
+				tr.Resources = append(tr.Resources, ResourceStatus{Key: fmt.Sprintf("app/r%d", r), AppliedDigest: strings.Repeat("ab", 32), AppliedRevision: 7, Effective: "ok", State: "converged", UpdatedAt: int64(seq)})
+			}
+			req.Transitions[i] = tr
+		}
+		return mustEncode(b, StatusBatchType, req)
+	}
+	cmds := make([][]byte, 16)
+	for i := range cmds {
+		cmds[i] = next()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		idx++
+		if res := f.Apply(idx, cmds[i%len(cmds)]); res.Err != nil {
+			b.Fatal(res.Err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/batch, "ns/transition")
+}

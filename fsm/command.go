@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	jsonv1 "github.com/go-json-experiment/json/v1"
+
 	"github.com/meteor-edge/meteor/fsm/intent"
 )
 
@@ -265,6 +268,19 @@ type StatusTransition struct {
 type StatusBatchRequest struct {
 	Owner       string             `json:"owner"`
 	Transitions []StatusTransition `json:"transitions"`
+}
+
+// decodeDeviceCommand decodes the JSON body of the commands a fleet
+// commits most (status batches, device sessions and their batches), with
+// the decoder of github.com/go-json-experiment/json in the semantics of
+// encoding/json (jsonv1.DefaultOptionsV1): about twice as fast on a status
+// batch, and decoding was half of applying one
+// (BenchmarkApplyStatusBatch). The semantics must stay those of
+// encoding/json: replicas of earlier releases decode the same entries with
+// it, and every replica must store the same state (FuzzDeviceCommandDecode
+// compares the two decoders on arbitrary bodies).
+func decodeDeviceCommand(body []byte, v any) error {
+	return jsonv2.Unmarshal(body, v, jsonv1.DefaultOptionsV1())
 }
 
 // Encode returns the Raft log payload for a command: the type byte followed
