@@ -175,7 +175,7 @@ func TestSelfAssertedLabelsSelectNothing(t *testing.T) {
 	owned := s.status.devices["kiosk-1"]
 	state, labelled := "", owned != nil && owned.rec.Labels["role"] == "pos-gateway"
 	if owned != nil {
-		state = owned.states["pos-cert-rotation/key"]
+		state = owned.stateOf("pos-cert-rotation/key")
 	}
 	s.status.mu.Unlock()
 	if !labelled || state != "converged" {

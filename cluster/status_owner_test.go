@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -218,4 +219,31 @@ func TestStatusOwnerReportWaitsForThePendingCommit(t *testing.T) {
 			t.Fatalf("committed report seq %d with resources %+v; want 3 with motd/motd at revision 1", rec.ReportSeq, rec.Resources)
 		}
 	})
+}
+
+// TestChangedResourceStates: the owner commits the resource statuses that
+// changed since it last queued, and "removed" for resources gone.
+func TestChangedResourceStates(t *testing.T) {
+	s := func(kv ...string) []queuedState {
+		var out []queuedState
+		for i := 0; i < len(kv); i += 2 {
+			out = append(out, queuedState{key: kv[i], status: kv[i+1]})
+		}
+		return out
+	}
+	for _, c := range []struct {
+		was, now []queuedState
+		want     map[string]string
+	}{
+		{nil, nil, nil},
+		{s("a", "converged"), s("a", "converged"), nil},
+		{nil, s("a", "pending", "b", "pending"), map[string]string{"a": "pending", "b": "pending"}},
+		{s("a", "pending", "b", "pending"), nil, map[string]string{"a": "removed", "b": "removed"}},
+		{s("a", "pending", "c", "failed", "d", "converged"), s("b", "pending", "c", "converged", "d", "converged", "e", "drifted"),
+			map[string]string{"a": "removed", "b": "pending", "c": "converged", "e": "drifted"}},
+	} {
+		if got := changedResourceStates(c.was, c.now); !maps.Equal(got, c.want) || (got == nil) != (c.want == nil) {
+			t.Errorf("changedResourceStates(%v, %v) = %v, want %v", c.was, c.now, got, c.want)
+		}
+	}
 }
