@@ -197,7 +197,11 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 		d.rec.Unlocks = rec.Unlocks // orders come from the API, outcomes are committed
 		d.rec.AckedRevision = max(d.rec.AckedRevision, rec.AckedRevision)
 		d.rec.LastSeen = max(d.rec.LastSeen, rec.LastSeen)
-		if rec.ReportSeq > d.rec.ReportSeq {
+		if rec.ReportSeq >= d.rec.ReportSeq {
+			// The replica holds the newest report this owner merged in,
+			// committed: take the replica's copy of what it says (the
+			// same, or newer from another owner) and let this owner's
+			// own copy go, which was as large as the record.
 			d.rec.ReportSeq, d.rec.Resources, d.rec.Traffic, d.rec.Locks, d.rec.Recovery = rec.ReportSeq, rec.Resources, rec.Traffic, rec.Locks, rec.Recovery
 		}
 		if rec.StatusOwner != "" && rec.StatusOwner != o.self && rec.StatusIndex > d.basis {

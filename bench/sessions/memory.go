@@ -79,6 +79,11 @@ type fleet struct {
 	// tlsFor returns device i's TLS configuration; nil means a fresh one
 	// without a session cache for every dial.
 	tlsFor func(i int) *tls.Config
+	// report has each device, once it holds its desired state, report it
+	// applied and wait for the report's acknowledgement, as an agent
+	// does: the server then holds the device converged, as it holds an
+	// idle fleet.
+	report bool
 }
 
 // newFleet opens sockets client UDP sockets (quic.Transports) for n
@@ -138,6 +143,7 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 	if err != nil {
 		return nil, err
 	}
+	fl.report = true
 	defer fl.close()
 	for i, id := range ids {
 		fl.devs = append(fl.devs, wiredev.NewDevice(id, certs[i], fleetLabels))
@@ -304,8 +310,9 @@ func (fl *fleet) connectAll(ctx context.Context, cfg *config, addr net.Addr, poo
 }
 
 // open gives device i a session: Hello with its (empty) inventory,
-// Welcome, Pull, the whole desired state, Ack; the connection then stays
-// idle (keep-alives only).
+// Welcome, Pull, the whole desired state, Ack, and with fleet.report a
+// full report acknowledged; the connection then stays idle (keep-alives
+// only).
 func (fl *fleet) open(ctx context.Context, cfg *config, addr net.Addr, pool *x509.CertPool, i int) (time.Duration, error) {
 	d := fl.devs[i]
 	tr := fl.socks.Transport(i)
@@ -328,6 +335,17 @@ func (fl *fleet) open(ctx context.Context, cfg *config, addr net.Addr, pool *x50
 	if n := accountDelta(o.delta).Upserts; n != cfg.resources {
 		conn.CloseWithError(wire.CloseNormal, "")
 		return 0, fmt.Errorf("first Delta has %d upserts, want %d", n, cfg.resources)
+	}
+	if fl.report {
+		rep := d.Report()
+		if err := o.s.send(rep); err != nil {
+			conn.CloseWithError(wire.CloseNormal, "")
+			return 0, err
+		}
+		if err := o.s.waitReportAck(rep.Seq); err != nil {
+			conn.CloseWithError(wire.CloseNormal, "")
+			return 0, err
+		}
 	}
 	fl.conns[i], fl.sess[i] = o.s.conn, o.s
 	return o.deltaAt, nil

@@ -116,7 +116,7 @@ func memorySummary(m *memoryResult) []benchkit.Row {
 		Goal:   fmt.Sprintf("<= %d KiB", memoryGoalKiB), Met: benchkit.MetGoal(l.RSSKiB <= memoryGoalKiB && l.Failed == 0),
 		Elections: new(l.Elections)}
 	var note []string
-	note = append(note, "`meteor server --dev` in its own process; each session: own certificate, Hello, Welcome, Pull, the first Delta, Ack, then idle; (VmRSS with the sessions - VmRSS before) / sessions, read once the Raft log had been quiet; the server also holds each device's replicated record; the live heap is the last GC cycle's (GODEBUG=gctrace=1)")
+	note = append(note, "`meteor server --dev` in its own process; each session: own certificate, Hello, Welcome, Pull, the first Delta, Ack, a full report acknowledged (the server holds the device converged), then idle; (VmRSS with the sessions - VmRSS before) / sessions, read once the Raft log had been quiet; the server also holds each device's replicated record; the live heap is the last GC cycle's (GODEBUG=gctrace=1)")
 	if len(m.Levels) > 1 {
 		f := m.Levels[0]
 		note = append(note, fmt.Sprintf("at %s sessions %.1f KiB; marginal between the two levels %.1f KiB", benchkit.Thousands(f.Agents), f.RSSKiB, l.MarginalRSSKiB))
@@ -223,7 +223,7 @@ func markdown(rep *report) string {
 	}
 	if mr := rep.Memory; mr != nil {
 		fmt.Fprintf(&b, "## Server memory per idle agent\n\n")
-		fmt.Fprintf(&b, "`meteor server --dev` in its own process (GODEBUG=gctrace=1 for the live heap). Each device has its own certificate (%d issued in %.1f s) and opens one session (Hello with its empty inventory, Welcome, Pull, a %d-resource Delta, Ack), then stays idle with keep-alives. %d client UDP sockets, %d dials in flight. Memory is read once the Raft log has stopped growing and %.0f s more have passed.\n\n",
+		fmt.Fprintf(&b, "`meteor server --dev` in its own process (GODEBUG=gctrace=1 for the live heap). Each device has its own certificate (%d issued in %.1f s) and opens one session (Hello with its empty inventory, Welcome, Pull, a %d-resource Delta, Ack, a full report of it applied, acknowledged once committed), then stays idle with keep-alives: the server holds every device converged. %d client UDP sockets, %d dials in flight. Memory is read once the Raft log has stopped growing and %.0f s more have passed.\n\n",
 			slices.Max(p.Agents), mr.CertSec, p.Resources, mr.Sockets, mr.Concurrency, p.SettleSec)
 		fmt.Fprintf(&b, "| agents | connects/s | connect p50 / p99 ms | server CPU ms/connect | Raft entries/connect | VmRSS MiB | RssAnon MiB | Go heap live MiB (GC age s) | stacks MiB | threads | KiB/agent RSS | KiB/agent anon | KiB/agent heap | marginal KiB/agent RSS |\n")
 		fmt.Fprintf(&b, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
