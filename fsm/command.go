@@ -270,16 +270,16 @@ type StatusBatchRequest struct {
 	Transitions []StatusTransition `json:"transitions"`
 }
 
-// decodeDeviceCommand decodes the JSON body of the commands a fleet
-// commits most (status batches, device sessions and their batches), with
-// the decoder of github.com/go-json-experiment/json in the semantics of
-// encoding/json (jsonv1.DefaultOptionsV1): about twice as fast on a status
-// batch, and decoding was half of applying one
+// decodeCommand decodes the JSON body of the commands replicas apply
+// most (status batches, device sessions and their batches, intents),
+// with the decoder of github.com/go-json-experiment/json in the semantics
+// of encoding/json (jsonv1.DefaultOptionsV1): about twice as fast on a
+// status batch, and decoding was half of applying one
 // (BenchmarkApplyStatusBatch). The semantics must stay those of
 // encoding/json: replicas of earlier releases decode the same entries with
-// it, and every replica must store the same state (FuzzDeviceCommandDecode
+// it, and every replica must store the same state (FuzzCommandDecode
 // compares the two decoders on arbitrary bodies).
-func decodeDeviceCommand(body []byte, v any) error {
+func decodeCommand(body []byte, v any) error {
 	return jsonv2.Unmarshal(body, v, jsonv1.DefaultOptionsV1())
 }
 

@@ -23,7 +23,7 @@ func (f *FSM) device(txn *memdb.Txn, id string) (*DeviceRecord, error) {
 
 func (f *FSM) applyDeviceSession(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
 	var req DeviceSessionRequest
-	if err := decodeDeviceCommand(body, &req); err != nil {
+	if err := decodeCommand(body, &req); err != nil {
 		return ApplyResult{}, fmt.Errorf("decode: %w", err)
 	}
 	return f.applySession(txn, index, &req)
@@ -31,7 +31,7 @@ func (f *FSM) applyDeviceSession(txn *memdb.Txn, index uint64, body []byte) (App
 
 func (f *FSM) applyDeviceSessionBatch(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
 	var req DeviceSessionBatchRequest
-	if err := decodeDeviceCommand(body, &req); err != nil {
+	if err := decodeCommand(body, &req); err != nil {
 		return ApplyResult{}, fmt.Errorf("decode: %w", err)
 	}
 	for i := range req.Sessions {
@@ -172,7 +172,7 @@ func MergeResources(cur, update []ResourceStatus, full bool) []ResourceStatus {
 // entries per device.
 func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
 	var req StatusBatchRequest
-	if err := decodeDeviceCommand(body, &req); err != nil {
+	if err := decodeCommand(body, &req); err != nil {
 		return ApplyResult{}, fmt.Errorf("decode: %w", err)
 	}
 	edge := activeLevel(txn) >= LevelEdge

@@ -148,14 +148,14 @@ type putIntentWire struct {
 
 func (f *FSM) applyPutIntent(txn *memdb.Txn, index uint64, body []byte) (ApplyResult, error) {
 	var w putIntentWire
-	if err := json.Unmarshal(body, &w); err != nil {
+	if err := decodeCommand(body, &w); err != nil {
 		return ApplyResult{}, fmt.Errorf("decode: %w", err)
 	}
 	if len(w.Intent) == 0 || string(w.Intent) == "null" {
 		return rejected(txn, fmt.Errorf("put intent: no intent in request"))
 	}
 	req := PutIntentRequest{IfMatch: w.IfMatch, Time: w.Time, Actor: w.Actor}
-	if err := json.Unmarshal(w.Intent, &req.Intent); err != nil {
+	if err := decodeCommand(w.Intent, &req.Intent); err != nil {
 		return ApplyResult{}, fmt.Errorf("decode intent: %w", err)
 	}
 	// The log entry may be kept in Raft's cache: keep a copy.
