@@ -58,7 +58,7 @@ func forwardBatched(t fsm.MessageType) bool {
 // its command's outcome is unknown, as with a single request.
 type applyBatcher struct {
 	p            *peerClient
-	ctx          context.Context // the server's: ends the requests in flight on shutdown
+	ctx          context.Context // the server's: its values only (batches in flight outlive its end)
 	applyTimeout time.Duration
 	wg           sync.WaitGroup // the goroutines sending batches
 
@@ -190,8 +190,12 @@ func (b *applyBatcher) send(addr string, batch []*forwardCall) {
 		return
 	}
 	// The leader answers once the last command is committed or timed out;
-	// the answer itself gets a little more.
-	ctx, cancel := context.WithTimeout(b.ctx, longest+2*time.Second)
+	// the answer itself gets a little more. A batch in flight outlives
+	// this server's shutdown, as a single forwarded request outlives it
+	// with its caller's context: cut off, its commands' outcomes would be
+	// unknown to clients whose writes the leader goes on to commit
+	// (TestRollingUpgradeAcrossAWireMinor). Shutdown waits for it (wait).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), longest+2*time.Second)
 	defer cancel()
 	b.batches.Add(1)
 	b.commands.Add(uint64(len(cmds)))
@@ -230,7 +234,7 @@ func (c *forwardCall) finish(o batchOutcome) {
 }
 
 // wait refuses what is forwarded from now on and waits for the batches
-// in flight, which end with the server's context.
+// in flight, each within its commands' deadlines.
 func (b *applyBatcher) wait() {
 	b.mu.Lock()
 	b.closed = true
