@@ -12,6 +12,12 @@ TEST_TIMEOUT ?= 14m
 # third of them: 8 min 43 s; with 4, 7 min 31 s), and every test holds on
 # a loaded host.
 TEST_P ?= 4
+# The cluster package's tests take most of make test's time: about 6.5
+# minutes one after another with -race, mostly waiting on timers and
+# networks. It runs as TEST_SHARDS test processes at once, beside the
+# other packages, each given every TEST_SHARDS-th of its tests by name.
+TEST_SHARDS ?= 2
+SHARDED_PKG := ./cluster
 FUZZTIME  ?= 10s
 # A short minimisation keeps a short run fuzzing: with go's default (60s)
 # one new input can take a whole FUZZTIME to minimise (FuzzParse).
@@ -64,14 +70,24 @@ test: ## Run all tests with the race detector (and the agent's and wire's again 
 	@# Race builds of the agent send no 0-RTT data, and the wire 0-RTT
 	@# test skips under -race (quic-go#4303, see agent/race.go); their
 	@# tests run again without -race so the 0-RTT paths are tested too,
-	@# beside the race run (whose length is the cluster package's, which
-	@# mostly waits on timers), and print when it ends.
-	@out=$$(mktemp); \
-	$(GO) test -count=1 ./agent ./wire >$$out 2>&1 & norace=$$!; \
-	$(GO) test -race -shuffle=on -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(PKGS); race=$$?; \
+	@# beside the race run, and print when it ends. The cluster package
+	@# runs as TEST_SHARDS processes beside the other packages (above).
+	@dir=$$(mktemp -d); trap 'rm -rf "$$dir"' EXIT; \
+	$(GO) test -count=1 ./agent ./wire >"$$dir/norace" 2>&1 & norace=$$!; \
+	( $(GO) test -race -list . $(SHARDED_PKG) >"$$dir/list" 2>&1 || { cat "$$dir/list"; exit 1; }; \
+	  grep -E '^(Test|Fuzz|Example)' "$$dir/list" >"$$dir/names" || { echo "no tests listed in $(SHARDED_PKG)"; exit 1; }; \
+	  pids=; for i in $$(seq 1 $(TEST_SHARDS)); do \
+	    re=$$(awk -v n=$(TEST_SHARDS) -v i=$$i 'NR % n == i % n' "$$dir/names" | paste -sd'|'); \
+	    $(GO) test -race -shuffle=on -timeout $(TEST_TIMEOUT) -run "^($$re)\$$" $(SHARDED_PKG) >"$$dir/shard$$i" 2>&1 & pids="$$pids $$!"; \
+	  done; \
+	  rc=0; for p in $$pids; do wait $$p || rc=1; done; \
+	  for i in $$(seq 1 $(TEST_SHARDS)); do echo "$(SHARDED_PKG), shard $$i of $(TEST_SHARDS):"; cat "$$dir/shard$$i"; done; \
+	  exit $$rc ) & sharded=$$!; \
+	$(GO) test -race -shuffle=on -p $(TEST_P) -timeout $(TEST_TIMEOUT) $$($(GO) list $(PKGS) | grep -vx "$$($(GO) list $(SHARDED_PKG))"); race=$$?; \
+	wait $$sharded; shards=$$?; \
 	wait $$norace; rc=$$?; \
-	echo "go test -count=1 ./agent ./wire (without -race):"; cat $$out; rm -f $$out; \
-	[ $$race -eq 0 ] && [ $$rc -eq 0 ]
+	echo "go test -count=1 ./agent ./wire (without -race):"; cat "$$dir/norace"; \
+	[ $$race -eq 0 ] && [ $$shards -eq 0 ] && [ $$rc -eq 0 ]
 
 .PHONY: test-docker
 test-docker: ## The three-region Docker cluster of make cluster-up taken through a region's loss and a rolling restart under writes (deploy/compose_test.go; skips without Docker)
