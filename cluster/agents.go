@@ -154,6 +154,9 @@ func listenAgents(cfg *Config, deps agentDeps) (*agentServer, error) {
 	}
 	a.sync = newSessionSync(cfg, deps.logger, deps.clock, deps.state, deps.records, &a.stats.rerecords)
 	pc := net.PacketConn(udp)
+	if u, ok := udp.(*net.UDPConn); ok {
+		pc = agentSocket(u)
+	}
 	if cfg.AgentPacketConn != nil {
 		pc = cfg.AgentPacketConn(udp)
 	}
