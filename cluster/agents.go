@@ -153,12 +153,9 @@ func listenAgents(cfg *Config, deps agentDeps) (*agentServer, error) {
 		notifies: newNotifyWindow(cfg.NotifyWindow, cfg.NotifyPullWait),
 	}
 	a.sync = newSessionSync(cfg, deps.logger, deps.clock, deps.state, deps.records, &a.stats.rerecords)
-	pc := net.PacketConn(udp)
-	if u, ok := udp.(*net.UDPConn); ok {
-		pc = agentSocket(u)
-	}
+	pc := agentSocket(udp.(*net.UDPConn)) // what ListenPacket("udp") returns
 	if cfg.AgentPacketConn != nil {
-		pc = cfg.AgentPacketConn(udp)
+		pc = cfg.AgentPacketConn(pc)
 	}
 	a.tr = &quic.Transport{Conn: pc}
 	if len(cfg.ClusterSecret) > 0 {

@@ -157,8 +157,8 @@ type Config struct {
 	NotifyWindow   int
 	NotifyPullWait time.Duration
 
-	// AgentPacketConn, if set, wraps the agents' UDP socket (fault
-	// injection in tests).
+	// AgentPacketConn, if set, wraps the agents' UDP socket as quic-go
+	// would otherwise be given it, agentSocket (fault injection in tests).
 	AgentPacketConn func(net.PacketConn) net.PacketConn
 
 	// FSM configures the state machine. Every server must use the same

@@ -8,15 +8,15 @@ import (
 )
 
 // agentSocket returns the agents' UDP socket c as the server's QUIC
-// transport is given it (quic.Transport.Conn): quic-go reads and writes it as it does a
-// *net.UDPConn (batched reads, GSO, ECN and packet info), but each
-// datagram is written without an allocation. quic-go writes through
+// transport is given it (quic.Transport.Conn). quic-go reads and writes it
+// as it does a *net.UDPConn (batched reads, GSO, ECN and packet info), but
+// each datagram is written without an allocation: quic-go writes through
 // WriteMsgUDP, for which the standard library allocates a socket address
-// on the heap for every datagram (net.ipToSockaddr); WriteMsgUDPAddrPort
-// builds it on the stack. A server writes a datagram for every packet of
-// every session, so that allocation was 2.9 % of the servers' CPU in a
-// fan-out to 10,000 devices, the collector's work for it included
-// (docs/performance.md, "Per device").
+// on the heap for every datagram (net.ipToSockaddr), while
+// WriteMsgUDPAddrPort builds it on the stack. A server writes a datagram
+// for every packet of every session: that allocation was 2.9 % of the
+// servers' CPU in a fan-out to 10,000 devices, the collector's work for it
+// included (docs/performance.md, "Per device").
 func agentSocket(c *net.UDPConn) net.PacketConn {
 	return &udpSocket{UDPConn: c, batch: ipv4.NewPacketConn(c)}
 }

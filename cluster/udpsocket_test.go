@@ -77,11 +77,11 @@ func (c *countingSocket) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
 	return c.udpSocket.ReadBatch(ms, flags)
 }
 
-// TestSocketUnderQUIC runs a QUIC server on a Socket, bound to 127.0.0.1
-// and to the unspecified address (where quic-go also asks for each
-// datagram's destination and writes its source), and checks that a client
-// exchanges data with it and that quic-go read and wrote the socket
-// through agentagentSocket's methods, not through a fallback of its own.
+// TestAgentSocketUnderQUIC runs a QUIC server on an agentSocket, bound to
+// 127.0.0.1 and to the unspecified address (where quic-go also asks for
+// each datagram's destination and writes its source), and checks that a
+// client exchanges data with it and that quic-go read and wrote the socket
+// through agentSocket's methods, not through a fallback of its own.
 func TestAgentSocketUnderQUIC(t *testing.T) {
 	t.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true")
 	ca, err := pki.NewCA("test", time.Hour)
