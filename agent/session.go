@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -536,8 +538,67 @@ func (s *session) onNotify(m *wire.Notify) error {
 	if m.Revision <= known {
 		return nil
 	}
+	if m.Delta != nil {
+		if s.minor < wire.MinorPushDelta {
+			return protocolErrorf("Notify with a Delta in a session at protocol 1.%d", s.minor)
+		}
+		if !s.pullOut {
+			took, err := s.takePushed(m)
+			if err != nil || took {
+				return err
+			}
+		}
+	}
 	s.log.Debug("notified", "revision", m.Revision)
 	return s.pull()
+}
+
+// takePushed applies the Delta a Notify carries (protocol 1.5) if the
+// journaled desired set is the one it patches, and reports whether it
+// did. Otherwise (the set moved since the server computed the patch, or
+// was never the one this server sent) the caller pulls.
+func (s *session) takePushed(m *wire.Notify) (bool, error) {
+	sess, err := s.j.Session()
+	if err != nil {
+		return false, err
+	}
+	set, err := s.j.Desired()
+	if err != nil {
+		return false, err
+	}
+	fp, err := setFingerprint(set)
+	if err != nil {
+		return false, err
+	}
+	if fp != m.Base {
+		s.log.Debug("notified with a Delta for another desired set; pulling", "revision", m.Revision)
+		return false, nil
+	}
+	s.log.Debug("notified with the Delta", "revision", m.Revision, "upserts", len(m.Delta.Upserts), "deletes", len(m.Delta.Deletes))
+	if err := s.applyDeltaTo(m.Delta, nil, sess, set); err != nil {
+		return false, err
+	}
+	if s.pullAgain {
+		return true, s.pull()
+	}
+	return true, nil
+}
+
+// setFingerprint is the wire.SetFingerprint of a journaled desired set.
+func setFingerprint(set journal.DesiredSet) (wire.Digest, error) {
+	rs := set.Resources
+	if !slices.IsSortedFunc(rs, func(a, b journal.DesiredResource) int { return strings.Compare(a.Key, b.Key) }) {
+		rs = slices.SortedFunc(slices.Values(rs), func(a, b journal.DesiredResource) int { return strings.Compare(a.Key, b.Key) })
+	}
+	f := wire.NewSetFingerprint()
+	for _, r := range rs {
+		var d wire.Digest
+		if n, err := hex.Decode(d[:], []byte(r.Digest)); err != nil || n != len(d) {
+			return wire.Digest{}, fmt.Errorf("journaled desired resource %q has digest %q", r.Key, r.Digest)
+		}
+		f.Add(r.Key, d)
+	}
+	return f.Sum(), nil
 }
 
 // onDelta collects the frames of a Delta and, once complete, journals the
@@ -575,9 +636,6 @@ func (s *session) onDelta(m *wire.Delta) error {
 }
 
 func (s *session) applyDelta(d *wire.Delta, inv map[string]wire.AppliedResource) error {
-	if err := d.Verify(); err != nil {
-		return fmt.Errorf("%w: %v", wire.ErrProtocol, err)
-	}
 	sess, err := s.j.Session()
 	if err != nil {
 		return err
@@ -585,6 +643,15 @@ func (s *session) applyDelta(d *wire.Delta, inv map[string]wire.AppliedResource)
 	set, err := s.j.Desired()
 	if err != nil {
 		return err
+	}
+	return s.applyDeltaTo(d, inv, sess, set)
+}
+
+// applyDeltaTo applies d to the journaled session sess and desired set
+// set (applyDelta).
+func (s *session) applyDeltaTo(d *wire.Delta, inv map[string]wire.AppliedResource, sess journal.Session, set journal.DesiredSet) error {
+	if err := d.Verify(); err != nil {
+		return fmt.Errorf("%w: %v", wire.ErrProtocol, err)
 	}
 	if floor := max(sess.AckedRevision, set.Revision); d.TargetRevision < floor {
 		// Never go back (invariant 2); a server that is behind should

@@ -103,6 +103,56 @@ func (c *testCluster) setDesired(rev uint64, ups ...wire.Upsert) {
 	}
 }
 
+// pushDesired moves the desired state to rev like setDesired, but the
+// Notify to sessions of protocol 1.5 carries the Delta from the previous
+// desired state, as based on that state's fingerprint, or on another
+// fingerprint with wrongBase.
+func (c *testCluster) pushDesired(rev uint64, wrongBase bool, ups ...wire.Upsert) {
+	c.mu.Lock()
+	prev := c.desired
+	c.rev = rev
+	c.desired = map[string]wire.Upsert{}
+	for _, u := range ups {
+		c.desired[u.Key] = u
+	}
+	n := &wire.Notify{Revision: rev, Delta: &wire.Delta{TargetRevision: rev, Complete: true}}
+	f := wire.NewSetFingerprint()
+	for _, k := range slices.Sorted(maps.Keys(prev)) {
+		f.Add(k, prev[k].Digest)
+		if _, ok := c.desired[k]; !ok {
+			n.Delta.Deletes = append(n.Delta.Deletes, k)
+		}
+	}
+	n.Base = f.Sum()
+	if wrongBase {
+		n.Base[0]++
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.desired)) {
+		if u := c.desired[k]; prev[k].Digest != u.Digest {
+			n.Delta.Upserts = append(n.Delta.Upserts, u)
+		}
+	}
+	servers := slices.Clone(c.servers)
+	c.eventLocked()
+	c.mu.Unlock()
+	sendLive(servers, wire.MinorPushDelta, n)
+}
+
+// sendLive sends m to the established sessions of the servers whose
+// protocol minor is at least minor.
+func sendLive(servers []*testServer, minor uint16, m wire.Message) {
+	for _, s := range servers {
+		s.mu.Lock()
+		live := slices.Collect(maps.Keys(s.live))
+		s.mu.Unlock()
+		for _, tc := range live {
+			if tc.sess != nil && tc.minor >= minor {
+				_ = tc.write(m)
+			}
+		}
+	}
+}
+
 // setSettings makes s the settings of the device and sends them to the
 // live sessions of protocol 1.4.
 func (c *testCluster) setSettings(s *wire.Settings) {
@@ -111,16 +161,7 @@ func (c *testCluster) setSettings(s *wire.Settings) {
 	servers := slices.Clone(c.servers)
 	c.eventLocked()
 	c.mu.Unlock()
-	for _, srv := range servers {
-		srv.mu.Lock()
-		live := slices.Collect(maps.Keys(srv.live))
-		srv.mu.Unlock()
-		for _, tc := range live {
-			if tc.sess != nil && tc.minor >= wire.MinorEdge {
-				_ = tc.write(s)
-			}
-		}
-	}
+	sendLive(servers, wire.MinorEdge, s)
 }
 
 // mergeLocked applies rep to the device's resource view, as a server

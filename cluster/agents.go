@@ -100,10 +100,20 @@ type reportSink interface {
 // agentCounters count what a server sent agents, for tests and benchmarks.
 type agentCounters struct {
 	deltas, upserts, deltaBytes, notifies, reports, rerecords atomic.Uint64
+	// pushedDeltas counts the Notifies that carried their change's Delta.
+	pushedDeltas atomic.Uint64
 	// fresh and resumed count the sessions established: new ones, and
 	// those that resumed an earlier session; zeroRTT those whose
 	// connection's 0-RTT data was accepted.
 	fresh, resumed, zeroRTT atomic.Uint64
+}
+
+// countDelta counts one Delta frame sent, as a Pull's answer or in a
+// Notify.
+func (c *agentCounters) countDelta(d *wire.Delta) {
+	c.deltas.Add(1)
+	c.upserts.Add(uint64(len(d.Upserts)))
+	c.deltaBytes.Add(uint64(wire.FrameLen(d)))
 }
 
 // AgentStats is a snapshot of a server's agent counters.
@@ -115,10 +125,12 @@ type AgentStats struct {
 	Connected                         int
 	Sessions, Fresh, Resumed, ZeroRTT uint64
 	// Deltas, Upserts and DeltaBytes count Delta frames, resources and
-	// encoded Delta bytes sent; Notifies the pushes; Reports the reports
-	// applied; Rerecords the sessions recorded again because the replica
-	// no longer showed them as connected here (sessionSync).
-	Deltas, Upserts, DeltaBytes, Notifies, Reports, Rerecords uint64
+	// encoded Delta bytes sent (in Delta frames and Notifies); Notifies
+	// the pushes, PushedDeltas those of them that carried their Delta;
+	// Reports the reports applied; Rerecords the sessions recorded again
+	// because the replica no longer showed them as connected here
+	// (sessionSync).
+	Deltas, Upserts, DeltaBytes, Notifies, PushedDeltas, Reports, Rerecords uint64
 	// RecordEntries and RecordEvents count the Raft entries this server
 	// committed for session events (connects, acknowledged revisions,
 	// disconnects) and the events in them.
@@ -134,7 +146,7 @@ func (s *Server) AgentStats() AgentStats {
 	st := AgentStats{
 		Connected: a.count(), Fresh: a.stats.fresh.Load(), Resumed: a.stats.resumed.Load(), ZeroRTT: a.stats.zeroRTT.Load(),
 		Deltas: a.stats.deltas.Load(), Upserts: a.stats.upserts.Load(), DeltaBytes: a.stats.deltaBytes.Load(),
-		Notifies: a.stats.notifies.Load(), Reports: a.stats.reports.Load(), Rerecords: a.stats.rerecords.Load(),
+		Notifies: a.stats.notifies.Load(), PushedDeltas: a.stats.pushedDeltas.Load(), Reports: a.stats.reports.Load(), Rerecords: a.stats.rerecords.Load(),
 		RecordEntries: s.sessionRec.entries.Load(), RecordEvents: s.sessionRec.events.Load(),
 	}
 	st.Sessions = st.Fresh + st.Resumed

@@ -255,6 +255,7 @@ type stateCollector struct {
 	raftApplied, raftCommit, raftLast, raftTerm, raftState, raftDropped     *prometheus.Desc
 	gossipMembers                                                           *prometheus.Desc
 	sessionsConnected, sessions, early, deltaBytes, reports, notifies       *prometheus.Desc
+	pushedDeltas                                                            *prometheus.Desc
 	stateIndex, stateRevision, devices, corrections, resources, transitions *prometheus.Desc
 	resourcesIndex                                                          *prometheus.Desc
 	rolloutDevices, rolloutWave, rolloutWaves, rolloutState                 *prometheus.Desc
@@ -289,6 +290,7 @@ func newStateCollector(s *Server) *stateCollector {
 		deltaBytes:        d("agent", "delta_bytes_total", "Encoded bytes of the Delta frames this server sent agents."),
 		reports:           d("agent", "reports_total", "Agent reports this server received and had recorded."),
 		notifies:          d("agent", "notifies_total", "Notify pushes this server sent agents."),
+		pushedDeltas:      d("agent", "notify_deltas_total", "Notify pushes that carried their change's Delta (protocol 1.5), which the agent takes without pulling; the rest named the revision only."),
 		stateIndex:        d("state", "index", "The Raft index of the last command in the replica the fleet gauges were read from (as /v1/status says in index)."),
 		stateRevision:     d("state", "revision", "The cluster revision of the replica the fleet gauges were read from."),
 		devices:           d("fleet", "devices", "Devices by status, as /v1/status counts them; the same on every server at the same index.", "status"),
@@ -313,7 +315,7 @@ func newStateCollector(s *Server) *stateCollector {
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.raftApplied, c.raftCommit, c.raftLast, c.raftTerm, c.raftState, c.raftDropped,
-		c.gossipMembers, c.sessionsConnected, c.sessions, c.early, c.deltaBytes, c.reports, c.notifies,
+		c.gossipMembers, c.sessionsConnected, c.sessions, c.early, c.deltaBytes, c.reports, c.notifies, c.pushedDeltas,
 		c.stateIndex, c.stateRevision, c.devices, c.corrections, c.resources, c.resourcesIndex, c.transitions,
 		c.rolloutDevices, c.rolloutWave, c.rolloutWaves, c.rolloutState, c.rolloutRevision,
 		c.forwardBatches, c.forwardCommands, c.evaluated,
@@ -394,6 +396,7 @@ func (c *stateCollector) collectAgents(ch chan<- prometheus.Metric) {
 	ch <- counter(c.deltaBytes, st.DeltaBytes)
 	ch <- counter(c.reports, st.Reports)
 	ch <- counter(c.notifies, st.Notifies)
+	ch <- counter(c.pushedDeltas, st.PushedDeltas)
 	ch <- counter(c.transitions, c.s.status.transitions.Load())
 	ch <- counter(c.evaluated, c.s.status.judged.Load(), "true")
 	ch <- counter(c.evaluated, c.s.status.passed.Load(), "false")

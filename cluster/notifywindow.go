@@ -113,18 +113,36 @@ func (a *agentServer) notifyWorker(ctx context.Context) {
 	}
 }
 
-// pushNotify writes the Notify sess is due and waits, up to the window's
-// pull wait, for the device to pull it. If the session became due a
-// newer revision meanwhile, it goes back in the queue.
+// pushNotify writes the Notify sess is due, with the change's Delta when
+// the agent can take it (pushedDelta), and waits, up to the window's pull
+// wait, for the device to pull the revision or acknowledge it. If the
+// session became due a newer revision meanwhile, it goes back in the
+// queue.
 func (sess *agentSession) pushNotify(ctx context.Context) {
+	sess.wmu.Lock()
 	sess.mu.Lock()
-	rev := sess.notifyRev
+	rev, due, sent := sess.notifyRev, sess.due, sess.sent
 	sess.mu.Unlock()
-	err := sess.write(&wire.Notify{Revision: rev})
+	n := &wire.Notify{Revision: rev}
+	n.Delta, n.Base = sess.pushedDelta(rev, due, sent)
+	err := sess.writeLocked(n)
+	if err == nil && n.Delta != nil {
+		// The agent holds due once it takes the Delta; if it finds it
+		// holds another state than sent, it pulls, and the Pull's answer
+		// sets sent again.
+		sess.mu.Lock()
+		sess.sent = due
+		sess.mu.Unlock()
+	}
+	sess.wmu.Unlock()
 	if err != nil {
 		sess.logger.Debug("notify", "error", err)
 	} else {
 		sess.a.stats.notifies.Add(1)
+		if n.Delta != nil {
+			sess.a.stats.pushedDeltas.Add(1)
+			sess.a.stats.countDelta(n.Delta)
+		}
 		sess.awaitPull(ctx, rev)
 	}
 	sess.mu.Lock()
@@ -137,11 +155,12 @@ func (sess *agentSession) pushNotify(ctx context.Context) {
 	}
 }
 
-// awaitPull waits until the device pulled revision rev or later, its
-// connection ended, ctx ended or the window's pull wait passed.
+// awaitPull waits until the device pulled revision rev or later or
+// acknowledged it (a Notify's Delta), its connection ended, ctx ended or
+// the window's pull wait passed.
 func (sess *agentSession) awaitPull(ctx context.Context, rev uint64) {
 	sess.mu.Lock()
-	if sess.pulled >= rev {
+	if sess.pulled >= rev || sess.acked >= rev {
 		sess.mu.Unlock()
 		return
 	}

@@ -65,8 +65,14 @@ type agentSession struct {
 	registeredAt time.Time   // when it registered (local monotonic clock)
 	notifying    bool        // a Notify is queued or being written (notify)
 	notifyRev    uint64      // the revision the next Notify names
+	// due is the desired state of the revision the next Notify names, and
+	// sent the desired state the last Delta written on this connection
+	// (a Pull's answer or a Notify's) took the agent to, or the state of
+	// its Welcome. A Notify carries the patch from sent to due (1.5); sent
+	// is updated under wmu, in the order the Deltas go on the stream.
+	due, sent *scheduler.DesiredState
 	// pulled is the revision of the last Delta served (handlePull);
-	// pulledCh, if set, is closed when it moves (awaitPull).
+	// pulledCh, if set, is closed when it or acked moves (awaitPull).
 	pulled   uint64
 	pulledCh chan struct{}
 	// recordedOnce is set once sessionSync committed this connection as
@@ -427,16 +433,47 @@ func (sess *agentSession) handlePull(ctx context.Context, p *wire.Pull) error {
 	if err != nil {
 		return closeWith(wire.CloseInternalError, "split delta: %v", err)
 	}
+	sess.wmu.Lock()
 	for _, f := range frames {
-		if err := sess.write(f); err != nil {
+		if err := sess.writeLocked(f); err != nil {
+			sess.wmu.Unlock()
 			return err
 		}
-		sess.a.stats.deltas.Add(1)
-		sess.a.stats.upserts.Add(uint64(len(f.Upserts)))
-		sess.a.stats.deltaBytes.Add(uint64(wire.FrameLen(f)))
+		sess.a.stats.countDelta(f)
 	}
+	sess.mu.Lock()
+	sess.sent = desired
+	sess.mu.Unlock()
+	sess.wmu.Unlock()
 	sess.markPulled(delta.Revision)
 	return nil
+}
+
+// pushDeltaMax bounds the Delta a Notify carries (1.5): a larger change
+// is named by revision only and the agent pulls it, as from 1.4 agents.
+const pushDeltaMax = 16 << 10
+
+// pushedDelta returns the Delta a Notify of due may carry to an agent
+// that holds sent, and sent's fingerprint, or nil if the session cannot
+// take one: a minor before 1.5, no state known to be held, a Notify of
+// another revision, or a change larger than pushDeltaMax.
+func (sess *agentSession) pushedDelta(rev uint64, due, sent *scheduler.DesiredState) (*wire.Delta, wire.Digest) {
+	if sess.minor < wire.MinorPushDelta || due == nil || sent == nil || due.Revision != rev || sent.Revision > rev {
+		return nil, wire.Digest{}
+	}
+	patch := scheduler.PatchDelta(sent, due)
+	d := &wire.Delta{BaseRevision: sent.Revision, TargetRevision: due.Revision, Complete: true, Deletes: patch.Deletes}
+	n := d.Len()
+	for _, u := range patch.Upserts {
+		d.Upserts = append(d.Upserts, wire.Upsert{Key: u.Key, Digest: u.Digest, Revision: u.Revision, Body: u.Body})
+		if n += len(u.Body); n > pushDeltaMax {
+			return nil, wire.Digest{}
+		}
+	}
+	if d.Len() > pushDeltaMax {
+		return nil, wire.Digest{}
+	}
+	return d, sent.Fingerprint()
 }
 
 func (sess *agentSession) handleAck(ctx context.Context, m *wire.Ack) error {
@@ -444,6 +481,11 @@ func (sess *agentSession) handleAck(ctx context.Context, m *wire.Ack) error {
 	advanced := m.Revision > sess.acked
 	sess.acked = max(sess.acked, m.Revision)
 	acked := sess.acked
+	if advanced && sess.pulledCh != nil {
+		// A push waiting for this agent (awaitPull) has its answer.
+		close(sess.pulledCh)
+		sess.pulledCh = nil
+	}
 	sess.mu.Unlock()
 	if !advanced {
 		return nil
@@ -651,6 +693,9 @@ func (sess *agentSession) register(welcome *fsm.Read) {
 	sess.mu.Lock()
 	if base != nil && sess.fp == (wire.Digest{}) {
 		sess.notified, sess.fp = base.Revision, base.Fingerprint()
+		// What an agent that is up to date holds; a Notify's Delta
+		// patches it only if the agent finds it holds exactly that.
+		sess.sent = base
 	}
 	sess.registered, sess.registeredAt = true, sess.a.clock.Mono()
 	sess.mu.Unlock()
@@ -705,7 +750,7 @@ func (sess *agentSession) maybeNotify(read *fsm.Read, byLabels map[string]*sched
 	}
 	changed := fp != sess.fp
 	if changed {
-		sess.fp = fp
+		sess.fp, sess.due = fp, desired
 	}
 	sess.notified = max(sess.notified, desired.Revision)
 	sess.mu.Unlock()

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"crypto/sha256"
 	"slices"
 	"strings"
 	"sync"
@@ -42,14 +41,11 @@ type DesiredState struct {
 // Fingerprint summarises the state's keys and digests, to tell cheaply
 // whether a device's desired state changed between two revisions.
 func (d *DesiredState) Fingerprint() wire.Digest {
-	h := sha256.New()
+	f := wire.NewSetFingerprint()
 	for _, r := range d.Resources {
-		h.Write([]byte(r.Key))
-		h.Write(r.Digest[:])
+		f.Add(r.Key, r.Digest)
 	}
-	var out wire.Digest
-	h.Sum(out[:0])
-	return out
+	return f.Sum()
 }
 
 // Planner computes desired states. It caches encoded resources per intent
@@ -187,6 +183,31 @@ type Delta struct {
 	Revision uint64
 	Upserts  []*Resource
 	Deletes  []string
+}
+
+// PatchDelta is the Delta that takes a device holding exactly the desired
+// state from to the desired state to: the resources of to that from lacks
+// or holds with another digest, and the keys of from that to lacks.
+func PatchDelta(from, to *DesiredState) Delta {
+	out := Delta{Revision: to.Revision}
+	i, j := 0, 0
+	for i < len(from.Resources) || j < len(to.Resources) {
+		switch {
+		case j == len(to.Resources) || i < len(from.Resources) && from.Resources[i].Key < to.Resources[j].Key:
+			out.Deletes = append(out.Deletes, from.Resources[i].Key)
+			i++
+		case i == len(from.Resources) || to.Resources[j].Key < from.Resources[i].Key:
+			out.Upserts = append(out.Upserts, to.Resources[j])
+			j++
+		default:
+			if from.Resources[i].Digest != to.Resources[j].Digest {
+				out.Upserts = append(out.Upserts, to.Resources[j])
+			}
+			i++
+			j++
+		}
+	}
+	return out
 }
 
 // ComputeDelta compares a desired state with what the device holds.

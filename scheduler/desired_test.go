@@ -2,6 +2,9 @@ package scheduler
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -134,4 +137,64 @@ func TestCompareThreeStates(t *testing.T) {
 	if v := Compare(d, rec); v.Resources[len(v.Resources)-1].State != StatePending {
 		t.Fatalf("unacknowledged resource: %+v", v.Resources[len(v.Resources)-1])
 	}
+}
+
+// TestPatchDeltaIsComputeDeltaOnTheSet: the patch from one desired state
+// to another is the Delta against a device that applied exactly the first,
+// on random pairs of sets (shared keys with equal and different digests,
+// keys on one side only, empty sets).
+func TestPatchDeltaIsComputeDeltaOnTheSet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	set := func(rev uint64) *DesiredState {
+		d := &DesiredState{Revision: rev}
+		for k := range 12 {
+			if rng.IntN(3) == 0 {
+				continue
+			}
+			body := fmt.Appendf(nil, "v%d", rng.IntN(2))
+			d.Resources = append(d.Resources, &Resource{Key: fmt.Sprintf("i/r%02d", k), Body: body, Digest: wire.DigestOf(body)})
+		}
+		return d
+	}
+	for range 500 {
+		from, to := set(1), set(2)
+		var applied []Applied
+		for _, r := range from.Resources {
+			applied = append(applied, Applied{Key: r.Key, Digest: r.Digest})
+		}
+		want, got := ComputeDelta(to, applied), PatchDelta(from, to)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("PatchDelta(%v, %v) (-ComputeDelta +PatchDelta):\n%s", setKeys(from), setKeys(to), diff)
+		}
+		if fp := (&DesiredState{Resources: patched(from, got)}).Fingerprint(); fp != to.Fingerprint() {
+			t.Fatalf("patching %v gives another set than %v", setKeys(from), setKeys(to))
+		}
+	}
+}
+
+func setKeys(d *DesiredState) []string {
+	var out []string
+	for _, r := range d.Resources {
+		out = append(out, r.Key+"@"+string(r.Body))
+	}
+	return out
+}
+
+// patched applies d to from, as an agent applies a Delta to its set.
+func patched(from *DesiredState, d Delta) []*Resource {
+	m := map[string]*Resource{}
+	for _, r := range from.Resources {
+		m[r.Key] = r
+	}
+	for _, k := range d.Deletes {
+		delete(m, k)
+	}
+	for _, r := range d.Upserts {
+		m[r.Key] = r
+	}
+	var out []*Resource
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, m[k])
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package wire
 import (
 	"crypto/sha256"
 	"fmt"
+	"hash"
 )
 
 // DigestOf returns the digest of a resource body (the canonical encoding
@@ -12,24 +13,92 @@ func DigestOf(body []byte) Digest { return sha256.Sum256(body) }
 
 // Notify tells the agent that its desired revision is now Revision. It is
 // only a hint to pull sooner; agents also pull on their own cadence.
+//
+// From protocol 1.5 (MinorPushDelta) a Notify may carry the change itself:
+// Delta, a complete Delta to Revision that patches the desired set whose
+// fingerprint (SetFingerprint) is Base. An agent whose journaled desired
+// set has that fingerprint, and that has no Pull outstanding, takes the
+// Delta as the answer to a Pull it did not need to send; any other agent
+// treats the Notify as a hint and pulls. The fingerprint makes the patch
+// safe whatever crossed it on the stream: it applies only to the set it
+// was computed from.
 type Notify struct {
 	Revision uint64
+	// Base and Delta are set together, or neither (1.5).
+	Base  Digest
+	Delta *Delta
 }
+
+const notifyDelta = 1 << 0
 
 // Type implements Message.
 func (*Notify) Type() MessageType { return TypeNotify }
 
 // Append implements Message.
-func (m *Notify) Append(b []byte) []byte { return appendUvarint(b, m.Revision) }
+func (m *Notify) Append(b []byte) []byte {
+	b = appendUvarint(b, m.Revision)
+	if m.Delta == nil {
+		return b
+	}
+	b = append(b, notifyDelta)
+	b = append(b, m.Base[:]...)
+	return m.Delta.Append(b)
+}
 
 // Len implements Message.
-func (m *Notify) Len() int { return uvarintLen(m.Revision) }
+func (m *Notify) Len() int {
+	n := uvarintLen(m.Revision)
+	if m.Delta != nil {
+		n += 1 + len(m.Base) + m.Delta.Len()
+	}
+	return n
+}
 
 // Decode implements Message.
 func (m *Notify) Decode(payload []byte) error {
 	d := decoder{b: payload}
 	*m = Notify{Revision: d.uvarint()}
+	if d.err == nil && len(d.b) > 0 {
+		if d.flags(notifyDelta)&notifyDelta == 0 {
+			d.malformed("extended Notify without the delta flag")
+		}
+		d.fixed(m.Base[:])
+		if d.err == nil {
+			m.Delta = new(Delta)
+			if err := m.Delta.Decode(d.b); err != nil {
+				return fmt.Errorf("wire: decode Notify: %w", err)
+			}
+			d.b = nil
+			switch {
+			case !m.Delta.Complete:
+				d.malformed("Notify carries an incomplete Delta")
+			case m.Delta.TargetRevision != m.Revision:
+				d.malformed("Notify of revision %d carries a Delta to %d", m.Revision, m.Delta.TargetRevision)
+			}
+		}
+	}
 	return d.finish("Notify")
+}
+
+// SetFingerprint identifies a desired set by its resources' keys and
+// digests, in key order: the Base of a Notify's Delta. Servers and agents
+// compute it with this one definition.
+type SetFingerprint struct{ h hash.Hash }
+
+// NewSetFingerprint starts a fingerprint; Add the resources in key order.
+func NewSetFingerprint() SetFingerprint { return SetFingerprint{h: sha256.New()} }
+
+// Add adds one resource.
+func (f SetFingerprint) Add(key string, digest Digest) {
+	f.h.Write([]byte(key))
+	f.h.Write(digest[:])
+}
+
+// Sum returns the fingerprint of the resources added.
+func (f SetFingerprint) Sum() Digest {
+	var out Digest
+	f.h.Sum(out[:0])
+	return out
 }
 
 // Pull asks the server for the delta from what the agent has to the

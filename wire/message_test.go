@@ -48,6 +48,15 @@ func sampleMessages() []Message {
 		&GoAway{Code: CodeShuttingDown, Reason: "draining", RetryAfter: time.Second},
 		&Notify{},
 		&Notify{Revision: 1 << 63},
+		&Notify{Revision: 42, Base: digest("base"), Delta: &Delta{BaseRevision: 40, TargetRevision: 42, Complete: true}},
+		&Notify{
+			Revision: 42, Base: digest("base"),
+			Delta: &Delta{
+				BaseRevision: 40, TargetRevision: 42, Complete: true,
+				Upserts: []Upsert{{Key: "pos/tls-cert", Revision: 42, Digest: DigestOf(body), Body: body}},
+				Deletes: []string{"pos/old"},
+			},
+		},
 		&Pull{},
 		&Pull{KnownRevision: 40, Inventory: true},
 		&Pull{KnownRevision: 40, Inventory: true, Applied: applied},
@@ -214,11 +223,23 @@ func TestRoundTrip(t *testing.T) {
 
 // TestTruncated decodes every strict prefix of every payload and frame:
 // each must fail cleanly, frames with io.ErrUnexpectedEOF (io.EOF when
-// empty).
+// empty). The one exception is by design: a Notify that carries a Delta
+// cut right after its revision is a complete plain Notify.
 func TestTruncated(t *testing.T) {
 	for i, m := range sampleMessages() {
 		payload := m.Append(nil)
+		plain := -1
+		if n, ok := m.(*Notify); ok && n.Delta != nil {
+			plain = uvarintLen(n.Revision)
+		}
 		for n := range len(payload) {
+			if n == plain {
+				got, err := DecodeMessage(m.Type(), payload[:n])
+				if err != nil || got.(*Notify).Delta != nil {
+					t.Errorf("msg %d (%s) payload prefix %d/%d: %v, %v; want a plain Notify", i, m.Type(), n, len(payload), got, err)
+				}
+				continue
+			}
 			if _, err := DecodeMessage(m.Type(), payload[:n]); !errors.Is(err, io.ErrUnexpectedEOF) {
 				t.Errorf("msg %d (%s) payload prefix %d/%d: err = %v, want io.ErrUnexpectedEOF", i, m.Type(), n, len(payload), err)
 			}
@@ -258,6 +279,11 @@ func TestMalformed(t *testing.T) {
 		{"applied without inventory", TypePull, append([]byte{0, 0, 1, 1, 'k'}, make([]byte, 33)...)},
 		{"unsorted labels", TypeHello, swapped},
 		{"duplicate labels", TypeHello, dup},
+		{"notify tail without the delta flag", TypeNotify, append([]byte{42, 0}, make([]byte, 32+4)...)},
+		{"notify with an undefined flag", TypeNotify, append([]byte{42, 3}, (&Delta{TargetRevision: 42, Complete: true}).Append(make([]byte, 32))...)},
+		{"notify with an incomplete delta", TypeNotify, (&Notify{Revision: 42, Delta: &Delta{BaseRevision: 40, TargetRevision: 42}}).Append(nil)},
+		{"notify with a delta to another revision", TypeNotify, (&Notify{Revision: 42, Delta: &Delta{BaseRevision: 40, TargetRevision: 41, Complete: true}}).Append(nil)},
+		{"notify with a malformed delta", TypeNotify, append((&Notify{Revision: 42, Delta: &Delta{TargetRevision: 42, Complete: true}}).Append(nil), 0)},
 		{"undefined refusal code", TypeReject, []byte{9, 0, 0, 0}},
 		{"zero refusal code", TypeGoAway, []byte{0, 0, 0, 0}},
 		{"too many redirects", TypeReject, []byte{1, 0, 0, MaxRedirects + 1}},

@@ -36,9 +36,12 @@ const ReleaseVersion = "0.1.0"
 //     configures on a device), and Report flag bit 4 (edge): what holds
 //     each resource back, the device's workload locks, how its latest
 //     restart was recovered, and the outcome of lock breaks.
+//   - 1.5: Notify flag bit 0 (delta): a Notify may carry the change as a
+//     complete Delta that patches the desired set of a given fingerprint,
+//     which an agent holding that set takes without pulling.
 const (
 	ProtocolMajor uint16 = 1
-	ProtocolMinor uint16 = 4
+	ProtocolMinor uint16 = 5
 )
 
 // MinorReportStates is the first minor whose Reports may carry typed
@@ -60,6 +63,10 @@ const MinorReportTraffic uint16 = 3
 // MinorEdge is the first minor with Settings and the Report's edge flag
 // (Report.Edge).
 const MinorEdge uint16 = 4
+
+// MinorPushDelta is the first minor whose Notify may carry a Delta
+// (Notify.Delta).
+const MinorPushDelta uint16 = 5
 
 // QUIC application close codes. 0x1-0x5 equal the refusal Code of the
 // same name.

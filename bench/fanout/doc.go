@@ -11,8 +11,9 @@
 // three servers: the wire-level devices of bench/internal/wiredev, each
 // with its own device certificate from the cluster CA, a real QUIC
 // connection and TLS handshake, and the agent's protocol (Hello with its
-// inventory, Welcome, Pull, Delta, Ack, Report, ReportAck; a Notify makes
-// it pull, a report not acknowledged is sent again after 1 s doubling to
+// inventory, Welcome, Pull, Delta, Ack, Report, ReportAck; a Notify that
+// carries the change's Delta on the set the device holds is taken as is,
+// another Notify makes it pull, a report not acknowledged is sent again after 1 s doubling to
 // 60 s, a lost session is resumed). The devices share a few client UDP
 // sockets (quic.Transports), which is what lets 10,000 of them run on two
 // cores next to the servers. One intent selects every device; the change

@@ -25,6 +25,9 @@ type side interface {
 	serverCPU() (time.Duration, error)
 	// reconnects counts the devices' reconnects so far.
 	reconnects() int64
+	// deltas counts the changes the devices took so far, carried by a
+	// Notify and pulled (Meteor; zero for Mosquitto).
+	deltas() (notified, pulled int64)
 	// ports are the device-facing ports the loss rules match.
 	ports() (proto string, ports []int)
 }
@@ -109,6 +112,11 @@ type levelResult struct {
 	// (nil for Mosquitto, which has none).
 	Reconnects int64 `json:"reconnects"`
 	Elections  *int  `json:"elections,omitempty"`
+	// NotifyDeltas and PulledDeltas count the Deltas Meteor's devices took
+	// during the change: from the Notify itself (protocol 1.5), and
+	// answering a Pull.
+	NotifyDeltas int64 `json:"notify_deltas,omitempty"`
+	PulledDeltas int64 `json:"pulled_deltas,omitempty"`
 	// Packets and Dropped count the packets on the device ports that the
 	// loss rules saw and dropped (both directions).
 	Packets uint64 `json:"packets,omitempty"`
@@ -161,6 +169,7 @@ func measure(ctx context.Context, s side, system string, version, loss int, loss
 		return nil, err
 	}
 	re0 := s.reconnects()
+	nd0, pd0 := s.deltas()
 	ec, counts := s.(electionCounter)
 	var term0 uint64
 	if counts {
@@ -232,6 +241,8 @@ func measure(ctx context.Context, s side, system string, version, loss int, loss
 	}
 	res.ServerCPUs, res.DriverCPUs = (cpu1 - cpu0).Seconds(), (self1 - self0).Seconds()
 	res.Reconnects = s.reconnects() - re0
+	nd1, pd1 := s.deltas()
+	res.NotifyDeltas, res.PulledDeltas = nd1-nd0, pd1-pd0
 	if counts {
 		term1, err := ec.raftTerm(ctx)
 		if err != nil {

@@ -157,6 +157,8 @@ func (s *meteorSide) raftTerm(ctx context.Context) (uint64, error) { return s.mc
 
 func (s *meteorSide) reconnects() int64 { return s.fl.Reconnects() }
 
+func (s *meteorSide) deltas() (notified, pulled int64) { return s.fl.Deltas() }
+
 func (s *meteorSide) ports() (string, []int) { return "udp", s.mc.AgentPorts() }
 
 // intentOf returns the progress of the intent name in st, or nil.

@@ -242,6 +242,8 @@ func (f *mqttFleet) serverCPU() (time.Duration, error) { return f.broker.CPUTime
 
 func (f *mqttFleet) reconnects() int64 { return f.reconnectN.Load() }
 
+func (f *mqttFleet) deltas() (notified, pulled int64) { return 0, 0 }
+
 func (f *mqttFleet) ports() (string, []int) { return "tcp", []int{f.devPort} }
 
 // waitToken waits for a paho token, bounded by timeout and ctx.

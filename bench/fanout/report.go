@@ -352,7 +352,7 @@ func notes(rep *report) []string {
 	}
 	if hasSystem(rep.Results, sysMeteor) {
 		n = append(n, fmt.Sprintf("Meteor: 3 `meteor server` processes (--bootstrap-expect 3, one agent UDP port each); %d wire-level agents in this process (bench/internal/wiredev: own certificate, real QUIC and TLS, the agent's protocol: Notify, Pull with inventory, Delta, Ack, Report, ReportAck), spread round-robin over the servers and sharing %d client UDP sockets. "+
-			"One intent with one %d-byte file resource selects every device; the change is one PUT. A Notify makes a device pull; like the agent it also pulls at the server's pull interval, and sends a report the cluster did not acknowledge again after 1 s, doubling to 60 s. "+
+			"One intent with one %d-byte file resource selects every device; the change is one PUT. A Notify that carries the change's Delta on the set the device holds (protocol 1.5) is taken as is, any other Notify makes the device pull; like the agent it also pulls at the server's pull interval, and sends a report the cluster did not acknowledge again after 1 s, doubling to 60 s. "+
 			"Leader elections are those the cluster held during the change, won or not: the growth of the highest Raft term the servers report on GET /v1/health.", p.Devices, p.Sockets, p.BodyBytes))
 		if u := rep.UDPBuffers; u != nil {
 			n = append(n, fmt.Sprintf("UDP buffers: %s. The servers' agent sockets got %s, the devices' %s (ss -uam). Datagrams dropped by full receive buffers are counted on those sockets (/proc/net/udp) and on the host (/proc/net/snmp RcvbufErrors, which counts every process on it) during each change.", u.Setup.Note, orUnknown(u.Servers), orUnknown(u.Devices)))
@@ -377,6 +377,10 @@ func notes(rep *report) []string {
 		if v := r.Server; v != nil {
 			n = append(n, fmt.Sprintf("Meteor, %s: afterwards the cluster's own records (GET /v1/intents/%s/progress) showed %d of %d targeted devices acknowledged and %d converged at revision %d.",
 				linkName(r.LossPct), intentName, v.Acknowledged, v.Targeted, v.Converged, v.Revision))
+		}
+		if r.NotifyDeltas+r.PulledDeltas > 0 {
+			n = append(n, fmt.Sprintf("Meteor, %s: the devices took %d Deltas from the Notify itself and %d by pulling during the change.",
+				linkName(r.LossPct), r.NotifyDeltas, r.PulledDeltas))
 		}
 	}
 	if rep.LossSkipped != "" {

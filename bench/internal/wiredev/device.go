@@ -58,6 +58,16 @@ func (d *Device) Inventory() []wire.AppliedResource {
 	return out
 }
 
+// Fingerprint is the wire.SetFingerprint of the applied set, which is
+// also the device's desired set: it applies every Delta at once.
+func (d *Device) Fingerprint() wire.Digest {
+	f := wire.NewSetFingerprint()
+	for _, a := range d.Inventory() {
+		f.Add(a.Key, a.Digest)
+	}
+	return f.Sum()
+}
+
 // Hello is the agent's Hello: its session if it has one, its
 // acknowledged revision and, with inventory, its whole applied set.
 func (d *Device) Hello(inventory bool) *wire.Hello {

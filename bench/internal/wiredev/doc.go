@@ -8,7 +8,8 @@
 // Device is one device's state and the messages it sends, with no I/O:
 // bench/sessions drives it message by message to count every byte.
 // Fleet runs many devices for as long as a benchmark needs them, as the
-// agent would (a Notify makes a device pull; a complete Delta is taken,
+// agent would (a Notify that carries a Delta on the set the device holds
+// is taken as is, another makes the device pull; a complete Delta is taken,
 // acknowledged and reported; an unacknowledged report is sent again after
 // 1 s doubling to 60 s; a lost connection is dialled again with the
 // agent's jittered backoff), sharing a few UDP sockets, one quic.Transport

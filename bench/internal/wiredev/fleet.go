@@ -93,7 +93,10 @@ type Fleet struct {
 	connected    atomic.Int64 // devices with a session now
 	reconnects   atomic.Int64 // sessions lost after they opened
 	dialFailures atomic.Int64
-	lastErr      atomic.Pointer[error] // the latest failure, for logs
+	// deltas counts the complete Deltas the devices took: [0] from a
+	// Notify (protocol 1.5), [1] answering a Pull.
+	deltas  [2]atomic.Int64
+	lastErr atomic.Pointer[error] // the latest failure, for logs
 }
 
 // member is one device of a Fleet.
@@ -108,7 +111,8 @@ type member struct {
 	pullTimer   *time.Timer
 	resendTimer *time.Timer
 	resendWait  time.Duration
-	server      int // index in Config.Servers of the session's server
+	server      int              // index in Config.Servers of the session's server
+	deltas      *[2]atomic.Int64 // the fleet's (Fleet.Deltas)
 
 	first          atomic.Int64 // UnixNano of its first Welcome; 0 before
 	took, reported benchkit.TargetLog
@@ -136,7 +140,7 @@ func NewFleet(cfg Config, devs []*Device) (*Fleet, error) {
 	}
 	f := &Fleet{cfg: cfg, qc: wire.ClientQUICConfig(), dials: make(chan struct{}, cfg.Dials)}
 	for _, d := range devs {
-		f.devs = append(f.devs, &member{d: d})
+		f.devs = append(f.devs, &member{d: d, deltas: &f.deltas})
 	}
 	var err error
 	if f.socks, err = OpenSockets(cfg.Sockets); err != nil {
@@ -172,6 +176,10 @@ func (f *Fleet) Connected() int { return int(f.connected.Load()) }
 // that failed (to a Welcome).
 func (f *Fleet) Reconnects() int64   { return f.reconnects.Load() }
 func (f *Fleet) DialFailures() int64 { return f.dialFailures.Load() }
+
+// Deltas counts the complete Deltas the devices took so far: carried by a
+// Notify (protocol 1.5: no Pull needed), and pulled.
+func (f *Fleet) Deltas() (notified, pulled int64) { return f.deltas[0].Load(), f.deltas[1].Load() }
 
 // LastErr is the latest failure of any device, nil if none.
 func (f *Fleet) LastErr() error {
@@ -431,12 +439,22 @@ func (m *member) handle(l *link, msg wire.Message, cfg Config) error {
 	switch msg := msg.(type) {
 	case *wire.Notify:
 		m.notified = max(m.notified, msg.Revision)
-		if msg.Revision > d.Acked && !m.pulling {
-			if err := l.send(d.Pull(true)); err != nil {
+		if msg.Revision <= d.Acked || m.pulling {
+			return nil
+		}
+		if msg.Delta != nil && msg.Base == d.Fingerprint() {
+			// As the agent does: the Delta patches exactly what the
+			// device holds, so it needs no Pull (protocol 1.5).
+			if err := msg.Delta.Verify(); err != nil {
 				return err
 			}
-			m.pulling = true
+			m.deltas[0].Add(1)
+			return m.takeLocked(l, []*wire.Delta{msg.Delta}, cfg)
 		}
+		if err := l.send(d.Pull(true)); err != nil {
+			return err
+		}
+		m.pulling = true
 	case *wire.Delta:
 		m.parts = append(m.parts, msg)
 		if !msg.Complete {
@@ -445,26 +463,10 @@ func (m *member) handle(l *link, msg wire.Message, cfg Config) error {
 		if err := msg.Verify(); err != nil {
 			return err
 		}
-		rev := d.Take(m.parts)
+		parts := m.parts
 		m.parts, m.pulling = nil, false
-		if rev != 0 {
-			m.took.Record(rev, time.Now())
-			// Ack means journaled; the apply itself takes no time here,
-			// so the report follows at once.
-			if err := l.send(&wire.Ack{Revision: rev}); err != nil {
-				return err
-			}
-			if err := l.send(d.Report()); err != nil {
-				return err
-			}
-			m.armResendLocked(l, cfg, true)
-		}
-		if m.notified > d.Acked {
-			if err := l.send(d.Pull(true)); err != nil {
-				return err
-			}
-			m.pulling = true
-		}
+		m.deltas[1].Add(1)
+		return m.takeLocked(l, parts, cfg)
 	case *wire.ReportAck:
 		if rev := d.Acknowledged(msg.Seq); rev > 0 {
 			m.reported.Record(rev, time.Now())
@@ -482,6 +484,31 @@ func (m *member) handle(l *link, msg wire.Message, cfg Config) error {
 		return fmt.Errorf("%w: GoAway %s: %s", errEnded, msg.Code, msg.Reason)
 	default:
 		return fmt.Errorf("unexpected %s", msg.Type())
+	}
+	return nil
+}
+
+// takeLocked applies a complete Delta's frames, acknowledges and reports
+// them, and pulls again if a newer revision was notified meanwhile.
+func (m *member) takeLocked(l *link, parts []*wire.Delta, cfg Config) error {
+	d := m.d
+	if rev := d.Take(parts); rev != 0 {
+		m.took.Record(rev, time.Now())
+		// Ack means journaled; the apply itself takes no time here,
+		// so the report follows at once.
+		if err := l.send(&wire.Ack{Revision: rev}); err != nil {
+			return err
+		}
+		if err := l.send(d.Report()); err != nil {
+			return err
+		}
+		m.armResendLocked(l, cfg, true)
+	}
+	if m.notified > d.Acked {
+		if err := l.send(d.Pull(true)); err != nil {
+			return err
+		}
+		m.pulling = true
 	}
 	return nil
 }
