@@ -294,10 +294,22 @@ func dropPair(d *benchkit.UDPDrops) string {
 	return fmt.Sprintf("%d/%d", d.Servers, d.Devices)
 }
 
+// electionPair is the level's elections connecting and during the change,
+// "?" for a count that is unknown.
+func (l *scaleLevel) electionPair(sep string) string {
+	if !l.ElectionsUnknown {
+		return fmt.Sprintf("%d%s%d", l.ConnectElections, sep, l.Elections)
+	}
+	if l.ChangeRevision == 0 {
+		return "?" + sep + "-" // not read after connecting; no change written
+	}
+	return fmt.Sprintf("%d%s?", l.ConnectElections, sep)
+}
+
 func scaleLine(out io.Writer, l *scaleLevel) {
 	fmt.Fprintf(out, "%7d  %-5s  %4v  %9s  %7s  %5s  %5s  %5s  %5s  %14.2f  %20.1f  %14.1f  %27s  %27s  %s\n", l.Devices, l.Kind, l.Held,
 		secs(l.ConnectSec), secs(l.ConvergeFirstSec), secs(l.Change.P50), secs(l.Change.P90), secs(l.Change.P99), secs(l.Change.P100),
-		l.ConnectCPUms, l.TotalKiBPerDevice, l.SimKiBPerDevice, fmt.Sprintf("%d, %d", l.ConnectElections, l.Elections),
+		l.ConnectCPUms, l.TotalKiBPerDevice, l.SimKiBPerDevice, l.electionPair(", "),
 		dropPair(l.ConnectUDP)+", "+dropPair(l.ChangeUDP), l.Failure)
 }
 
@@ -310,10 +322,10 @@ func (r *report) markdown() string {
 		b.WriteString("| devices | kind | held | connected | connect s (all) | first session 50% / 99% s | converged on first intent s | change 50% s | 90% s | 99% s | 100% s | applied 99% s | servers' view converged | leader elections connecting / change | servers' CPU ms per connect | sim CPU ms per connect | server KiB/device (total) | sim RSS MiB | sim KiB/device | UDP drops connecting (servers/devices) | UDP drops change | min MemAvailable MiB | wall s | load at end | failure |\n")
 		b.WriteString("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
 		for _, l := range r.Scale {
-			fmt.Fprintf(&b, "| %d | %s | %v | %d | %s | %s / %s | %s | %s | %s | %s | %s | %s | %d/%d | %d / %d | %.2f | %.2f | %.1f | %.0f | %.1f | %s | %s | %.0f | %.0f | %s | %s |\n",
+			fmt.Fprintf(&b, "| %d | %s | %v | %d | %s | %s / %s | %s | %s | %s | %s | %s | %s | %d/%d | %s | %.2f | %.2f | %.1f | %.0f | %.1f | %s | %s | %.0f | %.0f | %s | %s |\n",
 				l.Devices, l.Kind, l.Held, l.Connected, secs(l.ConnectSec), secs(l.Connect.P50), secs(l.Connect.P99), secs(l.ConvergeFirstSec),
 				secs(l.Change.P50), secs(l.Change.P90), secs(l.Change.P99), secs(l.Change.P100), secs(l.ChangeApplied.P99),
-				l.ServerConverged, l.ServerTargeted, l.ConnectElections, l.Elections, l.ConnectCPUms, l.SimConnectCPUms, l.TotalKiBPerDevice, l.SimRSSMiB, l.SimKiBPerDevice,
+				l.ServerConverged, l.ServerTargeted, l.electionPair(" / "), l.ConnectCPUms, l.SimConnectCPUms, l.TotalKiBPerDevice, l.SimRSSMiB, l.SimKiBPerDevice,
 				dropPair(l.ConnectUDP), dropPair(l.ChangeUDP), l.MemAvailMinMiB, l.WallSec, l.LoadAvg, l.Failure)
 		}
 		b.WriteString("\nPer server (memory once connected; CPU while connecting and during the change):\n\n")

@@ -56,6 +56,11 @@ type scaleLevel struct {
 	// change until the wait for it ended.
 	ConnectElections int `json:"leader_elections_connect"`
 	Elections        int `json:"leader_elections"`
+	// ElectionsUnknown is set when no server answered the reading of the
+	// Raft term after the phase (a cluster too busy to answer GET
+	// /v1/health within its bound): the phase's count is then unknown, not
+	// 0, and the level fails with that.
+	ElectionsUnknown bool `json:"leader_elections_unknown,omitempty"`
 	// ConnectUDP and ChangeUDP count the datagrams dropped by full
 	// receive buffers while connecting and during the change.
 	ConnectUDP *benchkit.UDPDrops `json:"udp_drops_connect,omitempty"`
@@ -164,6 +169,15 @@ type errLevel struct{ msg string }
 func (e *errLevel) Error() string { return e.msg }
 
 func levelFailed(format string, args ...any) error { return &errLevel{fmt.Sprintf(format, args...)} }
+
+// termUnread notes that the Raft term could not be read after phase: the
+// level's elections are unknown, and the level fails with it rather than
+// the run (the next size is not tried; the cluster's elections over its
+// life say unknown too if it still does not answer when it stops).
+func (l *scaleLevel) termUnread(phase string, err error) error {
+	l.ElectionsUnknown = true
+	return levelFailed("leader elections during %s unknown: %v", phase, err)
+}
 
 // startScaleFleet starts the devices of a level of n on cl: light devices
 // in this process, or agents in simulator processes. base is the
@@ -283,8 +297,8 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 	lvl.ConnectUDP = &drops
 	connectElections, terr := cl.ElectionsSince(ctx, connectTerm)
 	lvl.ConnectElections = connectElections
-	if err == nil {
-		err = terr
+	if err == nil && terr != nil {
+		err = lvl.termUnread("connecting", terr)
 	}
 	if err != nil {
 		// Measure what the level reached before it stopped.
@@ -331,8 +345,10 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 	lvl.ChangeCPUSec = serversCPU() - cpu1
 	drops = udp.Drops()
 	lvl.ChangeUDP = &drops
-	if lvl.Elections, err = cl.ElectionsSince(ctx, changeTerm); err != nil {
-		return nil, err
+	lvl.Elections, err = cl.ElectionsSince(ctx, changeTerm)
+	var unread error
+	if err != nil {
+		unread = lvl.termUnread("the change", err)
 	}
 	for i, s := range cl.Servers {
 		if st, err := readProc(s.Proc); err == nil {
@@ -350,11 +366,17 @@ func runScaleLevel(ctx context.Context, cfg *config, g *benchkit.Group, bin, sel
 	if p, err := cl.Servers[0].API.IntentProgress(ctx, scaleIntent, apiStale); err == nil {
 		lvl.ServerTargeted, lvl.ServerConverged = p.Targeted, p.Converged
 	}
+	also := ""
+	if unread != nil {
+		also = "; " + unread.Error()
+	}
 	switch {
 	case lvl.Change.P99 == nil:
-		return finishLevel(lvl, levelFailed("%d of %d devices converged on the change within %s", lvl.ChangeConverged, n, cfg.changeTimeout))
+		return finishLevel(lvl, levelFailed("%d of %d devices converged on the change within %s%s", lvl.ChangeConverged, n, cfg.changeTimeout, also))
 	case *lvl.Change.P99 > cfg.changeTimeout.Seconds():
-		return finishLevel(lvl, levelFailed("99 %% converged after %.1f s, past the %s bound", *lvl.Change.P99, cfg.changeTimeout))
+		return finishLevel(lvl, levelFailed("99 %% converged after %.1f s, past the %s bound%s", *lvl.Change.P99, cfg.changeTimeout, also))
+	case unread != nil:
+		return finishLevel(lvl, unread)
 	}
 	lvl.Held = true
 	return lvl, nil
