@@ -288,11 +288,25 @@ func (cm *connManager) measure(ctx context.Context, addr string) (*quic.Conn, ti
 	if err != nil {
 		return nil, 0, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	rtt := conn.ConnectionStats().MinRTT
-	if rtt <= 0 {
-		rtt = time.Since(start) / 2 // a handshake is about two round trips
+	return conn, handshakeRTT(conn.ConnectionStats().MinRTT, time.Since(start)), nil
+}
+
+// quicInitialRTT is the RTT quic-go's statistics hold until the
+// connection's first RTT sample (its DefaultInitialRTT): MinRTT reads it,
+// not zero, when a handshake completed without a sample.
+const quicInitialRTT = 100 * time.Millisecond
+
+// handshakeRTT is the round-trip time a handshake measured: the
+// connection's minimum RTT sample, or, when it has none (on a busy host a
+// handshake can complete before one is taken), half the handshake's
+// duration, which is about two round trips. quic-go's placeholder was
+// once taken for a measurement: a server 400 ms away read as 100 ms, and
+// the agent stayed on it beside servers 60 ms away.
+func handshakeRTT(minRTT, took time.Duration) time.Duration {
+	if minRTT <= 0 || minRTT == quicInitialRTT {
+		return took / 2
 	}
-	return conn, rtt, nil
+	return minRTT
 }
 
 // race dials every candidate at once and returns the first connection to

@@ -140,3 +140,20 @@ func TestProbeSchedule(t *testing.T) {
 		t.Fatalf("degradation counted twice: %v", p.interval)
 	}
 }
+
+// TestHandshakeRTTWithoutASample: quic-go's placeholder RTT (what its
+// statistics hold before a sample) is not taken for a measurement.
+func TestHandshakeRTTWithoutASample(t *testing.T) {
+	for _, tc := range []struct {
+		min, took, want time.Duration
+	}{
+		{5 * time.Millisecond, 12 * time.Millisecond, 5 * time.Millisecond},
+		{0, 800 * time.Millisecond, 400 * time.Millisecond},
+		{quicInitialRTT, 800 * time.Millisecond, 400 * time.Millisecond},
+		{quicInitialRTT + time.Microsecond, 800 * time.Millisecond, quicInitialRTT + time.Microsecond},
+	} {
+		if got := handshakeRTT(tc.min, tc.took); got != tc.want {
+			t.Errorf("handshakeRTT(%v, %v) = %v, want %v", tc.min, tc.took, got, tc.want)
+		}
+	}
+}
