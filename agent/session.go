@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -566,11 +564,7 @@ func (s *session) takePushed(m *wire.Notify) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	fp, err := setFingerprint(set)
-	if err != nil {
-		return false, err
-	}
-	if fp != m.Base {
+	if setFingerprint(set) != m.Base {
 		s.log.Debug("notified with a Delta for another desired set; pulling", "revision", m.Revision)
 		return false, nil
 	}
@@ -584,21 +578,16 @@ func (s *session) takePushed(m *wire.Notify) (bool, error) {
 	return true, nil
 }
 
-// setFingerprint is the wire.SetFingerprint of a journaled desired set.
-func setFingerprint(set journal.DesiredSet) (wire.Digest, error) {
-	rs := set.Resources
-	if !slices.IsSortedFunc(rs, func(a, b journal.DesiredResource) int { return strings.Compare(a.Key, b.Key) }) {
-		rs = slices.SortedFunc(slices.Values(rs), func(a, b journal.DesiredResource) int { return strings.Compare(a.Key, b.Key) })
-	}
+// setFingerprint is the wire.SetFingerprint of a journaled desired set,
+// whose resources the journal keeps in key order. A digest that does not
+// decode counts as the zero digest: the fingerprint then matches no
+// server's, and the agent pulls.
+func setFingerprint(set journal.DesiredSet) wire.Digest {
 	f := wire.NewSetFingerprint()
-	for _, r := range rs {
-		var d wire.Digest
-		if n, err := hex.Decode(d[:], []byte(r.Digest)); err != nil || n != len(d) {
-			return wire.Digest{}, fmt.Errorf("journaled desired resource %q has digest %q", r.Key, r.Digest)
-		}
-		f.Add(r.Key, d)
+	for _, r := range set.Resources {
+		f.Add(r.Key, digestFromHex(r.Digest))
 	}
-	return f.Sum(), nil
+	return f.Sum()
 }
 
 // onDelta collects the frames of a Delta and, once complete, journals the

@@ -120,8 +120,8 @@ func desiredRevision(tx *bolt.Tx) uint64 {
 	return decodeU64(tx.Bucket(bucketDesiredM).Get(keyRevision))
 }
 
-// Desired returns the recorded desired set; revision 0 and no resources
-// before the first RecordDesired.
+// Desired returns the recorded desired set, its resources in key order;
+// revision 0 and no resources before the first RecordDesired.
 func (j *Journal) Desired() (DesiredSet, error) {
 	var set DesiredSet
 	err := j.view("read desired set", func(tx *bolt.Tx) error {

@@ -93,13 +93,15 @@ type Fleet struct {
 	connected    atomic.Int64 // devices with a session now
 	reconnects   atomic.Int64 // sessions lost after they opened
 	dialFailures atomic.Int64
-	// deltas counts the complete Deltas the devices took: [0] from a
-	// Notify (protocol 1.5), [1] answering a Pull.
-	deltas  [2]atomic.Int64
-	lastErr atomic.Pointer[error] // the latest failure, for logs
+	deltas       deltaCounts
+	lastErr      atomic.Pointer[error] // the latest failure, for logs
 }
 
 // member is one device of a Fleet.
+// deltaCounts counts the complete Deltas a fleet's devices took: carried by
+// a Notify (protocol 1.5), and answering a Pull.
+type deltaCounts struct{ notified, pulled atomic.Int64 }
+
 type member struct {
 	mu          sync.Mutex // guards every field up to first
 	d           *Device
@@ -111,8 +113,8 @@ type member struct {
 	pullTimer   *time.Timer
 	resendTimer *time.Timer
 	resendWait  time.Duration
-	server      int              // index in Config.Servers of the session's server
-	deltas      *[2]atomic.Int64 // the fleet's (Fleet.Deltas)
+	server      int          // index in Config.Servers of the session's server
+	deltas      *deltaCounts // the fleet's (Fleet.Deltas)
 
 	first          atomic.Int64 // UnixNano of its first Welcome; 0 before
 	took, reported benchkit.TargetLog
@@ -179,7 +181,9 @@ func (f *Fleet) DialFailures() int64 { return f.dialFailures.Load() }
 
 // Deltas counts the complete Deltas the devices took so far: carried by a
 // Notify (protocol 1.5: no Pull needed), and pulled.
-func (f *Fleet) Deltas() (notified, pulled int64) { return f.deltas[0].Load(), f.deltas[1].Load() }
+func (f *Fleet) Deltas() (notified, pulled int64) {
+	return f.deltas.notified.Load(), f.deltas.pulled.Load()
+}
 
 // LastErr is the latest failure of any device, nil if none.
 func (f *Fleet) LastErr() error {
@@ -448,7 +452,7 @@ func (m *member) handle(l *link, msg wire.Message, cfg Config) error {
 			if err := msg.Delta.Verify(); err != nil {
 				return err
 			}
-			m.deltas[0].Add(1)
+			m.deltas.notified.Add(1)
 			return m.takeLocked(l, []*wire.Delta{msg.Delta}, cfg)
 		}
 		if err := l.send(d.Pull(true)); err != nil {
@@ -465,7 +469,7 @@ func (m *member) handle(l *link, msg wire.Message, cfg Config) error {
 		}
 		parts := m.parts
 		m.parts, m.pulling = nil, false
-		m.deltas[1].Add(1)
+		m.deltas.pulled.Add(1)
 		return m.takeLocked(l, parts, cfg)
 	case *wire.ReportAck:
 		if rev := d.Acknowledged(msg.Seq); rev > 0 {
