@@ -189,6 +189,24 @@ func (c *testCluster) waitConverged() string {
 	return hash
 }
 
+// waitCaughtUp waits until every live server has applied the leader's
+// log as it stands now. Unlike waitConverged it does not chase a log
+// that writes keep extending: with a write every few milliseconds a
+// follower is, at any instant, often one entry behind, and on a busy
+// host it may be at every poll.
+func (c *testCluster) waitCaughtUp() {
+	c.t.Helper()
+	want := c.waitLeader().raft.LastIndex()
+	waitFor(c.t, 20*time.Second, func() error {
+		for _, s := range c.alive() {
+			if got := s.raft.AppliedIndex(); got < want {
+				return fmt.Errorf("%s applied %d of %d", s.ID(), got, want)
+			}
+		}
+		return nil
+	})
+}
+
 func (c *testCluster) voters() []string {
 	c.t.Helper()
 	return votersOf(c.t, c.waitLeader())
