@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -678,5 +679,37 @@ func TestRestartedServerKnowsNewTokens(t *testing.T) {
 		if code, e, _ := call(t, s, other.Secret, http.MethodGet, "/v1/intents?stale=true", nil, nil); code != http.StatusUnauthorized {
 			t.Fatalf("an unknown token on %s after an election: %d %+v; want 401", s.ID(), code, e)
 		}
+	}
+}
+
+// TestDebugProfilesAreForAdmins: the profiling endpoints exist only with
+// --enable-debug, and then only for a token allowed to manage members;
+// api.Client.Profile fetches a profile pprof reads and, against a server
+// without them, says which flag is missing.
+func TestDebugProfilesAreForAdmins(t *testing.T) {
+	c := newACLCluster(t, 1, nil)
+	ctx := context.Background()
+	reader := c.token(api.CreateTokenRequest{Name: "viewer", Policy: acl.PolicyRead}).Secret
+	if _, err := tokenClient(c.Server(0), c.admin).Profile(ctx, "heap", nil, io.Discard); err == nil || !strings.Contains(err.Error(), "--enable-debug") {
+		t.Fatalf("a heap profile from a server without --enable-debug: %v", err)
+	}
+
+	c.kill(0)
+	s, err := c.RestartWith(0, func(cfg *Config) { cfg.EnableDebug = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitLeader()
+	var prof bytes.Buffer
+	n, err := tokenClient(s, c.admin).Profile(ctx, "heap", url.Values{"gc": {"1"}}, &prof)
+	if err != nil || n == 0 || int64(prof.Len()) != n || !bytes.HasPrefix(prof.Bytes(), []byte{0x1f, 0x8b}) {
+		t.Fatalf("the admin's heap profile: %d bytes (%q...), %v; want a gzipped profile", n, prof.Bytes()[:min(prof.Len(), 8)], err)
+	}
+	var e *api.Error
+	if _, err := tokenClient(s, reader).Profile(ctx, "goroutine", nil, io.Discard); !errors.As(err, &e) || e.StatusCode != http.StatusForbidden {
+		t.Fatalf("a read token's goroutine profile: %v, want 403", err)
+	}
+	if _, err := tokenClient(s, "").Profile(ctx, "goroutine", nil, io.Discard); !errors.As(err, &e) || e.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("an anonymous goroutine profile: %v, want 401", err)
 	}
 }
