@@ -35,6 +35,7 @@ type config struct {
 	concurrency int
 	sockets     int
 	settle      time.Duration
+	profiles    string // where the memory part writes the server's profiles; "": none
 	timeout     time.Duration
 	// The reconnect storm (part 4).
 	stormAgents  int
@@ -68,6 +69,7 @@ bench/results/sessions.{json,md}.`, errOut)
 	agents := fs.String("agents", "1000,10000", "comma-separated numbers of idle agents to measure memory at")
 	fs.IntVar(&c.concurrency, "dial-concurrency", 64, "sessions being opened at once while connecting idle agents")
 	fs.IntVar(&c.sockets, "sockets", 8, "client UDP sockets (quic.Transports) the idle agents share")
+	fs.StringVar(&c.profiles, "profiles", "", "directory to write the server's heap and goroutine profiles into at each memory level (heap-N.pb.gz, goroutine-N.pb.gz; the server runs with --enable-debug)")
 	fs.DurationVar(&c.settle, "settle", 5*time.Second, "wait after the server's Raft log stops growing before reading its memory")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "bound on each dial and each awaited frame")
 	fs.IntVar(&c.stormAgents, "storm-agents", 10000, "devices that lose their server at once in the reconnect storm")

@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -119,10 +122,14 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 
 	fmt.Fprintln(log, "memory: starting meteor server --dev")
 	// GODEBUG=gctrace=1 has the server's log show its live heap.
-	mc, err := benchkit.StartMeteor(ctx, g, benchkit.MeteorOptions{
+	opts := benchkit.MeteorOptions{
 		Bin: bin, Dir: dir, IDs: []string{serverID}, Dev: true, Regions: []string{"bench"},
 		Agents: true, PKI: p.dir, Env: []string{"GODEBUG=gctrace=1"},
-	})
+	}
+	if cfg.profiles != "" {
+		opts.ExtraArgs = func(int) []string { return []string{"--enable-debug"} }
+	}
+	mc, err := benchkit.StartMeteor(ctx, g, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -227,6 +234,12 @@ func runMemory(ctx context.Context, cfg *config, g *benchkit.Group, bin string, 
 			lvl.MarginalRSSKiB = perAgentKiB(prev.Memory.RSSKiB*1024, m.RSSKiB*1024, live-(prev.Agents-countFailed(fl, prev.Agents)))
 		}
 		memoryLine(out, lvl, res.Baseline)
+		if cfg.profiles != "" {
+			// After the reading: a heap profile collects first.
+			if err := saveProfiles(ctx, sp.API, cfg.profiles, n); err != nil {
+				return nil, err
+			}
+		}
 		res.Levels = append(res.Levels, lvl)
 		prev = lvl
 	}
@@ -349,4 +362,29 @@ func (fl *fleet) open(ctx context.Context, cfg *config, addr net.Addr, pool *x50
 	}
 	fl.conns[i], fl.sess[i] = o.s.conn, o.s
 	return o.deltaAt, nil
+}
+
+// saveProfiles writes the server's heap profile (after a collection) and
+// its goroutines at n sessions into dir, for `go tool pprof`.
+func saveProfiles(ctx context.Context, cl *api.Client, dir string, n int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, p := range []struct {
+		name string
+		q    url.Values
+	}{{"heap", url.Values{"gc": {"1"}}}, {"goroutine", nil}} {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pb.gz", p.name, n)))
+		if err != nil {
+			return err
+		}
+		_, err = cl.Profile(ctx, p.name, p.q, f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("%s profile at %d sessions: %w", p.name, n, err)
+		}
+	}
+	return nil
 }
