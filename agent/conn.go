@@ -298,13 +298,19 @@ const quicInitialRTT = 100 * time.Millisecond
 
 // handshakeRTT is the round-trip time a handshake measured: the
 // connection's minimum RTT sample, or, when it has none (on a busy host a
-// handshake can complete before one is taken), half the handshake's
-// duration, which is about two round trips. quic-go's placeholder was
-// once taken for a measurement: a server 400 ms away read as 100 ms, and
-// the agent stayed on it beside servers 60 ms away.
+// handshake can complete before one is taken), the handshake's duration.
+// A QUIC client's handshake is one round trip (its Initial out, the
+// server's Initial and Handshake flight back, and the client's Finished
+// goes with its next packets), so the duration is an RTT plus the time
+// the server took, an estimate on the far side, never the near one.
+// quic-go's placeholder was once taken for a measurement: a server 400 ms
+// away read as 100 ms, and the agent stayed on it beside servers 60 ms
+// away. Half the duration, taken after that, read a server 200 ms away as
+// 108 ms, not clearly farther than one at 77 ms, and the agent stayed on
+// it too.
 func handshakeRTT(minRTT, took time.Duration) time.Duration {
 	if minRTT <= 0 || minRTT == quicInitialRTT {
-		return took / 2
+		return took
 	}
 	return minRTT
 }
@@ -404,7 +410,7 @@ func (cm *connManager) probeLoop(ctx context.Context, conn *quic.Conn, current s
 					// confirm soon.
 					sched.interval = sched.max
 				}
-			case sched.degraded(srtt):
+			case sched.observe(srtt):
 				cm.log.Debug("the session's RTT grew: probing now", "server_addr", current, "rtt", srtt, "was", sched.baseline)
 				degraded = true
 			}
@@ -471,7 +477,7 @@ func (cm *connManager) probeLoop(ctx context.Context, conn *quic.Conn, current s
 type probeSchedule struct {
 	base, max time.Duration
 	interval  time.Duration // until the next round
-	baseline  time.Duration // the session's smoothed RTT at the last round
+	baseline  time.Duration // the session's smoothed RTT at the last round, or lower since (observe)
 }
 
 func (p *probeSchedule) reset(srtt time.Duration) { p.interval, p.baseline = p.base, srtt }
@@ -490,6 +496,24 @@ const (
 // degraded reports whether srtt is clearly worse than the baseline.
 func (p *probeSchedule) degraded(srtt time.Duration) bool {
 	return srtt >= degradedRatio*p.baseline && srtt >= p.baseline+degradedMargin
+}
+
+// observe takes a reading of the session's smoothed RTT between rounds and
+// reports whether it is degraded. A lower reading lowers the baseline: a
+// path is never faster than its RTT, while a busy host (the agent's or
+// the server's) delays acknowledgements and inflates the estimate, so a
+// baseline taken in a busy moment would hide a real degradation behind
+// it. The baseline never rises here, so a path slowing by degrees does
+// not drag it along; only a round that measures the current server moves
+// it up (after).
+func (p *probeSchedule) observe(srtt time.Duration) bool {
+	if p.degraded(srtt) {
+		return true
+	}
+	if srtt > 0 {
+		p.baseline = min(p.baseline, srtt)
+	}
+	return false
 }
 
 // after sets the next interval once a round is done: urgent if a server

@@ -128,6 +128,36 @@ func TestProbeSchedule(t *testing.T) {
 	if !p.degraded(80 * ms) {
 		t.Fatal("a session RTT of 80 ms over a 20 ms baseline is not degradation")
 	}
+	// A baseline taken while a busy host inflated the RTT (150 ms on a
+	// 5 ms path) follows the RTT down once the host is quiet, so the path
+	// turning to 200 ms is seen; readings above it never raise it.
+	busy := probeSchedule{base: time.Minute, max: time.Hour}
+	busy.reset(150 * ms)
+	if busy.observe(200 * ms) {
+		t.Fatal("200 ms over a 150 ms baseline counted as degradation")
+	}
+	for _, srtt := range []time.Duration{90 * ms, 30 * ms, 0, 6 * ms, 5 * ms, 12 * ms} {
+		if busy.observe(srtt) {
+			t.Fatalf("%v counted as degradation over a baseline of %v", srtt, busy.baseline)
+		}
+	}
+	if busy.baseline != 5*ms {
+		t.Fatalf("baseline %v after readings down to 5 ms, want 5 ms", busy.baseline)
+	}
+	if !busy.observe(200 * ms) {
+		t.Fatal("200 ms over the 5 ms the path showed is not degradation")
+	}
+	if busy.baseline != 5*ms {
+		t.Fatalf("a degraded reading moved the baseline to %v", busy.baseline)
+	}
+	slow := probeSchedule{base: time.Minute, max: time.Hour}
+	slow.reset(20 * ms)
+	for srtt := 20 * ms; srtt < 40*ms; srtt += 2 * ms {
+		slow.observe(srtt)
+	}
+	if !slow.observe(40 * ms) {
+		t.Fatalf("a path slowing by degrees from 20 to 40 ms dragged the baseline to %v", slow.baseline)
+	}
 	p.after(true, true, 80*ms) // the round the degradation brought forward
 	if p.interval != time.Minute || p.baseline != 80*ms {
 		t.Fatalf("after degradation: interval %v, baseline %v; want the base and the new RTT", p.interval, p.baseline)
@@ -148,8 +178,8 @@ func TestHandshakeRTTWithoutASample(t *testing.T) {
 		min, took, want time.Duration
 	}{
 		{5 * time.Millisecond, 12 * time.Millisecond, 5 * time.Millisecond},
-		{0, 800 * time.Millisecond, 400 * time.Millisecond},
-		{quicInitialRTT, 800 * time.Millisecond, 400 * time.Millisecond},
+		{0, 800 * time.Millisecond, 800 * time.Millisecond},
+		{quicInitialRTT, 800 * time.Millisecond, 800 * time.Millisecond},
 		{quicInitialRTT + time.Microsecond, 800 * time.Millisecond, quicInitialRTT + time.Microsecond},
 	} {
 		if got := handshakeRTT(tc.min, tc.took); got != tc.want {
