@@ -306,7 +306,8 @@ func (m *stormMode) storm(ctx context.Context, cfg *config, c *benchkit.MeteorCl
 		})
 	}
 	progressDone := make(chan struct{})
-	go func() {
+	var progress sync.WaitGroup // log is not safe for concurrent use: the line below waits for the last progress line
+	progress.Go(func() {
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for {
@@ -317,9 +318,10 @@ func (m *stormMode) storm(ctx context.Context, cfg *config, c *benchkit.MeteorCl
 				fmt.Fprintf(log, "storm: %s: %.0f s, %d of %d resumed\n", m.Mode, time.Since(t0).Seconds(), opened.Load(), len(live))
 			}
 		}
-	}()
+	})
 	wg.Wait()
 	close(progressDone)
+	progress.Wait()
 	cpu1, err1 := c.CPUTime(survivors...)
 	self1, err2 := benchkit.CPUTime("self")
 	if err := firstErr(err1, err2); err != nil {
