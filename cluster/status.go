@@ -86,8 +86,14 @@ type ownedDevice struct {
 	reason string // its reason
 	// basis is the StatusIndex of the latest status of another owner this
 	// owner has taken in (fsm.StatusTransition.Basis).
-	basis  uint64
-	states []queuedState // last per-resource statuses queued, by key
+	basis uint64
+	// committed is the Raft index of this owner's latest transition for
+	// the device known to be committed, or the replica's StatusIndex when
+	// the owner took the device on: a status of this owner at a higher
+	// index that says something else is a batch whose outcome the owner
+	// never learned, applied late (ownedLocked).
+	committed uint64
+	states    []queuedState // last per-resource statuses queued, by key
 	// heard is when this owner last heard of the device, on its own
 	// monotonic clock: when it took the device on, ingested a report, or
 	// saw the replica's record of its sessions change (heardOf). A
@@ -174,7 +180,7 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 		if err == nil {
 			d.rec = *rec
 			d.heardOf = factsOf(rec)
-			d.status, d.reason, d.basis = rec.Status, rec.StatusReason, rec.StatusIndex
+			d.status, d.reason, d.basis, d.committed = rec.Status, rec.StatusReason, rec.StatusIndex, rec.StatusIndex
 			d.mark = scheduler.ProgressMark{Revision: rec.AckedRevision}
 			if at := max(rec.ProgressAt, rec.StatusSince); at > 0 {
 				d.mark.At = time.Unix(0, at)
@@ -209,6 +215,19 @@ func (o *statusOwner) ownedLocked(id string, read *fsm.Read) *ownedDevice {
 			// the owner (ownership moving): judge from that status on, or
 			// the state machine refuses this owner's transitions as stale.
 			d.status, d.reason, d.basis = rec.Status, rec.StatusReason, rec.StatusIndex
+		}
+		if rec.StatusOwner == o.self && rec.StatusIndex > d.committed && rec.Status != d.status &&
+			(d.pending == nil || d.pending.done()) {
+			// A status of this owner's that it did not commit last: a batch
+			// whose forward timed out ("may or may not have been applied")
+			// was applied after a newer judgement, and set an older one
+			// over it. Take what the replica says, so that the next
+			// classification finds its judgement changed and commits it
+			// again; otherwise this owner, believing its judgement
+			// recorded, would never correct the record. A reason alone is
+			// left as it is, as classifyLocked leaves it (the reasons of
+			// some statuses change with the time elapsed).
+			d.status, d.reason, d.committed = rec.Status, rec.StatusReason, rec.StatusIndex
 		}
 	}
 	return d
@@ -444,10 +463,19 @@ func (o *statusOwner) commit(ctx context.Context, batch []*queuedTransition) {
 		req.Transitions[i] = q.tr
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.applyTimeout)
-	res, _, err := o.propose.apply(ctx, fsm.StatusBatchType, req)
+	res, index, err := o.propose.apply(ctx, fsm.StatusBatchType, req)
 	cancel()
 	if err == nil {
 		err = res.Err
+	}
+	if err == nil && index > 0 {
+		o.mu.Lock()
+		for _, q := range batch {
+			if d := o.devices[q.tr.Device]; d != nil && d.pending == q {
+				d.committed = max(d.committed, index)
+			}
+		}
+		o.mu.Unlock()
 	}
 	if err != nil {
 		o.logger.Warn("status transitions not committed; their reports stay unacknowledged", "transitions", len(batch), "error", err)

@@ -247,3 +247,50 @@ func TestChangedResourceStates(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusOwnerMendsALateStaleStatus: a status batch of this owner whose
+// outcome it never learned (its forward timed out) can be applied after
+// a newer judgement of the owner's and set an older one over it. The
+// owner's evaluation notices that the replica's status is its own but not
+// its latest, and commits its judgement again.
+func TestStatusOwnerMendsALateStaleStatus(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, o, stop := runUnitStatusOwner(t, "dev-a")
+		defer stop()
+		if err := o.ingest(context.Background(), "dev-a", euLabels, convergedReport(4)); err != nil {
+			t.Fatal(err)
+		}
+		read := func() *fsm.DeviceRecord {
+			t.Helper()
+			rec, err := p.state.Read().Device(nil, "dev-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rec
+		}
+		judged := read()
+		if judged.Status == "" || judged.StatusOwner != "s1" {
+			t.Fatalf("after the report: status %q by %q", judged.Status, judged.StatusOwner)
+		}
+
+		// The late batch: judged on report 3, before the one committed.
+		p.mustApply(t, fsm.StatusBatchType, &fsm.StatusBatchRequest{Owner: "s1", Transitions: []fsm.StatusTransition{{
+			Device: "dev-a", Seq: 3, Time: time.Now().Add(-time.Second).UnixNano(), Revision: judged.StatusRevision,
+			Status: scheduler.StatusPending, Reason: "a judgement of report 3", Basis: judged.StatusIndex,
+		}}})
+		if rec := read(); rec.Status != scheduler.StatusPending || rec.ReportSeq != 4 || judged.Status == scheduler.StatusPending {
+			t.Fatalf("the late batch: status %q over %q, report %d; want pending over report 4", rec.Status, judged.Status, rec.ReportSeq)
+		}
+		late := p.committed(fsm.StatusBatchType)
+		// Evaluations (withFastStatus: every 200 ms) and a batch; half the
+		// 1 s the device may stay silent before it is unreachable.
+		time.Sleep(500 * time.Millisecond)
+		synctest.Wait()
+		if rec := read(); rec.Status != judged.Status || rec.StatusReason != judged.StatusReason {
+			t.Fatalf("after the owner's evaluations: %q (%s); want its judgement %q (%s) again", rec.Status, rec.StatusReason, judged.Status, judged.StatusReason)
+		}
+		if n := p.committed(fsm.StatusBatchType) - late; n != 1 {
+			t.Fatalf("%d status batches mended it; want one", n)
+		}
+	})
+}
