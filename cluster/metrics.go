@@ -252,16 +252,16 @@ func (m *serverMetrics) observeRaft(ctx context.Context, o *raftObserver) {
 type stateCollector struct {
 	s *Server
 
-	raftApplied, raftCommit, raftLast, raftTerm, raftState, raftDropped     *prometheus.Desc
-	gossipMembers                                                           *prometheus.Desc
-	sessionsConnected, sessions, early, deltaBytes, reports, notifies       *prometheus.Desc
-	pushedDeltas                                                            *prometheus.Desc
-	stateIndex, stateRevision, devices, corrections, resources, transitions *prometheus.Desc
-	resourcesIndex                                                          *prometheus.Desc
-	rolloutDevices, rolloutWave, rolloutWaves, rolloutState                 *prometheus.Desc
-	rolloutRevision                                                         *prometheus.Desc
-	forwardBatches, forwardCommands                                         *prometheus.Desc
-	evaluated                                                               *prometheus.Desc
+	raftApplied, raftCommit, raftLast, raftTerm, raftState, raftDropped                   *prometheus.Desc
+	gossipMembers                                                                         *prometheus.Desc
+	sessionsConnected, sessions, early, deltaBytes, reports, notifies                     *prometheus.Desc
+	pushedDeltas                                                                          *prometheus.Desc
+	stateIndex, stateRevision, devices, corrections, resources, transitions, statusFailed *prometheus.Desc
+	resourcesIndex                                                                        *prometheus.Desc
+	rolloutDevices, rolloutWave, rolloutWaves, rolloutState                               *prometheus.Desc
+	rolloutRevision                                                                       *prometheus.Desc
+	forwardBatches, forwardCommands                                                       *prometheus.Desc
+	evaluated                                                                             *prometheus.Desc
 
 	// resourcesMaxAge (a time.Duration) bounds how long the last
 	// resource counts (resourcesLast, guarded by resourcesMu) are served
@@ -297,6 +297,7 @@ func newStateCollector(s *Server) *stateCollector {
 		corrections:       d("fleet", "drift_corrections", "Drift corrections the devices' agents reported, summed over every device's resources: each agent counts from its start, so the sum falls when agents restart (use increase() over it with care)."),
 		resources:         d("fleet", "resources", "Intended resources on all devices, by reconcile class and state, as GET /v1/devices/{id} shows each.", "class", "state"),
 		transitions:       d("status", "transitions_total", "Device status transitions this server, as owner, committed."),
+		statusFailed:      d("status", "batches_failed_total", "Status batches this server, as owner, could not commit, or whose outcome it could not learn (a forward to the leader timed out); their reports stay unacknowledged and the agents send them again."),
 		evaluated:         d("status", "evaluated_total", "Devices this server's periodic evaluations went through as their owner: judged=\"true\" those classified again, judged=\"false\" those passed over because nothing their status depends on had changed.", "judged"),
 		forwardBatches:    d("forward", "batches_total", "Requests that carried commands this server forwarded to the leader in batches (/v1/internal/apply-batch)."),
 		forwardCommands:   d("forward", "commands_total", "Commands this server forwarded to the leader in batches; over meteor_forward_batches_total, the mean batch."),
@@ -316,7 +317,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.raftApplied, c.raftCommit, c.raftLast, c.raftTerm, c.raftState, c.raftDropped,
 		c.gossipMembers, c.sessionsConnected, c.sessions, c.early, c.deltaBytes, c.reports, c.notifies, c.pushedDeltas,
-		c.stateIndex, c.stateRevision, c.devices, c.corrections, c.resources, c.resourcesIndex, c.transitions,
+		c.stateIndex, c.stateRevision, c.devices, c.corrections, c.resources, c.resourcesIndex, c.transitions, c.statusFailed,
 		c.rolloutDevices, c.rolloutWave, c.rolloutWaves, c.rolloutState, c.rolloutRevision,
 		c.forwardBatches, c.forwardCommands, c.evaluated,
 	} {
@@ -398,6 +399,7 @@ func (c *stateCollector) collectAgents(ch chan<- prometheus.Metric) {
 	ch <- counter(c.notifies, st.Notifies)
 	ch <- counter(c.pushedDeltas, st.PushedDeltas)
 	ch <- counter(c.transitions, c.s.status.transitions.Load())
+	ch <- counter(c.statusFailed, c.s.status.failed.Load())
 	ch <- counter(c.evaluated, c.s.status.judged.Load(), "true")
 	ch <- counter(c.evaluated, c.s.status.passed.Load(), "false")
 	ch <- counter(c.forwardBatches, c.s.forwarder.batches.Load())

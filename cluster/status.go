@@ -65,6 +65,9 @@ type statusOwner struct {
 	sweepEvery  int // sweepEvery; 1 judges every device every time
 
 	entries, transitions atomic.Uint64
+	// failed counts the batches whose commit failed or whose outcome is
+	// unknown: their reports stay unacknowledged and are sent again.
+	failed atomic.Uint64
 	// judged and passed count the devices evaluations classified and
 	// passed over (settled).
 	judged, passed atomic.Uint64
@@ -478,6 +481,7 @@ func (o *statusOwner) commit(ctx context.Context, batch []*queuedTransition) {
 		o.mu.Unlock()
 	}
 	if err != nil {
+		o.failed.Add(1)
 		o.logger.Warn("status transitions not committed; their reports stay unacknowledged", "transitions", len(batch), "error", err)
 		// Forget what was queued so the next report or evaluation
 		// classifies against the committed state again.
@@ -788,3 +792,8 @@ func sameTraffic(a, b *fsm.DeviceTraffic) bool {
 	}
 	return a.Day == b.Day && a.Previous == b.Previous && slices.Equal(a.Servers, b.Servers)
 }
+
+// StatusBatchesFailed counts the status batches this server, as owner,
+// could not commit or whose outcome it could not learn
+// (meteor_status_batches_failed_total).
+func (s *Server) StatusBatchesFailed() uint64 { return s.status.failed.Load() }

@@ -164,9 +164,15 @@ func TestStatusOwnerFailedCommitIsNotAcknowledged(t *testing.T) {
 		if err := o.ingest(context.Background(), "dev-a", euLabels, convergedReport(2)); err == nil {
 			t.Fatal("a report whose commit failed was acknowledged")
 		}
+		if n := o.failed.Load(); n != 1 {
+			t.Fatalf("%d failed status batches counted, want 1", n)
+		}
 		p.setFail(nil)
 		if err := o.ingest(context.Background(), "dev-a", euLabels, convergedReport(2)); err != nil {
 			t.Fatalf("the report sent again: %v", err)
+		}
+		if n, e := o.failed.Load(), o.entries.Load(); n != 1 || e != 1 {
+			t.Fatalf("%d failed and %d committed status batches counted, want 1 and 1", n, e)
 		}
 		rec, err := p.state.Read().Device(nil, "dev-a")
 		if err != nil {

@@ -168,10 +168,12 @@ func TestSimulatedFleetOf200(t *testing.T) {
 		// is read over the API, which busy servers may not answer in
 		// time, and pre-vote rounds that fail leave terms alone, so a
 		// loaded host once kept the cluster leaderless for 30 s without
-		// the term seen to grow. Elections are counted and logged; this
-		// test is about agreement.
+		// the term seen to grow. A status batch that an owner could not
+		// commit (a leader too busy to answer in time) starts it again
+		// too: the devices' reports wait for their resend. Elections are
+		// counted and logged; this test is about agreement.
 		const agreeTime = 30 * time.Second
-		stableSince, term := time.Now(), h.MaxTerm(ctx)
+		stableSince, term, failed := time.Now(), h.MaxTerm(ctx), statusBatchesFailed(h)
 		var late error
 		err := waitFor(ctx, 3*agreeTime, 100*time.Millisecond, func(ctx context.Context) error {
 			if now := h.MaxTerm(ctx); now > term {
@@ -183,6 +185,14 @@ func TestSimulatedFleetOf200(t *testing.T) {
 					t.Logf("server %s: %s while the devices were compared; %v more to agree once it has one", h.ID(i), lost, agreeTime)
 				}
 				stableSince = time.Now()
+			}
+			if n := statusBatchesFailed(h); n > failed {
+				if time.Since(stableSince) > time.Second {
+					t.Logf("server %s: %d status batches not committed while the devices were compared; %v more to agree once they commit", h.ID(i), n-failed, agreeTime)
+				}
+				stableSince, failed = time.Now(), n
+			} else if n < failed {
+				failed = n // a server restarted, its count from zero
 			}
 			err := agreed(ctx)
 			if err != nil && time.Since(stableSince) > agreeTime {
@@ -265,4 +275,16 @@ func withoutLeader(h *Harness) string {
 		}
 	}
 	return ""
+}
+
+// statusBatchesFailed sums the status batches the running servers of h
+// could not commit (meteor_status_batches_failed_total).
+func statusBatchesFailed(h *Harness) uint64 {
+	var n uint64
+	for _, s := range h.Servers() {
+		if s != nil {
+			n += s.StatusBatchesFailed()
+		}
+	}
+	return n
 }
