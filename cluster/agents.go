@@ -100,6 +100,9 @@ type reportSink interface {
 // agentCounters count what a server sent agents, for tests and benchmarks.
 type agentCounters struct {
 	deltas, upserts, deltaBytes, notifies, reports, rerecords atomic.Uint64
+	// reportFailures counts the tries to record a report that failed
+	// (the owner refused it or could not be reached): the session retries.
+	reportFailures atomic.Uint64
 	// pushedDeltas counts the Notifies that carried their change's Delta.
 	pushedDeltas atomic.Uint64
 	// fresh and resumed count the sessions established: new ones, and
@@ -129,8 +132,9 @@ type AgentStats struct {
 	// the pushes, PushedDeltas those of them that carried their Delta;
 	// Reports the reports applied; Rerecords the sessions recorded again
 	// because the replica no longer showed them as connected here
-	// (sessionSync).
-	Deltas, Upserts, DeltaBytes, Notifies, PushedDeltas, Reports, Rerecords uint64
+	// (sessionSync); ReportFailures the tries to record a report that
+	// failed, which the session makes again.
+	Deltas, Upserts, DeltaBytes, Notifies, PushedDeltas, Reports, Rerecords, ReportFailures uint64
 	// RecordEntries and RecordEvents count the Raft entries this server
 	// committed for session events (connects, acknowledged revisions,
 	// disconnects) and the events in them.
@@ -147,7 +151,8 @@ func (s *Server) AgentStats() AgentStats {
 		Connected: a.count(), Fresh: a.stats.fresh.Load(), Resumed: a.stats.resumed.Load(), ZeroRTT: a.stats.zeroRTT.Load(),
 		Deltas: a.stats.deltas.Load(), Upserts: a.stats.upserts.Load(), DeltaBytes: a.stats.deltaBytes.Load(),
 		Notifies: a.stats.notifies.Load(), PushedDeltas: a.stats.pushedDeltas.Load(), Reports: a.stats.reports.Load(), Rerecords: a.stats.rerecords.Load(),
-		RecordEntries: s.sessionRec.entries.Load(), RecordEvents: s.sessionRec.events.Load(),
+		ReportFailures: a.stats.reportFailures.Load(),
+		RecordEntries:  s.sessionRec.entries.Load(), RecordEvents: s.sessionRec.events.Load(),
 	}
 	st.Sessions = st.Fresh + st.Resumed
 	return st

@@ -254,7 +254,7 @@ type stateCollector struct {
 
 	raftApplied, raftCommit, raftLast, raftTerm, raftState, raftDropped                   *prometheus.Desc
 	gossipMembers                                                                         *prometheus.Desc
-	sessionsConnected, sessions, early, deltaBytes, reports, notifies                     *prometheus.Desc
+	sessionsConnected, sessions, early, deltaBytes, reports, reportFailures, notifies     *prometheus.Desc
 	pushedDeltas                                                                          *prometheus.Desc
 	stateIndex, stateRevision, devices, corrections, resources, transitions, statusFailed *prometheus.Desc
 	resourcesIndex                                                                        *prometheus.Desc
@@ -289,6 +289,7 @@ func newStateCollector(s *Server) *stateCollector {
 		early:             d("agent", "zero_rtt_accepted_total", "Agent sessions established on this server whose connection's 0-RTT data was accepted."),
 		deltaBytes:        d("agent", "delta_bytes_total", "Encoded bytes of the Delta frames this server sent agents."),
 		reports:           d("agent", "reports_total", "Agent reports this server received and had recorded."),
+		reportFailures:    d("agent", "report_failures_total", "Tries to record an agent's report that failed (its owner refused it, could not commit it, or could not be reached); the session tries again."),
 		notifies:          d("agent", "notifies_total", "Notify pushes this server sent agents."),
 		pushedDeltas:      d("agent", "notify_deltas_total", "Notify pushes that carried their change's Delta (protocol 1.5), which the agent takes without pulling; the rest named the revision only."),
 		stateIndex:        d("state", "index", "The Raft index of the last command in the replica the fleet gauges were read from (as /v1/status says in index)."),
@@ -316,7 +317,7 @@ func newStateCollector(s *Server) *stateCollector {
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.raftApplied, c.raftCommit, c.raftLast, c.raftTerm, c.raftState, c.raftDropped,
-		c.gossipMembers, c.sessionsConnected, c.sessions, c.early, c.deltaBytes, c.reports, c.notifies, c.pushedDeltas,
+		c.gossipMembers, c.sessionsConnected, c.sessions, c.early, c.deltaBytes, c.reports, c.reportFailures, c.notifies, c.pushedDeltas,
 		c.stateIndex, c.stateRevision, c.devices, c.corrections, c.resources, c.resourcesIndex, c.transitions, c.statusFailed,
 		c.rolloutDevices, c.rolloutWave, c.rolloutWaves, c.rolloutState, c.rolloutRevision,
 		c.forwardBatches, c.forwardCommands, c.evaluated,
@@ -396,6 +397,7 @@ func (c *stateCollector) collectAgents(ch chan<- prometheus.Metric) {
 	ch <- counter(c.early, st.ZeroRTT)
 	ch <- counter(c.deltaBytes, st.DeltaBytes)
 	ch <- counter(c.reports, st.Reports)
+	ch <- counter(c.reportFailures, st.ReportFailures)
 	ch <- counter(c.notifies, st.Notifies)
 	ch <- counter(c.pushedDeltas, st.PushedDeltas)
 	ch <- counter(c.transitions, c.s.status.transitions.Load())

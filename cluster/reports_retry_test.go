@@ -61,6 +61,9 @@ func TestReportRecordedOnceQuorumReturns(t *testing.T) {
 		}
 		return fmt.Errorf("no session retrying its report yet")
 	})
+	if n := s.AgentStats().ReportFailures; n == 0 {
+		t.Fatal("a report retried while no failure to record it was counted")
+	}
 	c.restart(1)
 	c.restart(2)
 	c.waitLeader()

@@ -594,6 +594,9 @@ func (sess *agentSession) handleReport(ctx context.Context, m *wire.Report) erro
 // recordReport delivers m to the device's owner and notes it applied.
 func (sess *agentSession) recordReport(ctx context.Context, m *wire.Report) error {
 	if err := sess.a.reports.deliverReport(ctx, sess.deviceID, sess.placementLabels(sess.a.state.Read()), m); err != nil {
+		if ctx.Err() == nil {
+			sess.a.stats.reportFailures.Add(1)
+		}
 		return err
 	}
 	sess.mu.Lock()

@@ -169,11 +169,12 @@ func TestSimulatedFleetOf200(t *testing.T) {
 		// time, and pre-vote rounds that fail leave terms alone, so a
 		// loaded host once kept the cluster leaderless for 30 s without
 		// the term seen to grow. A status batch that an owner could not
-		// commit (a leader too busy to answer in time) starts it again
-		// too: the devices' reports wait for their resend. Elections are
+		// commit, or a report a session server could not have recorded
+		// (a leader or an owner too busy to answer in time), starts it
+		// again too: the devices' reports wait for their resend. Elections are
 		// counted and logged; this test is about agreement.
 		const agreeTime = 30 * time.Second
-		stableSince, term, failed := time.Now(), h.MaxTerm(ctx), statusBatchesFailed(h)
+		stableSince, term, failed := time.Now(), h.MaxTerm(ctx), recordingFailures(h)
 		var late error
 		err := waitFor(ctx, 3*agreeTime, 100*time.Millisecond, func(ctx context.Context) error {
 			if now := h.MaxTerm(ctx); now > term {
@@ -186,9 +187,9 @@ func TestSimulatedFleetOf200(t *testing.T) {
 				}
 				stableSince = time.Now()
 			}
-			if n := statusBatchesFailed(h); n > failed {
+			if n := recordingFailures(h); n > failed {
 				if time.Since(stableSince) > time.Second {
-					t.Logf("server %s: %d status batches not committed while the devices were compared; %v more to agree once they commit", h.ID(i), n-failed, agreeTime)
+					t.Logf("server %s: %d status batches or reports not recorded while the devices were compared; %v more to agree once they are", h.ID(i), n-failed, agreeTime)
 				}
 				stableSince, failed = time.Now(), n
 			} else if n < failed {
@@ -277,13 +278,15 @@ func withoutLeader(h *Harness) string {
 	return ""
 }
 
-// statusBatchesFailed sums the status batches the running servers of h
-// could not commit (meteor_status_batches_failed_total).
-func statusBatchesFailed(h *Harness) uint64 {
+// recordingFailures sums what the running servers of h could not record:
+// the status batches their owners could not commit
+// (meteor_status_batches_failed_total) and the tries to record a report
+// that failed (meteor_agent_report_failures_total).
+func recordingFailures(h *Harness) uint64 {
 	var n uint64
 	for _, s := range h.Servers() {
 		if s != nil {
-			n += s.StatusBatchesFailed()
+			n += s.StatusBatchesFailed() + s.AgentStats().ReportFailures
 		}
 	}
 	return n
