@@ -213,7 +213,10 @@ func TestAgentResumesWhenItsServerDies(t *testing.T) {
 
 // TestAgentPicksNearestServer injects per-server delays in user space
 // (5, 60 and 120 ms): the agent settles on the nearest, and moves when that
-// server's delay grows.
+// server's delay grows to 400 ms. (At 200 ms a loaded host, the race
+// detector and the rest of the suite on two cores, once measured the
+// 60-ms server at 198 ms by handshake: not clearly nearer, by the 30 %
+// the hysteresis asks.)
 func TestAgentPicksNearestServer(t *testing.T) {
 	pki := newTestPKI(t)
 	c := newTestCluster(t, 3, pki.withAgents(t))
@@ -249,7 +252,7 @@ func TestAgentPicksNearestServer(t *testing.T) {
 		return nil
 	})
 	ua, _ := net.ResolveUDPAddr("udp", addrs[1])
-	if err := ra.pc.SetPeerProfile(ua, chaos.LinkProfile{Delay: 200 * time.Millisecond}); err != nil {
+	if err := ra.pc.SetPeerProfile(ua, chaos.LinkProfile{Delay: 400 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, func() error {
