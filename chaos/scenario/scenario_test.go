@@ -46,9 +46,14 @@ const minOps = 50
 
 func runScenario(t *testing.T, sc Scenario, seed uint64) {
 	res, err := Run(context.Background(), sc, Options{
-		Seed:         seed,
-		Duration:     *durationFlag,
-		MinOps:       minOps,
+		Seed:     seed,
+		Duration: *durationFlag,
+		MinOps:   minOps,
+		// A loaded host (the suite's other packages and two busy loops
+		// on two cores) once completed 30 operations under faults in the
+		// default 30 s beyond Duration: give it longer. A run stops as
+		// soon as it has them, so only a slow host uses the time.
+		MaxDuration:  *durationFlag + 90*time.Second,
 		Dir:          t.TempDir(),
 		Log:          newTestWriter(t),
 		CheckTimeout: *checkFlag,
