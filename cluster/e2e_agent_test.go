@@ -99,8 +99,8 @@ func filesIntent(name string, n int, version string) *intent.Intent {
 	return in
 }
 
-// waitConvergedAt waits until every server shows the device converged at
-// the current desired revision.
+// waitDeviceConverged waits until every running server shows the device
+// converged, having acknowledged the revision of every resource it holds.
 func waitDeviceConverged(t *testing.T, c *testCluster, id string) *api.Device {
 	t.Helper()
 	var dev *api.Device
@@ -110,8 +110,17 @@ func waitDeviceConverged(t *testing.T, c *testCluster, id string) *api.Device {
 			if err != nil {
 				return err
 			}
-			if !d.Converged || d.AckedRevision != d.DesiredRevision {
-				return fmt.Errorf("%s sees %s: converged %v, acked %d of %d, %v", s.ID(), id, d.Converged, d.AckedRevision, d.DesiredRevision, d.Counts)
+			// The desired revision is the cluster's: a commit that does
+			// not touch the device's desired state (another device's
+			// first session, say) moves it without a Notify, so the
+			// device need not acknowledge it. What it must have
+			// acknowledged is the revision of every resource it holds.
+			var intended uint64
+			for _, r := range d.States {
+				intended = max(intended, r.IntendedRevision)
+			}
+			if !d.Converged || d.AckedRevision < intended {
+				return fmt.Errorf("%s sees %s: converged %v, acked %d (its resources' newest revision %d, the cluster's %d), %v", s.ID(), id, d.Converged, d.AckedRevision, intended, d.DesiredRevision, d.Counts)
 			}
 			dev = d
 		}

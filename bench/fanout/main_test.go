@@ -79,16 +79,11 @@ func TestRunTinyFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	// METEOR_BIN, if set, is a meteor binary to use instead of building
 	// ./cmd/meteor.
-	bin := os.Getenv("METEOR_BIN")
-	if bin == "" {
-		if bin, err = benchkit.BuildMeteor(ctx, root, t.TempDir()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bin := benchkit.MeteorBinaryForTest(t, root)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	out := t.TempDir()
 	cfg, err := parseFlags([]string{"-devices", "20", "-groups", "3", "-loss", "0", "-settle", "0s", "-timeout", "60s",
 		"-meteor-bin", bin, "-mosquitto-bin", mosq, "-install-mosquitto=false", "-raise-udp-buffers=false", "-out", out}, io.Discard)

@@ -105,12 +105,9 @@ func TestRunTinyFleets(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
+	bin := benchkit.MeteorBinaryForTest(t, root)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin, err := benchkit.BuildMeteor(ctx, root, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := t.TempDir()
 	cfg, err := parseFlags([]string{
 		"-sizes", "50", "-dials", "16", "-sockets", "4", "-sample-every", "200ms", "-settle", "0",

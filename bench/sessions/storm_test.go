@@ -25,12 +25,9 @@ func TestStormTiny(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
+	bin := benchkit.MeteorBinaryForTest(t, root)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	bin, err := benchkit.BuildMeteor(ctx, root, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
 	modes := "full,0rtt"
 	if raceBuild {
 		modes = "full"

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -31,6 +33,32 @@ func BuildMeteor(ctx context.Context, root, dir string) (string, error) {
 		return "", fmt.Errorf("go build ./cmd/meteor: %w\n%s", err, out.String())
 	}
 	return bin, nil
+}
+
+// testBuildTimeout bounds the build of MeteorBinaryForTest. A clean build
+// beside the rest of the suite (which compiles and runs its own packages
+// on the same two cores) has taken minutes.
+const testBuildTimeout = 10 * time.Minute
+
+// MeteorBinaryForTest returns the meteor binary a test runs the drivers
+// with: $METEOR_BIN if set, else ./cmd/meteor of the module at root built
+// into a temporary directory of t. The build is timed on its own, not out
+// of the time the test gives its run, so that a loaded host's slow build
+// does not fail a run that would have finished in time.
+func MeteorBinaryForTest(t testing.TB, root string) string {
+	t.Helper()
+	if bin := os.Getenv("METEOR_BIN"); bin != "" {
+		return bin
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testBuildTimeout)
+	defer cancel()
+	start := time.Now()
+	bin, err := BuildMeteor(ctx, root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("built %s in %s", bin, time.Since(start).Round(time.Millisecond))
+	return bin
 }
 
 // RunCmd runs bin with args to completion and returns its combined

@@ -69,13 +69,10 @@ func TestStartMeteor(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
+	bin := MeteorBinaryForTest(t, root)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	bin, err := BuildMeteor(ctx, root, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	g := &Group{}
 	defer g.StopAll(3 * time.Second)
 	pki := filepath.Join(dir, "pki")
