@@ -310,7 +310,7 @@ func RunDeployment(ctx context.Context, addrs []string, opts DeploymentOptions) 
 		"devices", res.Devices, "violations", len(res.Violations))
 	if len(res.Violations) > 0 {
 		dir := filepath.Join(opts.Dir, fmt.Sprintf("report-%s-%d", opts.Name, opts.Seed))
-		if err := writeReport(dir, *res, faults, ops, lin.verdict, lin.info); err != nil {
+		if err := writeReport(dir, *res, faults, ops, lin.verdict, lin.info, nil); err != nil {
 			return dres, fmt.Errorf("write report: %w", err)
 		}
 		if err := writeJSONFile(filepath.Join(dir, "plan.json"), dres.Plan); err != nil {

@@ -216,12 +216,19 @@ func Run(ctx context.Context, sc Scenario, opts Options) (Result, error) {
 		}
 	}
 	healed := time.Now()
+	var stacks []byte // every goroutine's, if the servers did not converge
 	convCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = waitConverged(convCtx, h)
 	cancel()
 	res.Reconverge = time.Since(healed)
 	if err != nil {
 		res.Violations = append(res.Violations, fmt.Sprintf("servers did not converge within 30 s of healing: %v", err))
+		// Read where the servers stand before anything shuts them down:
+		// Raft's figures and its loops' stacks say what a cluster that
+		// made no progress was waiting on.
+		stacks = allStacks()
+		logger.Error("servers did not converge after healing; their Raft:\n" + raftStates(h) +
+			"the goroutines in Raft's loops (every goroutine is in the report, goroutines.txt):\n" + raftLoopStacks(stacks))
 	} else {
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		li, lerr := h.Leader(lctx)
@@ -277,7 +284,7 @@ func Run(ctx context.Context, sc Scenario, opts Options) (Result, error) {
 
 	if len(res.Violations) > 0 {
 		dir := filepath.Join(opts.Dir, fmt.Sprintf("report-%s-%d", sc.Name, opts.Seed))
-		if err := writeReport(dir, res, faults, ops, lin.verdict, lin.info); err != nil {
+		if err := writeReport(dir, res, faults, ops, lin.verdict, lin.info, stacks); err != nil {
 			return res, fmt.Errorf("scenario %s: write report: %w", sc.Name, err)
 		}
 		res.Report = dir
@@ -288,9 +295,14 @@ func Run(ctx context.Context, sc Scenario, opts Options) (Result, error) {
 
 // writeReport writes a failing run's folder: the result with the seed,
 // the fault log as JSON lines, the history, and porcupine's visualization.
-func writeReport(dir string, res Result, faults *chaos.FaultLog, ops []porcupine.Operation, verdict porcupine.CheckResult, info porcupine.LinearizationInfo) error {
+func writeReport(dir string, res Result, faults *chaos.FaultLog, ops []porcupine.Operation, verdict porcupine.CheckResult, info porcupine.LinearizationInfo, stacks []byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
+	}
+	if stacks != nil {
+		if err := os.WriteFile(filepath.Join(dir, "goroutines.txt"), stacks, 0o644); err != nil {
+			return err
+		}
 	}
 	res.Report = dir
 	b, err := json.MarshalIndent(res, "", "  ")
