@@ -161,11 +161,12 @@ type raftParts struct {
 // NoFreelistSync: bbolt does not write its list of free pages at every
 // commit; it rebuilds the list from the pages in use when it opens the
 // file, after a crash too. Raft deletes the log behind each snapshot, so
-// the list holds thousands of pages, and writing it was a commit's largest
-// write after the entries themselves: BenchmarkRaftStoreLogs measures the
-// bytes written and the CPU per entry stored with and without it. Consul and Nomad offer the
-// same setting for their raft-boltdb stores; the cost is a scan of the
-// file when it is opened, which a log of TrailingLogs entries keeps small.
+// the list holds thousands of pages, and writing it was a commit's
+// largest write after the entries themselves: BenchmarkRaftStoreLogs
+// measures the bytes written and the CPU per entry stored with and
+// without it. Consul and Nomad offer the same setting for their
+// raft-boltdb stores; the cost is a scan of the file when it is opened,
+// which a log of TrailingLogs entries keeps small.
 func raftStoreOptions(path string) raftboltdb.Options {
 	return raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{NoFreelistSync: true}}
 }

@@ -78,6 +78,7 @@ func TestRaftStoreWithoutFreelistSync(t *testing.T) {
 		}
 		return s
 	}
+	// check runs bbolt's consistency check on file p.
 	check := func(p string) {
 		t.Helper()
 		db, err := bbolt.Open(p, 0o600, &bbolt.Options{ReadOnly: true})
@@ -95,13 +96,19 @@ func TestRaftStoreWithoutFreelistSync(t *testing.T) {
 		}
 	}
 
+	// closeAndCheck closes s, the store of file p, and checks p.
+	closeAndCheck := func(s *raftboltdb.BoltStore, p string) {
+		t.Helper()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		check(p)
+	}
+
 	// A store as a build that wrote the freelist left it.
 	s := open(path, plain)
 	write(s, 5000)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	check(path)
+	closeAndCheck(s, path)
 
 	// Opened by this build: what it holds, then more.
 	s = open(path, raftStoreOptions)
@@ -113,28 +120,20 @@ func TestRaftStoreWithoutFreelistSync(t *testing.T) {
 	// two commits; the store is never closed on it.
 	crash := filepath.Join(dir, "crash.db")
 	copyFile(t, path, crash)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	closeAndCheck(s, path)
 	check(crash)
 	c := open(crash, raftStoreOptions)
 	verify(c, "crash image")
 	write(c, 2000)
 	verify(c, "crash image, written after")
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	check(crash)
+	closeAndCheck(c, crash)
 
 	// Opened again by a build that writes the freelist.
 	c = open(crash, plain)
 	verify(c, "opened by a build that writes the freelist")
 	write(c, 1000)
 	verify(c, "written with the freelist again")
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	check(crash)
+	closeAndCheck(c, crash)
 }
 
 func copyFile(t *testing.T, from, to string) {
