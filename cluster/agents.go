@@ -94,7 +94,7 @@ type peerView interface {
 // another server, and returns once the owner made it durable
 // (Server.deliverReport).
 type reportSink interface {
-	deliverReport(ctx context.Context, device string, labels map[string]string, rep *wire.Report) error
+	deliverReport(ctx context.Context, device string, labels map[string]string, acked uint64, rep *wire.Report) error
 }
 
 // agentCounters count what a server sent agents, for tests and benchmarks.

@@ -156,6 +156,11 @@ type Config struct {
 	// place waiting for the device's Pull; 0 means DefaultNotifyPullWait.
 	NotifyWindow   int
 	NotifyPullWait time.Duration
+	// AckFoldWait is how long a device's acknowledgement is left to the
+	// report that follows it, which commits both in one entry, before the
+	// session server commits it alone (agentSession.handleAck); 0 means
+	// DefaultAckFoldWait. Tests lengthen it.
+	AckFoldWait time.Duration
 
 	// AgentPacketConn, if set, wraps the agents' UDP socket as quic-go
 	// would otherwise be given it, agentSocket (fault injection in tests).

@@ -43,7 +43,7 @@ func TestDeadlineStatusesCommitted(t *testing.T) {
 
 		// The kiosk connects and reports the old certificate applied.
 		connectDevice(t, p, "kiosk-7", true)
-		if err := o.ingest(context.Background(), "kiosk-7", euLabels, &wire.Report{Seq: 1, Full: true, Status: "progressing", States: true,
+		if err := o.ingest(context.Background(), "kiosk-7", 0, &wire.Report{Seq: 1, Full: true, Status: "progressing", States: true,
 			Resources: []wire.ResourceReport{{Key: "pos-cert/tls", AppliedDigest: wire.Digest{9}, State: wire.StatePending}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func TestFightAndOverrideStatuses(t *testing.T) {
 			rep := &wire.Report{Seq: seq, Full: true, Status: state.String(), States: true, Edge: true, Resources: []wire.ResourceReport{{
 				Key: "motd/motd", AppliedDigest: wire.Digest{1}, AppliedRevision: 1, Effective: wire.EffectiveOK, State: state, Hold: h,
 			}}}
-			if err := o.ingest(context.Background(), "till-3", euLabels, rep); err != nil {
+			if err := o.ingest(context.Background(), "till-3", 0, rep); err != nil {
 				t.Fatal(err)
 			}
 			rec, err := p.state.Read().Device(nil, "till-3")

@@ -118,7 +118,7 @@ type clusterAdmin interface {
 // reportIngester takes in the reports of devices this server owns
 // (statusOwner.ingest).
 type reportIngester interface {
-	ingest(ctx context.Context, device string, labels map[string]string, rep *wire.Report) error
+	ingest(ctx context.Context, device string, acked uint64, rep *wire.Report) error
 }
 
 func (h *httpAPI) handler() http.Handler {

@@ -16,21 +16,27 @@ type forwardedReport struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// Report is the wire encoding of the Report message.
 	Report []byte `json:"report"`
+	// Acked is the desired revision the device had acknowledged to the
+	// session server (statusOwner.ingest); an owner of a release before
+	// it ignores it, but the session server leaves acknowledgements to
+	// the owner only once every server runs fsm.LevelAckWithStatus.
+	Acked uint64 `json:"acked,omitempty"`
 }
 
-// deliverReport hands a device's report to its owner and returns once the
-// owner has made it durable (or found it changes nothing). The session
+// deliverReport hands a device's report, and the revision the device had
+// acknowledged when it sent it, to its owner and returns once the owner
+// has made them durable (or found they change nothing). The session
 // server acknowledges the report to the agent only then.
-func (s *Server) deliverReport(ctx context.Context, device string, labels map[string]string, rep *wire.Report) error {
+func (s *Server) deliverReport(ctx context.Context, device string, labels map[string]string, acked uint64, rep *wire.Report) error {
 	owner := s.OwnerOf(device, labels)
 	if owner == "" || owner == s.config.NodeID {
-		return s.status.ingest(ctx, device, labels, rep)
+		return s.status.ingest(ctx, device, acked, rep)
 	}
 	m, ok := s.gossip.memberByID(owner)
 	if !ok {
 		return fmt.Errorf("owner %s of %s is not known through gossip", owner, device)
 	}
-	return s.peers.report(ctx, owner, m.HTTPAddr, &forwardedReport{Device: device, Labels: labels, Report: reportFor(rep, m.WireMinor).Append(nil)})
+	return s.peers.report(ctx, owner, m.HTTPAddr, &forwardedReport{Device: device, Labels: labels, Report: reportFor(rep, m.WireMinor).Append(nil), Acked: acked})
 }
 
 // reportFor returns rep as an owner speaking agent protocol minor takes
@@ -72,7 +78,7 @@ func (h *httpAPI) handleInternalReport(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("decode report of %s: %v", fr.Device, err))
 		return
 	}
-	if err := h.reports.ingest(r.Context(), fr.Device, fr.Labels, &rep); err != nil {
+	if err := h.reports.ingest(r.Context(), fr.Device, fr.Acked, &rep); err != nil {
 		writeError(w, &api.Error{StatusCode: http.StatusServiceUnavailable, Code: api.CodeTimeout, RetryAfterMS: 1000,
 			Message: fmt.Sprintf("owner %s could not record the report of %s: %v; the agent will send it again", h.cfg.NodeID, fr.Device, err)})
 		return

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -490,6 +491,15 @@ func (sess *agentSession) handleAck(ctx context.Context, m *wire.Ack) error {
 	if !advanced {
 		return nil
 	}
+	if sess.a.state.Read().ActiveLevel() >= fsm.LevelAckWithStatus {
+		// The report that follows carries the acknowledgement to the
+		// device's owner, which judges it by it and commits both in one
+		// entry (statusOwner.ingest). Should no report have done so
+		// within Config.AckFoldWait (a device that sends none, a report the
+		// owner could not record), sessionSync commits it alone.
+		sess.a.sync.changedAfter(sess, cmp.Or(sess.a.cfg.AckFoldWait, DefaultAckFoldWait))
+		return nil
+	}
 	sess.a.sync.changed(sess)
 	// The owner judges the reports that follow by the acknowledged
 	// revision: let its record go first. If it cannot commit (an
@@ -591,9 +601,20 @@ func (sess *agentSession) handleReport(ctx context.Context, m *wire.Report) erro
 	return sess.ackReports()
 }
 
-// recordReport delivers m to the device's owner and notes it applied.
+// DefaultAckFoldWait is how long an acknowledgement is left to the report
+// that follows it (handleAck) before sessionSync commits it alone, unless
+// Config.AckFoldWait says otherwise. A device reports as soon as it has
+// applied a change, or found it held back, so this is a bound for a
+// report lost or late, not a wait the status shows.
+const DefaultAckFoldWait = 2 * time.Second
+
+// recordReport delivers m, with the revision the agent acknowledged before
+// it, to the device's owner and notes it applied.
 func (sess *agentSession) recordReport(ctx context.Context, m *wire.Report) error {
-	if err := sess.a.reports.deliverReport(ctx, sess.deviceID, sess.placementLabels(sess.a.state.Read()), m); err != nil {
+	sess.mu.Lock()
+	acked := sess.acked
+	sess.mu.Unlock()
+	if err := sess.a.reports.deliverReport(ctx, sess.deviceID, sess.placementLabels(sess.a.state.Read()), acked, m); err != nil {
 		if ctx.Err() == nil {
 			sess.a.stats.reportFailures.Add(1)
 		}

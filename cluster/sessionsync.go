@@ -103,6 +103,13 @@ func (y *sessionSync) changed(sess *agentSession) {
 	y.mu.Unlock()
 }
 
+// changedAfter says that a live session's acknowledged revision moved on
+// and that its record is to be compared after d: in the meantime the
+// report that follows may commit it with the device's status.
+func (y *sessionSync) changedAfter(sess *agentSession, d time.Duration) {
+	y.clock.AfterFunc(d, func() { y.changed(sess) })
+}
+
 // stopped removes a session from the live table. If it was the device's
 // last session here, the device's record must come to show it
 // disconnected (unless another server or connection took over).

@@ -277,11 +277,18 @@ func factsOf(rec *fsm.DeviceRecord) sessionFacts {
 }
 
 // ingest classifies a report of a device this server owns and waits until
-// the resulting transition, if any, is committed. The labels the session
-// server routed the report by are not taken: the owner selects by the
-// replica's labels (Config.selectionLabels), so a report cannot replace
-// the labels the control plane gave the device.
-func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]string, rep *wire.Report) error {
+// the resulting transition, if any, is committed. The owner selects by the
+// replica's labels (Config.selectionLabels), not by those the session
+// server routed the report by, so a report cannot replace the labels the
+// control plane gave the device.
+//
+// acked is the desired revision the device had acknowledged to the
+// session server when it sent the report (0: not said). Once the cluster's
+// active level is fsm.LevelAckWithStatus, the session server leaves an
+// acknowledgement to the report that follows it: the owner judges the
+// report by it and commits it with the report's transition, in one entry
+// (a report that changes nothing else still commits then).
+func (o *statusOwner) ingest(ctx context.Context, device string, acked uint64, rep *wire.Report) error {
 	if err := o.waitRecorded(ctx, device); err != nil {
 		return fmt.Errorf("report %d not recorded: %w", rep.Seq, err)
 	}
@@ -316,6 +323,10 @@ func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]st
 	d.rec.ReportSeq = rep.Seq
 	merged := fsm.MergeResources(d.rec.Resources, res, rep.Full)
 	contentChanged := !sameApplied(d.rec.Resources, merged)
+	if acked > d.rec.AckedRevision && read.ActiveLevel() >= fsm.LevelAckWithStatus {
+		contentChanged = true
+		d.rec.AckedRevision = acked
+	}
 	traffic := reportedTraffic(rep.Traffic, now)
 	if traffic != nil && !sameTraffic(d.rec.Traffic, traffic) {
 		contentChanged = true
@@ -346,6 +357,7 @@ func (o *statusOwner) ingest(ctx context.Context, device string, _ map[string]st
 		tr.AgentStatus, tr.BlockedReason = rep.Status, rep.BlockedReason
 		tr.Traffic = traffic
 		tr.Edge, tr.Locks, tr.Unlocked, tr.Recovery = rep.Edge, locks, unlocked, recovery
+		tr.AckedRevision = d.rec.AckedRevision
 	})
 	if err != nil {
 		o.mu.Unlock()

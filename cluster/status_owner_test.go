@@ -66,7 +66,7 @@ func TestStatusOwnerCommitsReportsInBatches(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make([]error, 2)
 		for i, id := range []string{"dev-a", "dev-b"} {
-			wg.Go(func() { errs[i] = o.ingest(context.Background(), id, euLabels, convergedReport(4)) })
+			wg.Go(func() { errs[i] = o.ingest(context.Background(), id, 0, convergedReport(4)) })
 		}
 		synctest.Wait()
 		if n := p.committed(fsm.StatusBatchType); n != 0 {
@@ -161,14 +161,14 @@ func TestStatusOwnerFailedCommitIsNotAcknowledged(t *testing.T) {
 		defer stop()
 
 		p.setFail(func(mt fsm.MessageType) bool { return mt == fsm.StatusBatchType })
-		if err := o.ingest(context.Background(), "dev-a", euLabels, convergedReport(2)); err == nil {
+		if err := o.ingest(context.Background(), "dev-a", 0, convergedReport(2)); err == nil {
 			t.Fatal("a report whose commit failed was acknowledged")
 		}
 		if n := o.failed.Load(); n != 1 {
 			t.Fatalf("%d failed status batches counted, want 1", n)
 		}
 		p.setFail(nil)
-		if err := o.ingest(context.Background(), "dev-a", euLabels, convergedReport(2)); err != nil {
+		if err := o.ingest(context.Background(), "dev-a", 0, convergedReport(2)); err != nil {
 			t.Fatalf("the report sent again: %v", err)
 		}
 		if n, e := o.failed.Load(), o.entries.Load(); n != 1 || e != 1 {
@@ -196,10 +196,10 @@ func TestStatusOwnerReportWaitsForThePendingCommit(t *testing.T) {
 
 		p.setFail(func(mt fsm.MessageType) bool { return mt == fsm.StatusBatchType })
 		first := make(chan error, 1)
-		go func() { first <- o.ingest(context.Background(), "dev-a", euLabels, convergedReport(2)) }()
+		go func() { first <- o.ingest(context.Background(), "dev-a", 0, convergedReport(2)) }()
 		synctest.Wait() // report 2 is queued, its batch not yet due
 		second := make(chan error, 1)
-		go func() { second <- o.ingest(context.Background(), "dev-a", euLabels, convergedReport(3)) }()
+		go func() { second <- o.ingest(context.Background(), "dev-a", 0, convergedReport(3)) }()
 		synctest.Wait()
 		select {
 		case err := <-second:
@@ -214,7 +214,7 @@ func TestStatusOwnerReportWaitsForThePendingCommit(t *testing.T) {
 		}
 
 		p.setFail(nil)
-		if err := o.ingest(context.Background(), "dev-a", euLabels, convergedReport(3)); err != nil {
+		if err := o.ingest(context.Background(), "dev-a", 0, convergedReport(3)); err != nil {
 			t.Fatalf("report 3 sent again: %v", err)
 		}
 		rec, err := p.state.Read().Device(nil, "dev-a")
@@ -263,7 +263,7 @@ func TestStatusOwnerMendsALateStaleStatus(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, o, stop := runUnitStatusOwner(t, "dev-a")
 		defer stop()
-		if err := o.ingest(context.Background(), "dev-a", euLabels, convergedReport(4)); err != nil {
+		if err := o.ingest(context.Background(), "dev-a", 0, convergedReport(4)); err != nil {
 			t.Fatal(err)
 		}
 		read := func() *fsm.DeviceRecord {

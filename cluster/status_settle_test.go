@@ -60,7 +60,7 @@ func convergedFleet(tb testing.TB, p *localProposer, o *statusOwner, n int, serv
 		for _, r := range desired.Resources {
 			rep.Resources = append(rep.Resources, wire.ResourceReport{Key: r.Key, AppliedDigest: r.Digest, AppliedRevision: r.Revision, Effective: wire.EffectiveOK})
 		}
-		if err := o.ingest(context.Background(), id, euLabels, rep); err != nil {
+		if err := o.ingest(context.Background(), id, 0, rep); err != nil {
 			tb.Fatal(err)
 		}
 	}

@@ -266,7 +266,7 @@ func TestDuplicateReportWaitsForItsCommit(t *testing.T) {
 		}
 	}
 	first := make(chan error, 1)
-	go func() { first <- s.status.ingest(context.Background(), "dev-a", labels, report(7, "app/a")) }()
+	go func() { first <- s.status.ingest(context.Background(), "dev-a", 0, report(7, "app/a")) }()
 	waitFor(t, 5*time.Second, func() error {
 		s.status.mu.Lock()
 		defer s.status.mu.Unlock()
@@ -276,20 +276,20 @@ func TestDuplicateReportWaitsForItsCommit(t *testing.T) {
 		return nil
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	err := s.status.ingest(ctx, "dev-a", labels, report(7, "app/a"))
+	err := s.status.ingest(ctx, "dev-a", 0, report(7, "app/a"))
 	cancel()
 	if err == nil {
 		t.Fatal("a duplicate was acknowledged while the report it repeats was not committed")
 	}
 	// A second device's report fills the batch: both commit, and the
 	// duplicate is acknowledged.
-	if err := s.status.ingest(context.Background(), "dev-b", labels, report(1, "app/b")); err != nil {
+	if err := s.status.ingest(context.Background(), "dev-b", 0, report(1, "app/b")); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	if err := s.status.ingest(context.Background(), "dev-a", labels, report(7, "app/a")); err != nil {
+	if err := s.status.ingest(context.Background(), "dev-a", 0, report(7, "app/a")); err != nil {
 		t.Fatalf("duplicate after the commit: %v", err)
 	}
 }
@@ -307,13 +307,13 @@ func TestReportBeforeTheSessionRecordIsNotAcknowledged(t *testing.T) {
 	}}}
 	labels := map[string]string{"region": "eu"}
 	ctx := context.Background()
-	if err := s.status.ingest(ctx, "dev-early", labels, rep); err == nil {
+	if err := s.status.ingest(ctx, "dev-early", 0, rep); err == nil {
 		t.Fatal("a report of a device without a committed session was acknowledged")
 	}
 	if err := s.sessionRec.record(ctx, &fsm.DeviceSessionRequest{ID: "dev-early", Labels: labels, SessionID: "s", Server: s.ID(), Conn: "c", Connected: true, Time: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.status.ingest(ctx, "dev-early", labels, rep); err != nil {
+	if err := s.status.ingest(ctx, "dev-early", 0, rep); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := s.State().Read().Device(nil, "dev-early")

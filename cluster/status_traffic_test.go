@@ -22,7 +22,7 @@ func TestStatusOwnerCommitsTraffic(t *testing.T) {
 		defer stop()
 		ingest := func(rep *wire.Report) {
 			t.Helper()
-			if err := o.ingest(context.Background(), "dev-a", euLabels, rep); err != nil {
+			if err := o.ingest(context.Background(), "dev-a", 0, rep); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -262,6 +262,11 @@ type StatusTransition struct {
 	// Recovery is the agent's latest recovery the report carried; the
 	// record takes it, with a timeline entry, if it is newer.
 	Recovery *DeviceRecovery `json:"recovery,omitempty"`
+	// AckedRevision is the desired revision the device had acknowledged
+	// to the session server that took the report (0: not said). Like the
+	// session record's, the stored value never goes backwards; applied
+	// once the active level is LevelAckWithStatus.
+	AckedRevision uint64 `json:"acked_revision,omitempty"`
 }
 
 // StatusBatchRequest carries transitions of many devices in one entry.

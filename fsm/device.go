@@ -175,7 +175,8 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 	if err := decodeCommand(body, &req); err != nil {
 		return ApplyResult{}, fmt.Errorf("decode: %w", err)
 	}
-	edge := activeLevel(txn) >= LevelEdge
+	level := activeLevel(txn)
+	edge := level >= LevelEdge
 	for _, tr := range req.Transitions {
 		cur, err := f.device(txn, tr.Device)
 		if err != nil {
@@ -212,6 +213,11 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 		}
 		rec.LastSeen = max(rec.LastSeen, tr.LastSeen)
 		rec.ProgressAt = max(rec.ProgressAt, tr.ProgressAt)
+		if level >= LevelAckWithStatus {
+			// A fact of the device, like its report: taken even from a
+			// transition whose status is stale (below).
+			rec.AckedRevision = max(rec.AckedRevision, tr.AckedRevision)
+		}
 		rec.ModifyIndex, rec.UpdatedAt = index, tr.Time
 		if rec.StatusOwner != "" && rec.StatusOwner != req.Owner && tr.Basis < rec.StatusIndex {
 			// Judged on a status another owner has since replaced.

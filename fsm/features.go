@@ -28,11 +28,14 @@ import (
 //	   the active level (set-feature-level, 21; snapshots of version 3
 //	   carry it) and, once it is 3, the edge data existing commands
 //	   record (LevelEdge)
+//	4  once it is active, a status transition records the revision the
+//	   device acknowledged (StatusTransition.AckedRevision,
+//	   LevelAckWithStatus)
 //
 // A release that adds a command type or changes what Apply or Restore
 // understand raises the level by one and lists what it added here and in
 // commandLevels.
-const FeatureLevel uint16 = 3
+const FeatureLevel uint16 = 4
 
 // LevelOperatorRestore is the level from which replicas order states by
 // the operator restore they descend from (RestoreMark, snapshot version
@@ -96,6 +99,14 @@ func checkFeatureLevel(level uint16) error {
 // recovery a report brings, intents with rotation windows, disruptive
 // resources, preconditions or maintenance rollout windows).
 const LevelEdge uint16 = 3
+
+// LevelAckWithStatus is the level from which a status transition records
+// the desired revision the device acknowledged
+// (StatusTransition.AckedRevision): the owner commits a device's Ack with
+// the report that follows it, in one entry, instead of the session server
+// committing it in a session record first. A replica of level 3 would
+// drop the field and store another acknowledged revision.
+const LevelAckWithStatus uint16 = 4
 
 // The active level. New command types are held back until every server
 // runs their level, but a release may also apply existing commands

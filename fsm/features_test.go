@@ -103,3 +103,92 @@ func TestActiveLevel(t *testing.T) {
 		old.Apply(1, mustEncode(t, SetFeatureLevelType, &SetFeatureLevelRequest{Level: LevelEdge}))
 	}()
 }
+
+// TestAckWithStatus: from active level 4 on, a status transition records
+// the revision the device acknowledged, never lowering it and even when its
+// status is stale; below it, replicas of level 3 and 4 both drop it, and a
+// replica of level 3 stops rather than raise the level, and refuses to
+// restore a level-4 state.
+func TestAckWithStatus(t *testing.T) {
+	newReplica := func(level uint16) (*FSM, func(MessageType, any) ApplyResult) {
+		f, err := New(Config{FeatureLevel: level})
+		if err != nil {
+			t.Fatal(err)
+		}
+		index := uint64(0)
+		return f, func(typ MessageType, req any) ApplyResult {
+			t.Helper()
+			index++
+			return f.Apply(index, mustEncode(t, typ, req))
+		}
+	}
+	cur, apply := newReplica(0)
+	old, applyOld := newReplica(LevelEdge)
+	both := func(typ MessageType, req any) {
+		t.Helper()
+		for _, a := range []func(MessageType, any) ApplyResult{apply, applyOld} {
+			if res := a(typ, req); res.Err != nil {
+				t.Fatal(res.Err)
+			}
+		}
+	}
+	acked := func(f *FSM) uint64 {
+		t.Helper()
+		rec, err := f.Read().Device(nil, "kiosk-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.AckedRevision
+	}
+	transition := func(owner string, seq, ackedRev, basis uint64) *StatusBatchRequest {
+		return &StatusBatchRequest{Owner: owner, Transitions: []StatusTransition{{
+			Device: "kiosk-1", Seq: seq, Time: int64(seq), Status: "converged", AckedRevision: ackedRev, Basis: basis,
+		}}}
+	}
+	both(DeviceSessionType, &DeviceSessionRequest{ID: "kiosk-1", SessionID: "s", Server: "s1", Conn: "c", Connected: true, AckedRevision: 3, Time: 1})
+	both(SetFeatureLevelType, &SetFeatureLevelRequest{Level: LevelEdge, Time: 1})
+	both(StatusBatchType, transition("s1", 1, 7, 0))
+	if a, b := acked(cur), acked(old); a != 3 || b != 3 {
+		t.Fatalf("at level 3 the transition's ack is dropped: acked %d and %d, want 3", a, b)
+	}
+
+	func() {
+		defer func() {
+			if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "this server runs level 3") {
+				t.Fatalf("a level 3 replica raising the active level to 4: panic %v", r)
+			}
+		}()
+		applyOld(SetFeatureLevelType, &SetFeatureLevelRequest{Level: LevelAckWithStatus, Time: 2})
+	}()
+	if res := apply(SetFeatureLevelType, &SetFeatureLevelRequest{Level: LevelAckWithStatus, Time: 2}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if res := apply(StatusBatchType, transition("s1", 2, 9, 0)); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if a := acked(cur); a != 9 {
+		t.Fatalf("at level 4: acked %d, want 9", a)
+	}
+	if res := apply(StatusBatchType, transition("s1", 3, 8, 0)); res.Err != nil || acked(cur) != 9 {
+		t.Fatalf("a lower ack: %v, acked %d, want 9", res.Err, acked(cur))
+	}
+	// Another owner's transition judged on an older status: its status is
+	// not applied, the device's acknowledgement is.
+	if res := apply(StatusBatchType, transition("s2", 4, 12, 0)); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if rec, _ := cur.Read().Device(nil, "kiosk-1"); rec.AckedRevision != 12 || rec.StatusOwner != "s1" {
+		t.Fatalf("a stale transition: acked %d, status owner %s; want 12 and s1", rec.AckedRevision, rec.StatusOwner)
+	}
+	if res := apply(DeviceSessionType, &DeviceSessionRequest{ID: "kiosk-1", SessionID: "s", Server: "s1", Conn: "c", Connected: true, AckedRevision: 10, Time: 5}); res.Err != nil || acked(cur) != 12 {
+		t.Fatalf("a session record behind the ack: %v, acked %d, want 12", res.Err, acked(cur))
+	}
+
+	snap := snapshotBytes(t, cur)
+	if hdr := snap[:bytes.IndexByte(snap, '\n')]; !bytes.Contains(hdr, []byte(`"active_level":4`)) {
+		t.Fatalf("snapshot header %s", hdr)
+	}
+	if err := old.Restore(bytes.NewReader(snap)); err == nil || !strings.Contains(err.Error(), "active feature level 4") {
+		t.Fatalf("a level 3 replica restoring a level 4 state: %v", err)
+	}
+}
