@@ -63,6 +63,9 @@ type electionCounter interface {
 	// raftTerm returns the servers' highest Raft term: the elections
 	// held in a period are its growth (benchkit.Elections).
 	raftTerm(ctx context.Context) (uint64, error)
+	// commitIndex returns the servers' highest Raft commit index: the
+	// entries committed in a period are its growth.
+	commitIndex(ctx context.Context) (uint64, error)
 }
 
 // levelResult is one measured change.
@@ -112,6 +115,10 @@ type levelResult struct {
 	// (nil for Mosquitto, which has none).
 	Reconnects int64 `json:"reconnects"`
 	Elections  *int  `json:"elections,omitempty"`
+	// RaftEntries counts the Raft entries Meteor's cluster committed from
+	// submitting the change until the last device was durable (or the
+	// timeout): the intent, the status batches, the session batches.
+	RaftEntries *uint64 `json:"raft_entries,omitempty"`
 	// NotifyDeltas and PulledDeltas count the Deltas Meteor's devices took
 	// during the change: from the Notify itself (protocol 1.5), and
 	// answering a Pull.
@@ -171,9 +178,12 @@ func measure(ctx context.Context, s side, system string, version, loss int, loss
 	re0 := s.reconnects()
 	nd0, pd0 := s.deltas()
 	ec, counts := s.(electionCounter)
-	var term0 uint64
+	var term0, index0 uint64
 	if counts {
 		if term0, err = ec.raftTerm(ctx); err != nil {
+			return nil, err
+		}
+		if index0, err = ec.commitIndex(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -249,6 +259,11 @@ func measure(ctx context.Context, s side, system string, version, loss int, loss
 			return nil, err
 		}
 		res.Elections = new(benchkit.Elections(term0, term1))
+		index1, err := ec.commitIndex(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res.RaftEntries = new(index1 - min(index0, index1))
 	}
 	res.Load1 = benchkit.Load1()
 	slices.Sort(times)

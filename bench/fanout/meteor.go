@@ -155,6 +155,10 @@ func (s *meteorSide) watchDurable(ctx context.Context, target uint64, n int, sta
 
 func (s *meteorSide) raftTerm(ctx context.Context) (uint64, error) { return s.mc.RaftTerm(ctx) }
 
+func (s *meteorSide) commitIndex(ctx context.Context) (uint64, error) {
+	return s.mc.CommitIndex(ctx)
+}
+
 func (s *meteorSide) reconnects() int64 { return s.fl.Reconnects() }
 
 func (s *meteorSide) deltas() (notified, pulled int64) { return s.fl.Deltas() }

@@ -378,6 +378,10 @@ func notes(rep *report) []string {
 			n = append(n, fmt.Sprintf("Meteor, %s: afterwards the cluster's own records (GET /v1/intents/%s/progress) showed %d of %d targeted devices acknowledged and %d converged at revision %d.",
 				linkName(r.LossPct), intentName, v.Acknowledged, v.Targeted, v.Converged, v.Revision))
 		}
+		if r.RaftEntries != nil {
+			n = append(n, fmt.Sprintf("Meteor, %s: the cluster committed %d Raft entries from the change's submission until the last device was durable (the intent, the owners' status batches, the session servers' session batches).",
+				linkName(r.LossPct), *r.RaftEntries))
+		}
 		if r.NotifyDeltas+r.PulledDeltas > 0 {
 			n = append(n, fmt.Sprintf("Meteor, %s: the devices took %d Deltas from the Notify itself and %d by pulling during the change.",
 				linkName(r.LossPct), r.NotifyDeltas, r.PulledDeltas))

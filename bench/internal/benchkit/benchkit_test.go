@@ -244,7 +244,8 @@ func TestWriteResults(t *testing.T) {
 	}
 }
 
-// healthServer answers GET /v1/health with term and status.
+// healthServer answers GET /v1/health with term and status, and a commit
+// index ten times the term.
 func healthServer(t *testing.T, term uint64, status int) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -254,7 +255,7 @@ func healthServer(t *testing.T, term uint64, status int) string {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(api.Health{Term: term, Healthy: status == http.StatusOK})
+		json.NewEncoder(w).Encode(api.Health{Term: term, CommitIndex: 10 * term, Healthy: status == http.StatusOK})
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
@@ -290,6 +291,12 @@ func TestRaftTermIsTheHighestAnswered(t *testing.T) {
 	}
 	if _, err := RaftTerm(ctx, clients(goneAddr)); err == nil {
 		t.Error("no error when no server answers")
+	}
+	if got, err := CommitIndex(ctx, clients(addrs...)); err != nil || got != 70 {
+		t.Errorf("CommitIndex = %d, %v; want 70", got, err)
+	}
+	if _, err := CommitIndex(ctx, clients(goneAddr)); err == nil {
+		t.Error("CommitIndex: no error when no server answers")
 	}
 }
 

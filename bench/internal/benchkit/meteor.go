@@ -324,11 +324,22 @@ func (c *MeteorCluster) WaitLeader(ctx context.Context) (int, error) {
 // killed one does not): the elections held in a period are its growth
 // (Elections).
 func (c *MeteorCluster) RaftTerm(ctx context.Context) (uint64, error) {
+	return RaftTerm(ctx, c.clients())
+}
+
+// CommitIndex returns the highest Raft commit index of the servers that
+// answer (CommitIndex): the entries committed in a period are its growth.
+func (c *MeteorCluster) CommitIndex(ctx context.Context) (uint64, error) {
+	return CommitIndex(ctx, c.clients())
+}
+
+// clients returns the API clients of every server, stopped ones included.
+func (c *MeteorCluster) clients() []*api.Client {
 	clients := make([]*api.Client, len(c.Servers))
 	for i, s := range c.Servers {
 		clients[i] = s.API
 	}
-	return RaftTerm(ctx, clients)
+	return clients
 }
 
 // ElectionsSince returns the elections held since the highest Raft term
