@@ -89,6 +89,9 @@ type agentSession struct {
 	// retrying is the newest report the server could not record yet and
 	// is retrying (retryReports); nil while none is.
 	retrying *wire.Report
+	// carrying is the acknowledged revision that the report being
+	// handed to the owner carries (recordReport); 0 while none is.
+	carrying uint64
 
 	// settingsMu guards the settings last sent (sendSettings): their
 	// encoding without Seq, and Seq.
@@ -495,8 +498,10 @@ func (sess *agentSession) handleAck(ctx context.Context, m *wire.Ack) error {
 		// The report that follows carries the acknowledgement to the
 		// device's owner, which judges it by it and commits both in one
 		// entry (statusOwner.ingest). Should no report have done so
-		// within Config.AckFoldWait (a device that sends none, a report the
-		// owner could not record), sessionSync commits it alone.
+		// within Config.AckFoldWait (a device that sends none), or should
+		// the owner fail to record it, sessionSync commits it alone; it
+		// passes over it while a report carrying it is being recorded,
+		// however long the owner takes (sessionSync.pass).
 		sess.a.sync.changedAfter(sess, cmp.Or(sess.a.cfg.AckFoldWait, DefaultAckFoldWait))
 		return nil
 	}
@@ -613,16 +618,25 @@ const DefaultAckFoldWait = 2 * time.Second
 func (sess *agentSession) recordReport(ctx context.Context, m *wire.Report) error {
 	sess.mu.Lock()
 	acked := sess.acked
+	sess.carrying = acked
 	sess.mu.Unlock()
-	if err := sess.a.reports.deliverReport(ctx, sess.deviceID, sess.placementLabels(sess.a.state.Read()), acked, m); err != nil {
+	err := sess.a.reports.deliverReport(ctx, sess.deviceID, sess.placementLabels(sess.a.state.Read()), acked, m)
+	sess.mu.Lock()
+	sess.carrying = 0
+	if err == nil {
+		sess.reportSeq = max(sess.reportSeq, m.Seq)
+	}
+	sess.mu.Unlock()
+	if err != nil {
 		if ctx.Err() == nil {
 			sess.a.stats.reportFailures.Add(1)
 		}
+		// The acknowledgement it carried is not committed: let
+		// sessionSync compare the record now rather than at its next
+		// full pass.
+		sess.a.sync.changed(sess)
 		return err
 	}
-	sess.mu.Lock()
-	sess.reportSeq = max(sess.reportSeq, m.Seq)
-	sess.mu.Unlock()
 	sess.a.stats.reports.Add(1)
 	return nil
 }

@@ -18,7 +18,9 @@ import (
 // and commits whatever differs, a connect (with the acknowledged
 // revision) for a live session the replica does not show as connected
 // here, a disconnect for an ended one the replica still shows connected
-// here; it never relies on having seen an event. Events only say which
+// here; it never relies on having seen an event. From feature level 4 an
+// acknowledged revision that a report being handed to the device's owner
+// carries is left to that report's commit (agentSession.carrying). Events only say which
 // devices to compare first; every SessionCheckInterval it compares them
 // all, which repairs a record another server overwrote (a late connect of
 // an earlier connection). A commit that fails (no leader during an
@@ -200,13 +202,16 @@ func (y *sessionSync) pass(ctx context.Context) error {
 	var reqs []fsm.DeviceSessionRequest
 	var recording []*agentSession // live sessions the reqs record, in order
 	var acks []uint64
+	// From this level on, an owner commits the acknowledged revision a
+	// report carries with the report (agentSession.recordReport).
+	carried := read.ActiveLevel() >= fsm.LevelAckWithStatus
 	for _, dev := range devices {
 		rec, _ := read.Device(nil, dev)
 		if sessions := y.live[dev]; len(sessions) > 0 {
 			// The newest connection is the one the device uses.
 			sess := sessions[len(sessions)-1]
 			sess.mu.Lock()
-			acked := sess.acked
+			acked, carrying := sess.acked, sess.carrying
 			req := fsm.DeviceSessionRequest{
 				ID: dev, Labels: sess.labels, SessionID: sessionString(sess.id),
 				Server: self, Conn: sess.connID, Connected: true, AckedRevision: acked, Time: now,
@@ -214,6 +219,12 @@ func (y *sessionSync) pass(ctx context.Context) error {
 			sess.mu.Unlock()
 			if sess.recordedHere(rec, self) && rec.AckedRevision >= acked {
 				sess.markAttempted(acked, true)
+				continue
+			}
+			if carried && carrying >= acked && sess.recordedHere(rec, self) {
+				// Only the acknowledgement lags, and the report being
+				// recorded carries it; should that fail, the session
+				// marks the device again.
 				continue
 			}
 			if rec != nil && sess.wasRecorded() && !sess.recordedHere(rec, self) {

@@ -135,3 +135,45 @@ func TestSessionSyncRepairsOverwrittenRecord(t *testing.T) {
 		}
 	})
 }
+
+// TestSessionSyncLeavesACarriedAckToItsReport: at feature level 4, an
+// acknowledged revision that a report being handed to the owner carries
+// (agentSession.carrying) is left to that report's commit, by the pass an
+// event sets off and by the full comparisons alike, however long the
+// report takes; once no report carries it, it is committed alone.
+func TestSessionSyncLeavesACarriedAckToItsReport(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		u, stop := newUnitSync(t)
+		defer stop()
+		if l := u.p.state.Read().ActiveLevel(); l < fsm.LevelAckWithStatus {
+			t.Fatalf("active level %d", l)
+		}
+		sess := u.start("dev-1", "c1")
+		set := func(acked, carrying uint64) {
+			sess.mu.Lock()
+			sess.acked, sess.carrying = acked, carrying
+			sess.mu.Unlock()
+		}
+		set(5, 5)
+		u.changedAfter(sess, 100*time.Millisecond)
+		time.Sleep(3 * time.Second) // the wait, and three full comparisons
+		synctest.Wait()
+		if rec := u.record(t, "dev-1"); rec.AckedRevision != 0 {
+			t.Fatalf("acknowledged revision %d committed alone while a report carried it", rec.AckedRevision)
+		}
+		// A newer acknowledgement than the report carries is not left to it.
+		set(6, 5)
+		u.changed(sess)
+		synctest.Wait()
+		if rec := u.record(t, "dev-1"); rec.AckedRevision != 6 {
+			t.Fatalf("acknowledged revision %d recorded, want 6", rec.AckedRevision)
+		}
+		// The report failed (recordReport then marks the device).
+		set(7, 0)
+		u.changed(sess)
+		synctest.Wait()
+		if rec := u.record(t, "dev-1"); rec.AckedRevision != 7 {
+			t.Fatalf("acknowledged revision %d recorded, want 7", rec.AckedRevision)
+		}
+	})
+}
