@@ -20,10 +20,10 @@ import (
 // here, a disconnect for an ended one the replica still shows connected
 // here; it never relies on having seen an event. From feature level 4 an
 // acknowledged revision that a report being handed to the device's owner
-// carries is left to that report's commit (agentSession.carrying). Events only say which
-// devices to compare first; every SessionCheckInterval it compares them
-// all, which repairs a record another server overwrote (a late connect of
-// an earlier connection). A commit that fails (no leader during an
+// carries is left to that report's commit (agentSession.carrying).
+// Events only say which devices to compare first; every
+// SessionCheckInterval it compares them all, which repairs a record
+// another server overwrote (a late connect of an earlier connection). A commit that fails (no leader during an
 // election) is retried promptly with backoff, so a lost disconnect is
 // recorded once the cluster has a leader again.
 //
@@ -217,17 +217,18 @@ func (y *sessionSync) pass(ctx context.Context) error {
 				Server: self, Conn: sess.connID, Connected: true, AckedRevision: acked, Time: now,
 			}
 			sess.mu.Unlock()
-			if sess.recordedHere(rec, self) && rec.AckedRevision >= acked {
+			here := sess.recordedHere(rec, self)
+			if here && rec.AckedRevision >= acked {
 				sess.markAttempted(acked, true)
 				continue
 			}
-			if carried && carrying >= acked && sess.recordedHere(rec, self) {
+			if here && carried && carrying >= acked {
 				// Only the acknowledgement lags, and the report being
 				// recorded carries it; should that fail, the session
 				// marks the device again.
 				continue
 			}
-			if rec != nil && sess.wasRecorded() && !sess.recordedHere(rec, self) {
+			if rec != nil && sess.wasRecorded() && !here {
 				// Recorded before and lost since: another server's late
 				// write, or a commit the replica lost. (A record that
 				// only lags the acknowledged revision is not lost.)

@@ -23,6 +23,36 @@ const termTimeout = 5 * time.Second
 func HighestTerm(ctx context.Context, clients []*Client) (uint64, string, error) {
 	var top uint64
 	var leader string
+	answered := false
+	err := eachHealth(ctx, clients, func(h *Health) {
+		if !answered || h.Term > top || (h.Term == top && leader == "") {
+			top, leader = h.Term, h.Leader
+		}
+		answered = true
+	})
+	if err != nil {
+		return 0, "", fmt.Errorf("read the Raft term: %w", err)
+	}
+	return top, leader, nil
+}
+
+// HighestCommitIndex returns the highest Raft commit index that the
+// servers clients talk to report on GET /v1/health, passing over those
+// that do not answer as HighestTerm does: the entries the cluster
+// committed during a period are the growth of this value over it.
+func HighestCommitIndex(ctx context.Context, clients []*Client) (uint64, error) {
+	var top uint64
+	err := eachHealth(ctx, clients, func(h *Health) { top = max(top, h.CommitIndex) })
+	if err != nil {
+		return 0, fmt.Errorf("read the Raft commit index: %w", err)
+	}
+	return top, nil
+}
+
+// eachHealth calls visit with each answer to GET /v1/health, a server
+// without a leader's included (it still answers with its Raft figures),
+// each bounded by termTimeout. It fails only when no server answers.
+func eachHealth(ctx context.Context, clients []*Client, visit func(*Health)) error {
 	var errs []error
 	answered := false
 	for _, c := range clients {
@@ -33,13 +63,11 @@ func HighestTerm(ctx context.Context, clients []*Client) (uint64, string, error)
 			errs = append(errs, fmt.Errorf("%s: %w", c.Addr(), err))
 			continue
 		}
-		if !answered || h.Term > top || (h.Term == top && leader == "") {
-			top, leader = h.Term, h.Leader
-		}
+		visit(h)
 		answered = true
 	}
 	if !answered {
-		return 0, "", fmt.Errorf("read the Raft term: %w", errors.Join(errs...))
+		return errors.Join(errs...)
 	}
-	return top, leader, nil
+	return nil
 }

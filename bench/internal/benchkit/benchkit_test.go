@@ -292,11 +292,11 @@ func TestRaftTermIsTheHighestAnswered(t *testing.T) {
 	if _, err := RaftTerm(ctx, clients(goneAddr)); err == nil {
 		t.Error("no error when no server answers")
 	}
-	if got, err := CommitIndex(ctx, clients(addrs...)); err != nil || got != 70 {
-		t.Errorf("CommitIndex = %d, %v; want 70", got, err)
+	if got, err := api.HighestCommitIndex(ctx, clients(addrs...)); err != nil || got != 70 {
+		t.Errorf("HighestCommitIndex = %d, %v; want 70", got, err)
 	}
-	if _, err := CommitIndex(ctx, clients(goneAddr)); err == nil {
-		t.Error("CommitIndex: no error when no server answers")
+	if _, err := api.HighestCommitIndex(ctx, clients(goneAddr)); err == nil {
+		t.Error("HighestCommitIndex: no error when no server answers")
 	}
 }
 

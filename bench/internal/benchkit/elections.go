@@ -2,8 +2,6 @@ package benchkit
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/meteor-edge/meteor/cluster/api"
 )
@@ -14,28 +12,6 @@ import (
 func RaftTerm(ctx context.Context, clients []*api.Client) (uint64, error) {
 	term, _, err := api.HighestTerm(ctx, clients)
 	return term, err
-}
-
-// CommitIndex returns the highest Raft commit index that the Meteor
-// servers clients talk to report on GET /v1/health, passing over those
-// that do not answer: the entries the cluster committed in a period are
-// its growth.
-func CommitIndex(ctx context.Context, clients []*api.Client) (uint64, error) {
-	var top uint64
-	var errs []error
-	answered := false
-	for _, c := range clients {
-		h, err := c.Health(ctx)
-		if err != nil && h.CommitIndex == 0 {
-			errs = append(errs, fmt.Errorf("%s: %w", c.Addr(), err))
-			continue
-		}
-		top, answered = max(top, h.CommitIndex), true
-	}
-	if !answered {
-		return 0, fmt.Errorf("read the Raft commit index: %w", errors.Join(errs...))
-	}
-	return top, nil
 }
 
 // Elections returns the elections held between two readings of the

@@ -328,9 +328,10 @@ func (c *MeteorCluster) RaftTerm(ctx context.Context) (uint64, error) {
 }
 
 // CommitIndex returns the highest Raft commit index of the servers that
-// answer (CommitIndex): the entries committed in a period are its growth.
+// answer (api.HighestCommitIndex): the entries committed in a period are
+// its growth.
 func (c *MeteorCluster) CommitIndex(ctx context.Context) (uint64, error) {
-	return CommitIndex(ctx, c.clients())
+	return api.HighestCommitIndex(ctx, c.clients())
 }
 
 // clients returns the API clients of every server, stopped ones included.
