@@ -10,10 +10,12 @@ import (
 	"github.com/meteor-edge/meteor/wire"
 )
 
-// forwardedReport is a report a session server hands to the device's owner.
+// forwardedReport is a report a session server hands to the device's
+// owner. It names no labels: the owner selects by its replica's
+// (statusOwner.ingest), and owners of earlier releases ignored the ones
+// session servers sent.
 type forwardedReport struct {
-	Device string            `json:"device"`
-	Labels map[string]string `json:"labels,omitempty"`
+	Device string `json:"device"`
 	// Report is the wire encoding of the Report message.
 	Report []byte `json:"report"`
 	// Acked is the desired revision the device had acknowledged to the
@@ -36,7 +38,7 @@ func (s *Server) deliverReport(ctx context.Context, device string, labels map[st
 	if !ok {
 		return fmt.Errorf("owner %s of %s is not known through gossip", owner, device)
 	}
-	return s.peers.report(ctx, owner, m.HTTPAddr, &forwardedReport{Device: device, Labels: labels, Report: reportFor(rep, m.WireMinor).Append(nil), Acked: acked})
+	return s.peers.report(ctx, owner, m.HTTPAddr, &forwardedReport{Device: device, Report: reportFor(rep, m.WireMinor).Append(nil), Acked: acked})
 }
 
 // reportFor returns rep as an owner speaking agent protocol minor takes
