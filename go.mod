@@ -56,4 +56,5 @@ require (
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/tools v0.47.0 // indirect
 	google.golang.org/protobuf v1.36.8 // indirect
+	pgregory.net/rapid v1.3.0 // indirect
 )

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"container/heap"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -29,8 +30,10 @@ import (
 //
 // Goroutines: Run owns batchLoop, which commits queued transitions when
 // BatchSize are queued or the oldest has waited BatchInterval, and
-// evalLoop, which re-classifies the owned devices every EvalInterval: that
-// is how silence becomes "unreachable" and a lack of progress "stuck".
+// evalLoop, which every EvalInterval re-classifies the owned devices whose
+// judgement may have changed: those whose records changed, and those due,
+// by the time their judgement itself named (scheduler.DeviceStatus.Recheck).
+// That is how silence becomes "unreachable" and a lack of progress "stuck".
 //
 // It reads the local replica (stateReader), commits through a proposer,
 // learns which devices it owns from an ownerView, and measures silences
@@ -63,6 +66,14 @@ type statusOwner struct {
 	worldOwners string
 	sinceSweep  int
 	sweepEvery  int // sweepEvery; 1 judges every device every time
+	// records fires when any device record changes after the latest
+	// evaluation that read them all (nil: the next one must); until it
+	// does, an evaluation reads no record but those of the devices due.
+	// Guarded by mu.
+	records memdb.WatchSet
+	// due orders the owned devices whose judgement time alone will move
+	// by when it does (ownedDevice.due), guarded by mu.
+	due dueQueue
 
 	entries, transitions atomic.Uint64
 	// failed counts the batches whose commit failed or whose outcome is
@@ -74,11 +85,12 @@ type statusOwner struct {
 }
 
 // sweepEvery bounds how many evaluations may pass over settled devices
-// before one judges every owned device again. Settling relies on the
-// watches of fsm.Read.WatchJudgement and on the owner candidates; the
-// sweep also catches what neither covers, such as built-in classes
-// changed by a configuration reload.
-const sweepEvery = 12
+// before one judges every owned device again (5 minutes at the default
+// StatusEvalInterval). Settling relies on the watches of
+// fsm.Read.WatchJudgement and of the device records, on the owner
+// candidates, and on each judgement's Recheck; the sweep is the backstop
+// for a fact none of them covers, should one come to be.
+const sweepEvery = 60
 
 // ownedDevice is what the owner knows of a device beyond the committed
 // record: the latest report merged in, and the progress mark.
@@ -114,15 +126,17 @@ type ownedDevice struct {
 	// for the same.
 	reportQ *queuedTransition
 	// settled is the replica's record of the device that the latest
-	// evaluation judged it by, when that judgement committed nothing and
-	// cannot change with time alone (timeFree); nil otherwise. Until the
-	// replica's record or what devices are judged by changes, evaluations
-	// pass over the device: a fleet at rest costs its owner a lookup a
-	// device, not a classification.
+	// evaluation judged it by, when that judgement committed nothing; nil
+	// otherwise. Until the replica's record or what devices are judged by
+	// changes, or the device is due, evaluations pass over it: a fleet at
+	// rest costs its owner nothing a device between sweeps.
 	settled *fsm.DeviceRecord
-	// timeFree is set by classifyLocked: its judgement would stay the
-	// same at any later time (timeFree).
-	timeFree bool
+	// due is when, on the owner's monotonic clock, the device must be
+	// judged again if nothing it is judged by changes: its judgement's
+	// Recheck, or the next evaluation when a transition was queued for
+	// it; zero when time alone cannot change it. Set by classifyLocked,
+	// which enters it in statusOwner.due.
+	due time.Time
 	// pending is the latest transition queued for the device, by a report
 	// or an evaluation, until its commit's outcome is known. What rec and
 	// status hold includes it, so a report found to change nothing has
@@ -401,7 +415,12 @@ func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, classes sch
 		judged = &cp
 	}
 	st := scheduler.Classify(view, judged, classes, classOf, now, d.mark)
-	d.timeFree = timeFree(st.Status, &d.rec, classOf)
+	due := time.Time{}
+	if !st.Recheck.IsZero() {
+		// Recheck is told in the frame of now; the owner waits for it on
+		// its monotonic clock, which wall clock steps do not move.
+		due = o.clock.Mono().Add(max(0, st.Recheck.Sub(now)))
+	}
 	states := make([]queuedState, len(st.Resources))
 	for i, r := range st.Resources {
 		states[i] = queuedState{key: r.Key, status: r.Status}
@@ -413,6 +432,7 @@ func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, classes sch
 		// evaluation that finds the same status): nothing to commit. The
 		// reason alone does not count: unreachable and stuck reasons name
 		// the time elapsed, which changes at every evaluation.
+		o.scheduleLocked(d, due)
 		return nil, nil
 	}
 	d.status, d.reason, d.states = st.Status, st.Reason, states
@@ -432,6 +452,9 @@ func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, classes sch
 	}
 	q := &queuedTransition{tr: tr, at: o.clock.Mono(), fin: make(chan struct{})}
 	d.pending = q
+	// Not settled: judged again at the next evaluation, by the record
+	// its commit leaves (or, if it fails, from the replica afresh).
+	o.scheduleLocked(d, o.clock.Mono())
 	o.queue = append(o.queue, q)
 	select {
 	case o.kick <- struct{}{}:
@@ -501,6 +524,7 @@ func (o *statusOwner) commit(ctx context.Context, batch []*queuedTransition) {
 		for _, q := range batch {
 			delete(o.devices, q.tr.Device)
 		}
+		o.records = nil // the next evaluation reads them all, and takes them on again
 		o.mu.Unlock()
 	} else {
 		o.entries.Add(1)
@@ -559,20 +583,16 @@ func (o *statusOwner) evalLoop(ctx context.Context) {
 }
 
 // evaluate classifies the devices this server owns at now. A device whose
-// last judgement cannot change with time alone (ownedDevice.settled) is
-// passed over while its replica record and what devices are judged by stay
-// the same; a sweep, at least every sweepEvery evaluations, judges them
-// all.
+// last judgement committed nothing (ownedDevice.settled) is passed over
+// while its replica record and what devices are judged by stay the same,
+// until it is due (ownedDevice.due); a sweep, at least every sweepEvery
+// evaluations, judges them all. When no device record changed since the
+// last evaluation that read them all, only the devices due are read.
 func (o *statusOwner) evaluate(now time.Time) error {
 	read := o.state.Read()
-	recs, err := read.Devices(nil)
-	if err != nil {
-		return err
-	}
 	owners := o.owners.ownerCandidates()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	mine := map[string]bool{}
 	alive := map[string]bool{}
 	var key strings.Builder
 	for _, c := range owners {
@@ -590,32 +610,34 @@ func (o *statusOwner) evaluate(now time.Time) error {
 	} else {
 		o.sinceSweep++
 	}
-	var judged, passed uint64
 	classes := o.cfg.effectiveClasses(read)
+	if !sweep && o.records != nil && !fired(o.records) {
+		return o.evaluateDueLocked(read, classes, alive, now)
+	}
+	records := memdb.NewWatchSet()
+	recs, err := read.Devices(records)
+	if err != nil {
+		return err
+	}
+	// Set again once every device is judged: a failed classification
+	// leaves it nil, so the next evaluation reads every record again.
+	o.records = nil
+	mono := o.clock.Mono()
+	mine := map[string]bool{}
+	var judged, passed uint64
 	for _, rec := range recs {
 		if ownerOf(rec.ID, rec.Labels["region"], owners) != o.self {
 			continue
 		}
 		mine[rec.ID] = true
-		if d, ok := o.devices[rec.ID]; ok && !sweep && d.settled == rec {
+		if d, ok := o.devices[rec.ID]; ok && !sweep && d.settled == rec && (d.due.IsZero() || d.due.After(mono)) {
 			passed++
 			continue
 		}
-		d := o.ownedLocked(rec.ID, read)
-		if d.rec.Connected && !alive[d.rec.Server] {
-			// Its session server failed without recording the disconnect:
-			// the device is not connected anywhere we know of.
-			d.rec.Connected = false
-		}
-		q, err := o.classifyLocked(d, read, classes, now, false, nil)
-		if err != nil {
-			return fmt.Errorf("classify %s: %w", rec.ID, err)
+		if err := o.judgeLocked(rec, read, classes, alive, now); err != nil {
+			return err
 		}
 		judged++
-		d.settled = nil
-		if q == nil && d.timeFree {
-			d.settled = rec
-		}
 	}
 	o.judged.Add(judged)
 	o.passed.Add(passed)
@@ -626,7 +648,123 @@ func (o *statusOwner) evaluate(now time.Time) error {
 			delete(o.devices, id)
 		}
 	}
+	o.records = records
+	o.due.compact(o.devices)
 	return nil
+}
+
+// evaluateDueLocked judges the owned devices that are due at the owner's
+// monotonic now, when no device record has changed since the last
+// evaluation that read them all and nothing else they are judged by has:
+// every other device's judgement stands.
+func (o *statusOwner) evaluateDueLocked(read *fsm.Read, classes scheduler.Classes, alive map[string]bool, now time.Time) error {
+	// Taken out first: a device judged here may be due again at once
+	// (a transition queued), which is the next evaluation's to judge.
+	mono := o.clock.Mono()
+	var ids []string
+	for len(o.due) > 0 && !o.due[0].at.After(mono) {
+		e := heap.Pop(&o.due).(dueEntry)
+		if d := o.devices[e.id]; d != nil && d.due.Equal(e.at) {
+			d.due = time.Time{} // taken: classifyLocked sets the next
+			ids = append(ids, e.id)
+		} // else let go, or rescheduled since
+	}
+	var judged uint64
+	for _, id := range ids {
+		rec, err := read.Device(nil, id)
+		if err == nil {
+			err = o.judgeLocked(rec, read, classes, alive, now)
+		}
+		if err != nil {
+			o.records = nil // read them all next time
+			return err
+		}
+		judged++
+	}
+	o.judged.Add(judged)
+	o.passed.Add(uint64(len(o.devices)) - min(judged, uint64(len(o.devices))))
+	return nil
+}
+
+// judgeLocked classifies the owned device whose replica record is rec at
+// now, and notes whether the judgement settled it. Called with o.mu held.
+func (o *statusOwner) judgeLocked(rec *fsm.DeviceRecord, read *fsm.Read, classes scheduler.Classes, alive map[string]bool, now time.Time) error {
+	d := o.ownedLocked(rec.ID, read)
+	if d.rec.Connected && !alive[d.rec.Server] {
+		// Its session server failed without recording the disconnect:
+		// the device is not connected anywhere we know of.
+		d.rec.Connected = false
+	}
+	q, err := o.classifyLocked(d, read, classes, now, false, nil)
+	if err != nil {
+		return fmt.Errorf("classify %s: %w", d.rec.ID, err)
+	}
+	d.settled = nil
+	if q == nil {
+		d.settled = rec // judged by this very record, which a change replaces
+	}
+	return nil
+}
+
+// scheduleLocked sets when d is due (zero: never by time alone) and enters
+// it in the queue. Called with o.mu held.
+func (o *statusOwner) scheduleLocked(d *ownedDevice, due time.Time) {
+	if due.Equal(d.due) {
+		return // entered already
+	}
+	d.due = due
+	if !due.IsZero() {
+		heap.Push(&o.due, dueEntry{at: due, id: d.rec.ID})
+	}
+}
+
+// dueEntry is a device due at a time on the owner's monotonic clock.
+type dueEntry struct {
+	at time.Time
+	id string
+}
+
+// dueQueue is a min-heap of dueEntry by time (container/heap). An entry
+// whose device has been rescheduled or let go since stays until it is
+// popped or the queue is compacted.
+type dueQueue []dueEntry
+
+func (q dueQueue) Len() int           { return len(q) }
+func (q dueQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
+func (q dueQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *dueQueue) Push(x any)        { *q = append(*q, x.(dueEntry)) }
+func (q *dueQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+// compact drops the entries no longer current once they outnumber the
+// current ones, so the queue stays within twice the devices due.
+func (q *dueQueue) compact(devices map[string]*ownedDevice) {
+	current := 0
+	for _, d := range devices {
+		if !d.due.IsZero() {
+			current++
+		}
+	}
+	if len(*q) <= 2*current+64 {
+		return
+	}
+	kept := (*q)[:0]
+	for _, e := range *q {
+		if d := devices[e.id]; d != nil && d.due.Equal(e.at) {
+			kept = append(kept, e)
+			d.due = time.Time{} // one entry a device
+		}
+	}
+	for i := range kept {
+		devices[kept[i].id].due = kept[i].at
+	}
+	clear((*q)[len(kept):])
+	*q = kept
+	heap.Init(q)
 }
 
 // queuedState is a resource's status as its owner last queued it. An
@@ -683,30 +821,6 @@ func fired(ws memdb.WatchSet) bool {
 			return true
 		default:
 		}
-	}
-	return false
-}
-
-// timeFree reports whether a device judged status, with rec as the owner
-// holds it and intended its resources' classes and rotation windows
-// (scheduler.IntendedOf), would be judged the same at any later time. Time
-// alone moves a device connected with work left to stuck, a disconnected
-// one to unreachable, and one with a rotation window or deadline through
-// them; a connected device that is done (converged), or waits on its own
-// side (blocked, failed, drifted, overridden), and an unreachable one,
-// change only with their records or what they are judged by.
-func timeFree(status string, rec *fsm.DeviceRecord, intended map[string]scheduler.Intended) bool {
-	for _, in := range intended {
-		if !in.Deadline.IsZero() || !in.NotBefore.IsZero() {
-			return false
-		}
-	}
-	switch status {
-	case scheduler.StatusConverged, scheduler.StatusBlocked, scheduler.StatusFailed,
-		scheduler.StatusDrifted, scheduler.StatusOverridden:
-		return rec.Connected
-	case scheduler.StatusUnreachable:
-		return !rec.Connected
 	}
 	return false
 }

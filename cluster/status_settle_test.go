@@ -152,15 +152,97 @@ func TestStatusOwnerPassesOverSettledDevices(t *testing.T) {
 			}
 		}
 		evaluate("the session server gone", mine)
-		evaluate("silent, not yet unreachable", mine)
-		time.Sleep(def.UnreachableAfter)
-		evaluate("silent past the class's threshold", mine)
+		evaluate("their transitions committed", mine) // the commits changed their records
+		// The devices this owner heard of last more than a threshold ago
+		// are unreachable at once; the others are due when it passes,
+		// which their judgement named (Recheck), and judged only then.
+		silent := 0
+		for _, id := range ids {
+			if rec, err := p.state.Read().Device(nil, id); err != nil || rec.Status != scheduler.StatusUnreachable {
+				silent++
+			}
+		}
+		if silent == 0 {
+			t.Fatal("every device is unreachable already: nothing left to wait for")
+		}
+		evaluate("silent, not yet unreachable", 0)
+		time.Sleep(def.UnreachableAfter / 2)
+		evaluate("silent, halfway to the threshold", 0)
+		time.Sleep(def.UnreachableAfter / 2)
+		evaluate("silent past the class's threshold", silent)
 		for _, id := range ids {
 			if rec, err := p.state.Read().Device(nil, id); err != nil || rec.Status != scheduler.StatusUnreachable {
 				t.Fatalf("%s: %v %+v, want unreachable", id, err, rec)
 			}
 		}
-		evaluate("unreachable", mine) // the commits changed their records
+		evaluate("unreachable", silent) // the commits changed their records
 		evaluate("unreachable, nothing changed", 0)
+	})
+}
+
+// TestStatusOwnerJudgesADeviceWhenDue: a connected device with work left
+// is judged again when its progress deadline passes, which its judgement
+// named, and not at the evaluations before; when that judgement's commit
+// fails, the owner forgets the device, and the next evaluation reads the
+// records again and judges it, though no record changed.
+func TestStatusOwnerJudgesADeviceWhenDue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newLocalProposer(t)
+		p.mustApply(t, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: simpleIntent("motd", "v1"), Time: time.Now().UnixNano()})
+		def := intent.BuiltinClasses()[scheduler.DefaultClass]
+		def.ProgressDeadline = time.Minute
+		p.mustApply(t, fsm.PutClassType, &fsm.PutClassRequest{Class: &def, Time: time.Now().UnixNano()})
+		connectDevice(t, p, "dev-slow", true) // acknowledged nothing: pending
+		cfg := DefaultConfig()
+		cfg.NodeID = "s1"
+		cfg.TrustReportedLabels = true     // the device is selected by its region
+		cfg.StatusEvalInterval = time.Hour // evaluated by the test
+		// s2, alive, holds the device's session; s1 owns every device in eu.
+		o := newStatusOwner(&cfg, hclog.NewNullLogger(), SystemClock{}, p.state, p,
+			fixedOwners{{ID: "s1", Region: "eu"}, {ID: "s2", Region: "us"}}, scheduler.NewPlanner())
+		stop := runComponent(t, o.Run)
+		defer stop()
+
+		status := func() string {
+			t.Helper()
+			rec, err := p.state.Read().Device(nil, "dev-slow")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rec.Status
+		}
+		evaluate := func(what string, wantJudged int, wantStatus string) {
+			t.Helper()
+			j := o.judged.Load()
+			if err := o.evaluate(time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second) // what it queued commits
+			if got := int(o.judged.Load() - j); got != wantJudged {
+				t.Fatalf("%s: %d devices classified, want %d", what, got, wantJudged)
+			}
+			if got := status(); got != wantStatus {
+				t.Fatalf("%s: status %s, want %s", what, got, wantStatus)
+			}
+		}
+		start := time.Now()
+		evaluate("first evaluation", 1, scheduler.StatusPending)
+		evaluate("its transition committed", 1, scheduler.StatusPending)
+		evaluate("nothing changed", 0, scheduler.StatusPending)
+		time.Sleep(start.Add(def.ProgressDeadline - time.Second).Sub(time.Now()))
+		evaluate("a second before its deadline", 0, scheduler.StatusPending)
+		evaluate("at its deadline", 0, scheduler.StatusPending) // stuck once past it
+
+		p.setFail(func(mt fsm.MessageType) bool { return mt == fsm.StatusBatchType })
+		evaluate("past its deadline, the commit failing", 1, scheduler.StatusPending)
+		if n := o.failed.Load(); n != 1 {
+			t.Fatalf("%d failed status batches, want 1", n)
+		}
+		p.setFail(nil)
+		evaluate("after the failed commit", 1, scheduler.StatusStuck)
+		evaluate("stuck committed", 1, scheduler.StatusStuck)
+		evaluate("stuck, nothing changed", 0, scheduler.StatusStuck)
+		time.Sleep(time.Hour)
+		evaluate("stuck an hour later", 0, scheduler.StatusStuck)
 	})
 }

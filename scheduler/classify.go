@@ -121,6 +121,14 @@ type DeviceStatus struct {
 	// Resources are the per-resource statuses, sorted by key. While the
 	// device is unreachable they are the last known ones.
 	Resources []ResourceStatus
+	// Recheck is the earliest time at which the same view, record and
+	// progress mark could be judged otherwise, by time alone: when a
+	// connected device with work left turns stuck, or a silent one
+	// unreachable. It is now itself when a resource has a rotation window
+	// or deadline (its judgement moves with the time left), and zero when
+	// time alone cannot change the judgement (a device that is done or
+	// waits on its own side, stuck, unreachable, or never seen).
+	Recheck time.Time
 }
 
 // ResourceStatus is the classified status of one resource.
@@ -211,8 +219,10 @@ func Classify(v DeviceView, rec *fsm.DeviceRecord, classes Classes, resources ma
 	out.Resources = make([]ResourceStatus, 0, len(v.Resources))
 	var deadlines []int          // resources whose rotation deadline is missed or at risk
 	waiting := map[string]bool{} // resources whose rotation window has not opened
+	windowed := false            // a resource has a rotation window or deadline
 	for _, rv := range v.Resources {
 		in := resources[rv.Key]
+		windowed = windowed || !in.Deadline.IsZero() || !in.NotBefore.IsZero()
 		cl := classes.For(in.Class)
 		rs, updated := classifyResource(rv, rec, cl)
 		if in.NotBefore.After(now) && (rs.Status == StatusPending || rs.Status == StatusProgressing) &&
@@ -286,6 +296,8 @@ func Classify(v DeviceView, rec *fsm.DeviceRecord, classes Classes, resources ma
 			out.Status, out.Since = StatusStuck, progress.At
 			out.Reason = fmt.Sprintf("no progress for %s (%s allows %s); last state: %s %s: %s",
 				fmtDuration(idle), cl.Name, fmtDuration(cl.ProgressDeadline), subject.Key, subject.Status, subject.Reason)
+		} else {
+			out.Recheck = progress.At.Add(cl.ProgressDeadline + 1) // the first instant idle exceeds it
 		}
 	}
 
@@ -298,7 +310,14 @@ func Classify(v DeviceView, rec *fsm.DeviceRecord, classes Classes, resources ma
 		if gap := now.Sub(last); gap > cl.UnreachableAfter {
 			out.Status, out.Since, out.NextRetry = StatusUnreachable, last, time.Time{}
 			out.Reason = fmt.Sprintf("no contact for %s (%s allows %s)", fmtDuration(gap), cl.Name, fmtDuration(cl.UnreachableAfter))
+		} else {
+			out.Recheck = last.Add(cl.UnreachableAfter + 1)
 		}
+	}
+	if windowed {
+		// A window opening, a deadline passing and the time left against
+		// the time needed (judgeDeadline) all move with the clock.
+		out.Recheck = now
 	}
 
 	// A rotation deadline missed or at risk, most urgent of all.
