@@ -25,6 +25,7 @@ require (
 	golang.org/x/net v0.56.0
 	golang.org/x/sys v0.47.0
 	golang.org/x/time v0.16.0
+	pgregory.net/rapid v1.3.0
 )
 
 require (
@@ -56,5 +57,4 @@ require (
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/tools v0.47.0 // indirect
 	google.golang.org/protobuf v1.36.8 // indirect
-	pgregory.net/rapid v1.3.0 // indirect
 )
