@@ -176,9 +176,17 @@ func (s *Server) setupRaft() (*raftParts, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create raft dir: %w", err)
 	}
-	store, err := raftboltdb.New(raftStoreOptions(filepath.Join(dir, "raft.db")))
+	dbPath := filepath.Join(dir, "raft.db")
+	storeOpts := raftStoreOptions(dbPath)
+	// Another server on the same data dir holds the file's lock: refuse
+	// to start rather than wait for it without a word.
+	storeOpts.BoltOptions.Timeout = bboltLockTimeout
+	store, err := raftboltdb.New(storeOpts)
+	if errors.Is(err, bbolt.ErrTimeout) {
+		return nil, fmt.Errorf("open raft store %s: in use by another server on data dir %s (still held after %v)", dbPath, s.config.DataDir, bboltLockTimeout)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("open raft store %s: %w", filepath.Join(dir, "raft.db"), err)
+		return nil, fmt.Errorf("open raft store %s: %w", dbPath, err)
 	}
 	p := &raftParts{store: store}
 	ok := false

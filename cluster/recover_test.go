@@ -30,6 +30,14 @@ func TestRecoverAfterLosingAMajority(t *testing.T) {
 	if _, err := RecoverRaft(RecoverOptions{DataDir: cfg.DataDir, FSM: cfg.FSM}); err == nil || !strings.Contains(err.Error(), "in use: stop the server first") {
 		t.Fatalf("recover of a running server: %v", err)
 	}
+	second := cfg
+	second.HTTPAddr, second.RaftAddr, second.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	if s, err := New(second); err == nil || !strings.Contains(err.Error(), "in use by another server") {
+		if s != nil {
+			s.Shutdown()
+		}
+		t.Fatalf("a second server on a running server's data dir: %v", err)
+	}
 	for i := range c.Size() {
 		if i != survivor {
 			c.kill(i) // lost for good: never started again
