@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -355,5 +356,112 @@ func TestCloseCodeFor(t *testing.T) {
 	}
 	if err := errors.New("plain"); FromQUICError(err) != err {
 		t.Error("FromQUICError changed a non-QUIC error")
+	}
+}
+
+// sizeProxy relays datagrams between one client and a server on
+// loopback and records the largest it relayed each way. Both ends keep
+// their own *net.UDPConn, so quic-go runs as it does in production (it
+// probes the path MTU only on sockets where it can set the DF bit).
+type sizeProxy struct {
+	conn                   *net.UDPConn
+	mu                     sync.Mutex
+	fromClient, fromServer int
+}
+
+func startSizeProxy(t *testing.T, server *net.UDPAddr) *sizeProxy {
+	t.Helper()
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &sizeProxy{conn: conn}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var client *net.UDPAddr
+		buf := make([]byte, 65536)
+		for {
+			n, from, err := conn.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			to := server
+			p.mu.Lock()
+			if from.Port == server.Port {
+				p.fromServer = max(p.fromServer, n)
+				to = client
+			} else {
+				p.fromClient = max(p.fromClient, n)
+				client = from
+			}
+			p.mu.Unlock()
+			if to != nil {
+				conn.WriteToUDP(buf[:n], to)
+			}
+		}
+	})
+	t.Cleanup(func() { conn.Close(); wg.Wait() })
+	return p
+}
+
+// TestQUICNoPathMTUProbes: neither side probes the path MTU, so nothing
+// either sends exceeds quic-go's initial packet size. Probes are padded
+// datagrams of up to 1,452 bytes, a few to every connection: after a
+// fleet connected, a server sending its first change to each agent spent
+// nearly half again the CPU on them (docs/performance.md), and an agent's
+// messages are small enough to gain nothing from larger packets.
+func TestQUICNoPathMTUProbes(t *testing.T) {
+	t.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ca := sharedTestCA()
+	ln, err := quic.ListenAddr("127.0.0.1:0", ServerTLSConfig(ca.pool(), ca.server(t, "s1"), nil), ServerQUICConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { // echo the agent's stream until it closes
+		conn, err := ln.Accept(ctx)
+		if err != nil {
+			return
+		}
+		defer conn.CloseWithError(CloseNormal, "")
+		if s, err := conn.AcceptStream(ctx); err == nil {
+			io.Copy(s, s)
+			s.Close()
+		}
+	})
+	proxy := startSizeProxy(t, ln.Addr().(*net.UDPAddr))
+
+	conn, err := quic.DialAddr(ctx, proxy.conn.LocalAddr().String(), ClientTLSConfig(ca.pool(), ca.device(t, "dev-1"), ""), ClientQUICConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseWithError(CloseNormal, "")
+	s, err := conn.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Round trips of a kilobyte, spaced by more than quic-go's delay
+	// between probes (five smoothed RTTs, well under a millisecond here).
+	msg := make([]byte, 1000)
+	for range 50 {
+		if _, err := s.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(s, msg); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.Close()
+	proxy.mu.Lock()
+	defer proxy.mu.Unlock()
+	// quic-go's packets are at most 1,280 bytes without path MTU discovery
+	// (protocol.InitialPacketSize).
+	if proxy.fromServer > 1280 || proxy.fromClient > 1280 {
+		t.Fatalf("largest datagram from the server %d bytes, from the agent %d: a path MTU probe (want none above 1,280)", proxy.fromServer, proxy.fromClient)
 	}
 }
