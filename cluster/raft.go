@@ -158,6 +158,10 @@ type raftParts struct {
 // raftStoreOptions are the options a server's Raft log store (raft.db) is
 // opened with, by the server and by RecoverRaft.
 //
+// Timeout: a running server holds the file's lock, so opening it again
+// fails with bbolt.ErrTimeout after bboltLockTimeout instead of waiting
+// for the lock without a word.
+//
 // NoFreelistSync: bbolt does not write its list of free pages at every
 // commit; it rebuilds the list from the pages in use when it opens the
 // file, after a crash too. Raft deletes the log behind each snapshot, so
@@ -168,7 +172,7 @@ type raftParts struct {
 // raft-boltdb stores; the cost is a scan of the file when it is opened,
 // which a log of TrailingLogs entries keeps small.
 func raftStoreOptions(path string) raftboltdb.Options {
-	return raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{NoFreelistSync: true}}
+	return raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{NoFreelistSync: true, Timeout: bboltLockTimeout}}
 }
 
 func (s *Server) setupRaft() (*raftParts, error) {
@@ -177,11 +181,7 @@ func (s *Server) setupRaft() (*raftParts, error) {
 		return nil, fmt.Errorf("create raft dir: %w", err)
 	}
 	dbPath := filepath.Join(dir, "raft.db")
-	storeOpts := raftStoreOptions(dbPath)
-	// Another server on the same data dir holds the file's lock: refuse
-	// to start rather than wait for it without a word.
-	storeOpts.BoltOptions.Timeout = bboltLockTimeout
-	store, err := raftboltdb.New(storeOpts)
+	store, err := raftboltdb.New(raftStoreOptions(dbPath))
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return nil, fmt.Errorf("open raft store %s: in use by another server on data dir %s (still held after %v)", dbPath, s.config.DataDir, bboltLockTimeout)
 	}

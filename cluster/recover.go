@@ -87,9 +87,7 @@ func RecoverRaft(opts RecoverOptions) (*RecoverResult, error) {
 	if _, err := os.Stat(dbPath); err != nil {
 		return nil, fmt.Errorf("recover: %s: %w: is %s a server's data dir?", dbPath, err, opts.DataDir)
 	}
-	storeOpts := raftStoreOptions(dbPath)
-	storeOpts.BoltOptions.Timeout = bboltLockTimeout
-	store, err := raftboltdb.New(storeOpts)
+	store, err := raftboltdb.New(raftStoreOptions(dbPath))
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return nil, fmt.Errorf("recover: %s is in use: stop the server first", dbPath)
 	}

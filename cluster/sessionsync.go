@@ -23,9 +23,10 @@ import (
 // carries is left to that report's commit (agentSession.carrying).
 // Events only say which devices to compare first; every
 // SessionCheckInterval it compares them all, which repairs a record
-// another server overwrote (a late connect of an earlier connection). A commit that fails (no leader during an
-// election) is retried promptly with backoff, so a lost disconnect is
-// recorded once the cluster has a leader again.
+// another server overwrote (a late connect of an earlier connection). A
+// commit that fails (no leader during an election) is retried promptly
+// with backoff, so a lost disconnect is recorded once the cluster has a
+// leader again.
 //
 // Whatever differs when a pass starts goes into one group commit through
 // the sessionRecorder (a sessionCommitter), so a reconnect storm costs a

@@ -41,14 +41,15 @@ const (
 // allowed (only Hello and Pull may be acted on before the handshake
 // completes, see AllowedInEarlyData), MaxIdleTimeout, up to
 // MaxControlStreams bidirectional and no unidirectional streams from the
-// agent, and no path MTU discovery: its probes, padded datagrams of up to
-// 1,452 bytes, a few to each agent once there is something to send, made
-// the first change after a fleet connected cost its servers half again
-// the CPU of later ones (docs/performance.md), and what a server sends an
-// agent is mostly small. Servers send no keep-alives; agents do. Every server of a cluster
-// must use the same limits: quic-go accepts 0-RTT only if the server's
-// current transport parameters are at least those remembered in the
-// session ticket, which may come from another server.
+// agent, and no path MTU discovery: its probes, padded datagrams of up
+// to 1,452 bytes, a few to each agent once there is something to send,
+// made the first change after a fleet connected cost its servers half
+// again the CPU of later ones (docs/performance.md), and what a server
+// sends an agent is mostly small. Servers send no keep-alives; agents do.
+// Every server of a cluster must use the same limits: quic-go accepts
+// 0-RTT only if the server's current transport parameters are at least
+// those remembered in the session ticket, which may come from another
+// server.
 func ServerQUICConfig() *quic.Config {
 	return &quic.Config{
 		HandshakeIdleTimeout:    HandshakeIdleTimeout,
