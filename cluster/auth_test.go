@@ -21,6 +21,7 @@ import (
 	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/fsm/acl"
 	"github.com/meteor-edge/meteor/fsm/intent"
+	"github.com/meteor-edge/meteor/wire"
 )
 
 // aclCluster is a test cluster with the ACL on and the secret of its
@@ -580,6 +581,10 @@ func TestACLIgnoresForgedForwarding(t *testing.T) {
 	batch := encodeBatch([]batchCommand{{t: fsm.PutIntentType, data: cmd, timeout: time.Second}})
 	if code, _, _ := call(t, leader, "", "POST", "/v1/internal/apply-batch", batch, map[string]string{headerSignature: strings.Repeat("ab", 32)}); code != http.StatusForbidden {
 		t.Errorf("forged internal batch: %d, want 403", code)
+	}
+	reports := encodeReportBatch([]*reportCall{{fr: &forwardedReport{Device: "pos-1", Report: (&wire.Report{Seq: 1}).Append(nil)}, timeout: time.Second}})
+	if code, _, _ := call(t, leader, "", "POST", "/v1/internal/report-batch", reports, map[string]string{headerSignature: strings.Repeat("ab", 32)}); code != http.StatusForbidden {
+		t.Errorf("forged report batch: %d, want 403", code)
 	}
 	// A request a server really signed, for a harmless body, carries that
 	// signature to no other body: someone on the path cannot swap it.

@@ -60,21 +60,11 @@ type applyBatcher struct {
 	p            *peerClient
 	ctx          context.Context // the server's: its values only (batches in flight outlive its end)
 	applyTimeout time.Duration
-	wg           sync.WaitGroup // the goroutines sending batches
+	q            *groupSender[*forwardCall] // by the leader's HTTP address
 
 	// batches and commands count what went to leaders as batches
 	// (meteor_forward_batches_total, meteor_forward_commands_total).
 	batches, commands atomic.Uint64
-
-	mu      sync.Mutex
-	leaders map[string]*forwardQueue // by the leader's HTTP address; guarded by mu
-	closed  bool                     // set by wait; guarded by mu
-}
-
-// forwardQueue is what is forwarded to one leader.
-type forwardQueue struct {
-	pending  []*forwardCall
-	inFlight int
 }
 
 // forwardCall is one forwarded command, its caller's context, and, once
@@ -87,7 +77,9 @@ type forwardCall struct {
 }
 
 func newApplyBatcher(ctx context.Context, p *peerClient, applyTimeout time.Duration) *applyBatcher {
-	return &applyBatcher{p: p, ctx: ctx, applyTimeout: applyTimeout, leaders: map[string]*forwardQueue{}}
+	b := &applyBatcher{p: p, ctx: ctx, applyTimeout: applyTimeout}
+	b.q = newGroupSender(forwardBatchesInFlight, takeCommands, b.send)
+	return b
 }
 
 // apply has the leader at addr commit an encoded command, batched with
@@ -101,26 +93,8 @@ func (b *applyBatcher) apply(ctx context.Context, addr string, t fsm.MessageType
 		return fsm.ApplyResult{}, 0, fmt.Errorf("forward %s to the leader: %w; nothing was sent", t, err)
 	}
 	c := &forwardCall{ctx: ctx, cmd: batchCommand{t: t, data: data}, done: make(chan struct{})}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	if !b.q.queue(addr, c) {
 		return fsm.ApplyResult{}, 0, fmt.Errorf("forward %s to the leader: the server is shutting down; nothing was sent", t)
-	}
-	q := b.leaders[addr]
-	if q == nil {
-		q = &forwardQueue{}
-		b.leaders[addr] = q
-	}
-	q.pending = append(q.pending, c)
-	var batch []*forwardCall
-	if q.inFlight < forwardBatchesInFlight {
-		batch = q.take()
-		q.inFlight++
-		b.wg.Add(1) // under mu: wait sets closed under it before waiting
-	}
-	b.mu.Unlock()
-	if batch != nil {
-		go b.run(addr, batch)
 	}
 	select {
 	case <-c.done:
@@ -130,40 +104,19 @@ func (b *applyBatcher) apply(ctx context.Context, addr string, t fsm.MessageType
 	}
 }
 
-// take removes the next batch from the queue. Called with the batcher's
-// mu held.
-func (q *forwardQueue) take() []*forwardCall {
+// takeCommands says how many of the pending commands the next batch
+// takes: at most maxForwardBatch, and maxForwardBatchBytes of them unless
+// the first alone is larger.
+func takeCommands(pending []*forwardCall) int {
 	n, size := 0, 0
-	for n < len(q.pending) && n < maxForwardBatch {
-		size += len(q.pending[n].cmd.data)
+	for n < len(pending) && n < maxForwardBatch {
+		size += len(pending[n].cmd.data)
 		if n > 0 && size > maxForwardBatchBytes {
 			break
 		}
 		n++
 	}
-	batch := q.pending[:n:n]
-	q.pending = append([]*forwardCall(nil), q.pending[n:]...)
-	return batch
-}
-
-// run sends batch, then the batches queued meanwhile, until none is left.
-func (b *applyBatcher) run(addr string, batch []*forwardCall) {
-	defer b.wg.Done()
-	for {
-		b.send(addr, batch)
-		b.mu.Lock()
-		q := b.leaders[addr]
-		if len(q.pending) == 0 {
-			q.inFlight--
-			if q.inFlight == 0 {
-				delete(b.leaders, addr)
-			}
-			b.mu.Unlock()
-			return
-		}
-		batch = q.take()
-		b.mu.Unlock()
-	}
+	return n
 }
 
 // send forwards one batch and hands each call its outcome. Calls whose
@@ -235,12 +188,7 @@ func (c *forwardCall) finish(o batchOutcome) {
 
 // wait refuses what is forwarded from now on and waits for the batches
 // in flight, each within its commands' deadlines.
-func (b *applyBatcher) wait() {
-	b.mu.Lock()
-	b.closed = true
-	b.mu.Unlock()
-	b.wg.Wait()
-}
+func (b *applyBatcher) wait() { b.q.wait() }
 
 // batchCommand is one command of a forwarded batch, with the time its
 // proposer gives it to commit.
@@ -268,9 +216,8 @@ func encodeBatch(cmds []batchCommand) []byte {
 	buf := make([]byte, 0, size)
 	buf = binary.AppendUvarint(buf, uint64(len(cmds)))
 	for _, c := range cmds {
-		buf = binary.AppendUvarint(buf, uint64(max(c.timeout.Milliseconds(), 1)))
-		buf = binary.AppendUvarint(buf, uint64(len(c.data)))
-		buf = append(buf, c.data...)
+		buf = appendTimeout(buf, c.timeout)
+		buf = appendBytes(buf, c.data)
 	}
 	return buf
 }
@@ -278,32 +225,26 @@ func encodeBatch(cmds []batchCommand) []byte {
 // decodeBatch reads what encodeBatch wrote. Every command must have a
 // type byte; the commands' bytes are not copied.
 func decodeBatch(buf []byte) ([]batchCommand, error) {
-	n, k := binary.Uvarint(buf)
-	if k <= 0 {
-		return nil, errors.New("batch: bad command count")
-	}
-	buf = buf[k:]
-	// Each command takes at least three bytes: no count may claim more.
-	if n == 0 || n > uint64(len(buf)/3) {
-		return nil, fmt.Errorf("batch: %d commands in %d bytes", n, len(buf))
+	// Each command takes at least three bytes.
+	r, n, err := newBatchReader(buf, "batch", "command", 3)
+	if err != nil {
+		return nil, err
 	}
 	cmds := make([]batchCommand, 0, n)
 	for i := range n {
-		ms, k := binary.Uvarint(buf)
-		if k <= 0 || ms > uint64(time.Hour.Milliseconds()) {
-			return nil, fmt.Errorf("batch: command %d: bad timeout", i)
+		r.next(i)
+		timeout, err := r.timeout()
+		if err != nil {
+			return nil, err
 		}
-		buf = buf[k:]
-		l, k := binary.Uvarint(buf)
-		if k <= 0 || l == 0 || l > uint64(len(buf)-k) {
-			return nil, fmt.Errorf("batch: command %d: bad length", i)
+		data, err := r.bytes("command")
+		if err != nil {
+			return nil, err
 		}
-		buf = buf[k:]
-		cmds = append(cmds, batchCommand{t: fsm.MessageType(buf[0]), data: buf[:l:l], timeout: time.Duration(ms) * time.Millisecond})
-		buf = buf[l:]
+		cmds = append(cmds, batchCommand{t: fsm.MessageType(data[0]), data: data, timeout: timeout})
 	}
-	if len(buf) != 0 {
-		return nil, fmt.Errorf("batch: %d bytes after the last command", len(buf))
+	if err := r.end(); err != nil {
+		return nil, err
 	}
 	return cmds, nil
 }

@@ -36,7 +36,8 @@ type nodeMeta struct {
 	Features uint16 `json:"features,omitempty"`
 	// PeerAPI is the level of the server-to-server API the server serves:
 	// from peerAPIBatch on it takes forwarded commands in batches
-	// (forwardbatch.go). Servers from before the field say nothing (0).
+	// (forwardbatch.go), from peerAPIReportBatch forwarded reports too
+	// (reportbatch.go). Servers from before the field say nothing (0).
 	PeerAPI uint16 `json:"peer_api,omitempty"`
 	// Leaving is set just before a graceful leave, so that others can
 	// tell a server that left from one that failed: memberlist's leave

@@ -177,6 +177,7 @@ func (h *httpAPI) handler() http.Handler {
 	mux.HandleFunc("POST /v1/internal/apply", h.handleInternalApply)
 	mux.HandleFunc("POST /v1/internal/apply-batch", h.handleInternalApplyBatch)
 	mux.HandleFunc("POST /v1/internal/report", h.handleInternalReport)
+	mux.HandleFunc("POST /v1/internal/report-batch", h.handleInternalReportBatch)
 	mux.HandleFunc("POST /v1/internal/keyring", h.handleInternalKeyring)
 	mux.HandleFunc("GET /v1/internal/self", h.fromServer(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.admin.self()) }))
 	mux.HandleFunc("GET /v1/internal/state-hash", h.fromServer(h.handleStateHash))

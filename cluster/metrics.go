@@ -260,7 +260,7 @@ type stateCollector struct {
 	resourcesIndex                                                                        *prometheus.Desc
 	rolloutDevices, rolloutWave, rolloutWaves, rolloutState                               *prometheus.Desc
 	rolloutRevision                                                                       *prometheus.Desc
-	forwardBatches, forwardCommands                                                       *prometheus.Desc
+	forwardBatches, forwardCommands, reportBatches, reportsBatched                        *prometheus.Desc
 	evaluated                                                                             *prometheus.Desc
 
 	// resourcesMaxAge (a time.Duration) bounds how long the last
@@ -302,6 +302,8 @@ func newStateCollector(s *Server) *stateCollector {
 		evaluated:         d("status", "evaluated_total", "Devices this server's periodic evaluations went through as their owner: judged=\"true\" those classified again, judged=\"false\" those passed over because nothing their status depends on had changed.", "judged"),
 		forwardBatches:    d("forward", "batches_total", "Requests that carried commands this server forwarded to the leader in batches (/v1/internal/apply-batch)."),
 		forwardCommands:   d("forward", "commands_total", "Commands this server forwarded to the leader in batches; over meteor_forward_batches_total, the mean batch."),
+		reportBatches:     d("forward", "report_batches_total", "Requests that carried agents' reports this server handed to their devices' owners in batches (/v1/internal/report-batch)."),
+		reportsBatched:    d("forward", "reports_total", "Agents' reports this server handed to their devices' owners in batches; over meteor_forward_report_batches_total, the mean batch."),
 		rolloutDevices:    d("rollout", "devices", "Devices of an intent's rollout by progress, as /v1/rollouts/{name} counts them.", "intent", "stage"),
 		rolloutWave:       d("rollout", "wave", "The wave an intent's rollout is in (or ended in), from 1.", "intent"),
 		rolloutWaves:      d("rollout", "waves", "The number of waves of an intent's rollout.", "intent"),
@@ -320,7 +322,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.gossipMembers, c.sessionsConnected, c.sessions, c.early, c.deltaBytes, c.reports, c.reportFailures, c.notifies, c.pushedDeltas,
 		c.stateIndex, c.stateRevision, c.devices, c.corrections, c.resources, c.resourcesIndex, c.transitions, c.statusFailed,
 		c.rolloutDevices, c.rolloutWave, c.rolloutWaves, c.rolloutState, c.rolloutRevision,
-		c.forwardBatches, c.forwardCommands, c.evaluated,
+		c.forwardBatches, c.forwardCommands, c.reportBatches, c.reportsBatched, c.evaluated,
 	} {
 		ch <- d
 	}
@@ -406,6 +408,8 @@ func (c *stateCollector) collectAgents(ch chan<- prometheus.Metric) {
 	ch <- counter(c.evaluated, c.s.status.passed.Load(), "false")
 	ch <- counter(c.forwardBatches, c.s.forwarder.batches.Load())
 	ch <- counter(c.forwardCommands, c.s.forwarder.commands.Load())
+	ch <- counter(c.reportBatches, c.s.reportFwd.batches.Load())
+	ch <- counter(c.reportsBatched, c.s.reportFwd.reports.Load())
 }
 
 // resourceStates are the values of meteor_fleet_resources' state label:

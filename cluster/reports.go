@@ -38,7 +38,11 @@ func (s *Server) deliverReport(ctx context.Context, device string, labels map[st
 	if !ok {
 		return fmt.Errorf("owner %s of %s is not known through gossip", owner, device)
 	}
-	return s.peers.report(ctx, owner, m.HTTPAddr, &forwardedReport{Device: device, Report: reportFor(rep, m.WireMinor).Append(nil), Acked: acked})
+	fr := &forwardedReport{Device: device, Report: reportFor(rep, m.WireMinor).Append(nil), Acked: acked}
+	if m.PeerAPI >= peerAPIReportBatch {
+		return s.reportFwd.report(ctx, owner, m.HTTPAddr, fr)
+	}
+	return s.peers.report(ctx, owner, m.HTTPAddr, fr)
 }
 
 // reportFor returns rep as an owner speaking agent protocol minor takes
@@ -62,11 +66,7 @@ func reportFor(rep *wire.Report, minor uint16) *wire.Report {
 // handleInternalReport ingests a report forwarded by the device's session
 // server. Only servers that share the cluster secret may forward reports.
 func (h *httpAPI) handleInternalReport(w http.ResponseWriter, r *http.Request) {
-	if len(h.cfg.ClusterSecret) == 0 {
-		writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "forwarded reports need a cluster secret shared by all servers (--cluster-secret-file)"})
-		return
-	}
-	body, ok := h.readSigned(w, r)
+	body, ok := h.readForwardedReports(w, r)
 	if !ok {
 		return
 	}
@@ -81,11 +81,28 @@ func (h *httpAPI) handleInternalReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := h.reports.ingest(r.Context(), fr.Device, fr.Acked, &rep); err != nil {
-		writeError(w, &api.Error{StatusCode: http.StatusServiceUnavailable, Code: api.CodeTimeout, RetryAfterMS: 1000,
-			Message: fmt.Sprintf("owner %s could not record the report of %s: %v; the agent will send it again", h.cfg.NodeID, fr.Device, err)})
+		writeError(w, h.reportNotRecorded(fr.Device, err))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]uint64{"seq": rep.Seq})
+}
+
+// readForwardedReports reads the body of a request that forwards reports
+// (/v1/internal/report, /v1/internal/report-batch): only servers that
+// share the cluster secret may forward them.
+func (h *httpAPI) readForwardedReports(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if len(h.cfg.ClusterSecret) == 0 {
+		writeError(w, &api.Error{StatusCode: http.StatusForbidden, Code: api.CodeBadRequest, Message: "forwarded reports need a cluster secret shared by all servers (--cluster-secret-file)"})
+		return nil, false
+	}
+	return h.readSigned(w, r)
+}
+
+// reportNotRecorded is the answer for a forwarded report of device that
+// this owner could not record.
+func (h *httpAPI) reportNotRecorded(device string, err error) *api.Error {
+	return &api.Error{StatusCode: http.StatusServiceUnavailable, Code: api.CodeTimeout, RetryAfterMS: 1000,
+		Message: fmt.Sprintf("owner %s could not record the report of %s: %v; the agent will send it again", h.cfg.NodeID, device, err)}
 }
 
 // reportedState is the name of a reported resource's state as

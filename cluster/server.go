@@ -45,6 +45,8 @@ type Server struct {
 	peers   *peerClient // requests to other servers
 	// forwarder batches the commands forwarded to the leader.
 	forwarder *applyBatcher
+	// reportFwd batches the reports handed to their devices' owners.
+	reportFwd *reportBatcher
 	// metrics are this server's Prometheus registry and event metrics;
 	// raftObs delivers the Raft observations they count.
 	metrics *serverMetrics
@@ -128,6 +130,7 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = newServerMetrics(s)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.forwarder = newApplyBatcher(s.ctx, s.peers, cfg.ApplyTimeout)
+	s.reportFwd = newReportBatcher(s.ctx, s.peers)
 	ok := false
 	defer func() {
 		if !ok {
@@ -164,7 +167,7 @@ func New(cfg Config) (*Server, error) {
 	if s.gossip, err = startGossip(&cfg, s.logger.Named("gossip"), s.clock, nodeMeta{
 		ID: cfg.NodeID, Region: cfg.Region, RaftAddr: s.raftAddr, HTTPAddr: s.httpAddr, AgentAddr: s.agentAddr,
 		BootstrapExpect: cfg.BootstrapExpect, Version: Version, WireMinor: cfg.wireMinor(), Features: cfg.featureLevel(),
-		PeerAPI: peerAPIBatch,
+		PeerAPI: peerAPIReportBatch,
 	}, s.eventCh, s.bootstrapCh); err != nil {
 		return nil, err
 	}
@@ -286,6 +289,7 @@ func (s *Server) Shutdown() error {
 		raftDone := s.clock.Mono()
 		s.wg.Wait()
 		s.forwarder.wait()
+		s.reportFwd.wait()
 		s.peers.close()
 		s.shutdownErr = errors.Join(errs...)
 		end := s.clock.Mono()
