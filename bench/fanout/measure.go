@@ -58,6 +58,12 @@ type udpSide interface {
 	udpPorts() (servers, devices []int)
 }
 
+// unreportedSide is a side that can name the devices whose report of a
+// change did not come back.
+type unreportedSide interface {
+	unreported(target uint64, n int) []string
+}
+
 // electionCounter is a side whose servers elect leaders.
 type electionCounter interface {
 	// raftTerm returns the servers' highest Raft term: the elections
@@ -124,6 +130,9 @@ type levelResult struct {
 	// answering a Pull.
 	NotifyDeltas int64 `json:"notify_deltas,omitempty"`
 	PulledDeltas int64 `json:"pulled_deltas,omitempty"`
+	// Unreported names some of the devices whose report of the change
+	// did not come back (Meteor), with what each held at the end.
+	Unreported []string `json:"unreported,omitempty"`
 	// Packets and Dropped count the packets on the device ports that the
 	// loss rules saw and dropped (both directions).
 	Packets uint64 `json:"packets,omitempty"`
@@ -268,6 +277,9 @@ func measure(ctx context.Context, s side, system string, version, loss int, loss
 	res.Load1 = benchkit.Load1()
 	slices.Sort(times)
 	res.Reached = len(times)
+	if u, ok := s.(unreportedSide); ok && res.Reached < len(logs) {
+		res.Unreported = u.unreported(target, 5)
+	}
 	res.P50s = seconds(benchkit.PercentileOf(times, len(logs), 50))
 	res.P99s = seconds(benchkit.PercentileOf(times, len(logs), 99))
 	res.P100s = seconds(benchkit.PercentileOf(times, len(logs), 100))

@@ -163,6 +163,8 @@ func (s *meteorSide) reconnects() int64 { return s.fl.Reconnects() }
 
 func (s *meteorSide) deltas() (notified, pulled int64) { return s.fl.Deltas() }
 
+func (s *meteorSide) unreported(target uint64, n int) []string { return s.fl.Unreported(target, n) }
+
 func (s *meteorSide) ports() (string, []int) { return "udp", s.mc.AgentPorts() }
 
 // intentOf returns the progress of the intent name in st, or nil.

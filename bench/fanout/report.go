@@ -366,6 +366,9 @@ func notes(rep *report) []string {
 	for _, r := range rep.Results {
 		if r.Reached < r.Devices {
 			n = append(n, fmt.Sprintf("%s, %s: only %d of %d devices reported back within %.0f s.", r.System, linkName(r.LossPct), r.Reached, r.Devices, p.TimeoutSec))
+			if len(r.Unreported) > 0 {
+				n = append(n, fmt.Sprintf("%s, %s: devices that did not report, with what each held at the end: %s.", r.System, linkName(r.LossPct), strings.Join(r.Unreported, "; ")))
+			}
 		}
 		if r.elections() > 0 {
 			n = append(n, fmt.Sprintf("%s, %s: the cluster held %d leader election(s) during the change (servers and devices share two cores). Writes in flight then fail; the session servers retry the reports they could not record, and the devices send unacknowledged reports again after 1 s doubling to 60 s.",

@@ -230,6 +230,32 @@ func (f *Fleet) CountReported(rev uint64) int {
 	return n
 }
 
+// Unreported describes, for at most n devices whose reports were not
+// acknowledged for rev or a later revision, what the device holds: its
+// ID, its server, the revisions it acknowledged and was notified of,
+// whether a Pull of it is out and whether a report awaits its
+// acknowledgement. A run that leaves devices behind names them.
+func (f *Fleet) Unreported(rev uint64, n int) []string {
+	var out []string
+	for _, m := range f.devs {
+		if len(out) == n {
+			break
+		}
+		if _, ok := m.reported.First(rev); ok {
+			continue
+		}
+		m.mu.Lock()
+		server := "none"
+		if m.l != nil {
+			server = f.cfg.Servers[m.server].String()
+		}
+		out = append(out, fmt.Sprintf("%s (server %s, acknowledged %d, notified %d, pulling %v, report unacknowledged %v)",
+			m.d.ID, server, m.d.Acked, m.notified, m.pulling, m.d.Unacked()))
+		m.mu.Unlock()
+	}
+	return out
+}
+
 // SessionsByServer counts the devices in session, by the address of
 // their server (Config.Servers' String()).
 func (f *Fleet) SessionsByServer() map[string]int {
