@@ -55,7 +55,7 @@ const reportForwardTimeout = 2 * time.Minute
 // its slowest one.
 type reportBatcher struct {
 	p   *peerClient
-	ctx context.Context // the server's: its values only (batches in flight outlive its end)
+	ctx context.Context // the server's: batches in flight end with it
 	q   *groupSender[*reportCall]
 
 	readers sync.WaitGroup // the goroutines reading batches' answers
@@ -135,10 +135,11 @@ func (b *reportBatcher) send(addr string, batch []*reportCall) {
 	if len(live) == 0 {
 		return
 	}
-	// A batch in flight outlives this server's shutdown, as a single
-	// forwarded report outlived it with its session's context, within its
-	// reports' deadlines; Shutdown waits for it (wait).
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), longest+2*time.Second)
+	// A batch ends with the server: its sessions end too, and their
+	// agents send what was not acknowledged again, to another server. It
+	// must not hold Shutdown (wait) for as long as an owner that cannot
+	// commit takes to say so.
+	ctx, cancel := context.WithTimeout(b.ctx, longest+2*time.Second)
 	b.batches.Add(1)
 	b.reports.Add(uint64(len(live)))
 	resp, err := b.p.post(ctx, addr, "/v1/internal/report-batch", encodeReportBatch(live))
@@ -213,7 +214,7 @@ func (c *reportCall) finish(err error) {
 }
 
 // wait refuses what is forwarded from now on and waits for the batches
-// in flight and their answers, each within its reports' deadlines.
+// in flight and their answers, which end with the server's context.
 func (b *reportBatcher) wait() {
 	b.q.wait()
 	b.readers.Wait()

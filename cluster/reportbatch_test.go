@@ -302,3 +302,47 @@ func mustReadAll(t *testing.T, r *http.Request) []byte {
 	}
 	return b
 }
+
+// TestReportBatchEndsWithTheServer: a batch whose owner has not answered
+// yet ends when the server stops, instead of holding its shutdown for as
+// long as the owner takes; its reports fail (their agents send them
+// again, to another server).
+func TestReportBatchEndsWithTheServer(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	taken := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		taken <- struct{}{}
+		select { // an owner that cannot commit
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	serverCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	b := newReportBatcher(serverCtx, testPeerClient(t, nil))
+	errs := make(chan error, 1)
+	go func() {
+		errs <- b.report(context.Background(), "s2", u.Host, &forwardedReport{Device: "d1", Report: (&wire.Report{Seq: 1}).Append(nil)})
+	}()
+	<-taken
+	stop()
+	waited := make(chan struct{})
+	go func() {
+		b.wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the batcher still waits for its owner 20 s after the server stopped")
+	}
+	if err := <-errs; err == nil {
+		t.Fatal("a report whose batch ended with the server succeeded")
+	}
+}
