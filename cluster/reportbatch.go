@@ -140,9 +140,11 @@ func (b *reportBatcher) send(addr string, batch []*reportCall) {
 	// must not hold Shutdown (wait) for as long as an owner that cannot
 	// commit takes to say so.
 	ctx, cancel := context.WithTimeout(b.ctx, longest+2*time.Second)
-	b.batches.Add(1)
-	b.reports.Add(uint64(len(live)))
 	resp, err := b.p.post(ctx, addr, "/v1/internal/report-batch", encodeReportBatch(live))
+	if err != nil || resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusMethodNotAllowed {
+		b.batches.Add(1)
+		b.reports.Add(uint64(len(live)))
+	}
 	switch {
 	case err != nil:
 		cancel()
