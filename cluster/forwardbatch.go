@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -78,7 +77,8 @@ type forwardCall struct {
 
 func newApplyBatcher(ctx context.Context, p *peerClient, applyTimeout time.Duration) *applyBatcher {
 	b := &applyBatcher{p: p, ctx: ctx, applyTimeout: applyTimeout}
-	b.q = newGroupSender(forwardBatchesInFlight, takeCommands, b.send)
+	b.q = newGroupSender(forwardBatchesInFlight, maxForwardBatch, maxForwardBatchBytes,
+		func(c *forwardCall) int { return len(c.cmd.data) }, b.send)
 	return b
 }
 
@@ -104,21 +104,6 @@ func (b *applyBatcher) apply(ctx context.Context, addr string, t fsm.MessageType
 	}
 }
 
-// takeCommands says how many of the pending commands the next batch
-// takes: at most maxForwardBatch, and maxForwardBatchBytes of them unless
-// the first alone is larger.
-func takeCommands(pending []*forwardCall) int {
-	n, size := 0, 0
-	for n < len(pending) && n < maxForwardBatch {
-		size += len(pending[n].cmd.data)
-		if n > 0 && size > maxForwardBatchBytes {
-			break
-		}
-		n++
-	}
-	return n
-}
-
 // send forwards one batch and hands each call its outcome. Calls whose
 // callers stopped waiting before it went are left out.
 func (b *applyBatcher) send(addr string, batch []*forwardCall) {
@@ -132,10 +117,7 @@ func (b *applyBatcher) send(addr string, batch []*forwardCall) {
 		}
 		// What is left of the caller's time, its wait in the queue
 		// deducted.
-		c.cmd.timeout = b.applyTimeout
-		if dl, ok := c.ctx.Deadline(); ok {
-			c.cmd.timeout = min(c.cmd.timeout, time.Until(dl))
-		}
+		c.cmd.timeout = timeLeft(c.ctx, b.applyTimeout)
 		longest = max(longest, c.cmd.timeout)
 		live, cmds = append(live, c), append(cmds, c.cmd)
 	}
@@ -283,17 +265,7 @@ func (p *peerClient) applyBatch(ctx context.Context, addr string, cmds []batchCo
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		return leaderRefusal(resp, body)
 	}
-	dec := json.NewDecoder(io.LimitReader(resp.Body, 16<<20))
-	seen := make([]bool, len(cmds))
-	for range cmds {
-		var r batchResult
-		if err := dec.Decode(&r); err != nil {
-			return &OutcomeUnknownError{Err: fmt.Errorf("read the leader's answers: %w", err)}
-		}
-		if r.I < 0 || r.I >= len(cmds) || seen[r.I] {
-			return &OutcomeUnknownError{Err: fmt.Errorf("the leader answered command %d of %d twice or out of range", r.I, len(cmds))}
-		}
-		seen[r.I] = true
+	err = readAnswers(resp.Body, len(cmds), func(r *batchResult) int { return r.I }, func(i int, r *batchResult) {
 		var o batchOutcome
 		switch {
 		case r.Error != nil:
@@ -302,7 +274,10 @@ func (p *peerClient) applyBatch(ctx context.Context, addr string, cmds []batchCo
 		default:
 			o.res, o.index = r.result(), r.Index
 		}
-		deliver(r.I, o)
+		deliver(i, o)
+	})
+	if err != nil {
+		return &OutcomeUnknownError{Err: fmt.Errorf("read the leader's answers: %w", err)}
 	}
 	return nil
 }
@@ -334,10 +309,7 @@ func (h *httpAPI) handleInternalApplyBatch(w http.ResponseWriter, r *http.Reques
 	h.node.proposeBatch(r.Context(), cmds, refused, outs)
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
-	enc := json.NewEncoder(w)
-	for range cmds {
-		o := <-outs
+	streamAnswers(w, len(cmds), outs, func(o indexedOutcome) any {
 		res := batchResult{I: o.i}
 		if o.err != nil {
 			e := toAPIError(o.err) // a refusal is an *api.Error already
@@ -345,12 +317,8 @@ func (h *httpAPI) handleInternalApplyBatch(w http.ResponseWriter, r *http.Reques
 		} else {
 			res.applyResponse = responseOf(o.res, o.index)
 		}
-		// A write that fails has lost the follower: the outcomes still
-		// come, and are dropped.
-		if enc.Encode(res) == nil && flusher != nil && len(outs) == 0 {
-			flusher.Flush()
-		}
-	}
+		return res
+	})
 }
 
 // indexedOutcome is the outcome of the command at index i of a batch.

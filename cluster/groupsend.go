@@ -1,8 +1,12 @@
 package cluster
 
 import (
+	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"sync"
 	"time"
 )
@@ -13,11 +17,11 @@ import (
 // burst goes in few requests. The forwarded writes (applyBatcher) and the
 // forwarded reports (reportBatcher) use it.
 type groupSender[C any] struct {
-	// inFlight is the most batches under way to one server at once.
-	inFlight int
-	// take says how many of pending (never empty) the next batch takes;
-	// at least one.
-	take func(pending []C) int
+	// inFlight is the most batches under way to one server at once; a
+	// batch holds at most maxItems items and maxBytes of them (size), one
+	// larger item going alone.
+	inFlight, maxItems, maxBytes int
+	size                         func(C) int
 	// send sends one batch to the server at addr and hands each item its
 	// outcome.
 	send func(addr string, batch []C)
@@ -34,8 +38,8 @@ type groupQueue[C any] struct {
 	inFlight int
 }
 
-func newGroupSender[C any](inFlight int, take func([]C) int, send func(string, []C)) *groupSender[C] {
-	return &groupSender[C]{inFlight: inFlight, take: take, send: send, queues: map[string]*groupQueue[C]{}}
+func newGroupSender[C any](inFlight, maxItems, maxBytes int, size func(C) int, send func(string, []C)) *groupSender[C] {
+	return &groupSender[C]{inFlight: inFlight, maxItems: maxItems, maxBytes: maxBytes, size: size, send: send, queues: map[string]*groupQueue[C]{}}
 }
 
 // queue queues c for the server at addr and, if a place is free, starts
@@ -65,9 +69,17 @@ func (g *groupSender[C]) queue(addr string, c C) bool {
 	return true
 }
 
-// takeLocked removes the next batch from q. Called with mu held.
+// takeLocked removes the next batch from q (never empty). Called with mu
+// held.
 func (g *groupSender[C]) takeLocked(q *groupQueue[C]) []C {
-	n := max(1, min(g.take(q.pending), len(q.pending)))
+	n, bytes := 0, 0
+	for n < len(q.pending) && n < g.maxItems {
+		bytes += g.size(q.pending[n])
+		if n > 0 && bytes > g.maxBytes {
+			break
+		}
+		n++
+	}
 	batch := q.pending[:n:n]
 	q.pending = append([]C(nil), q.pending[n:]...)
 	return batch
@@ -180,6 +192,53 @@ func appendTimeout(buf []byte, d time.Duration) []byte {
 }
 
 // appendBytes appends b after its length, as batchReader.bytes reads it.
-func appendBytes(buf []byte, b []byte) []byte {
+func appendBytes[B string | []byte](buf []byte, b B) []byte {
 	return append(binary.AppendUvarint(buf, uint64(len(b))), b...)
+}
+
+// timeLeft is what is left of ctx's time, at most limit: what a batched
+// item gives the server it goes to, its wait in the queue deducted.
+func timeLeft(ctx context.Context, limit time.Duration) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		return min(limit, time.Until(dl))
+	}
+	return limit
+}
+
+// streamAnswers answers a forwarded batch of n items: it writes each
+// answer outs brings, as its item is done, as one JSON object a line
+// (line makes it), flushing whenever no other answer is waiting. An
+// answer that cannot be written (the other server went) is dropped; the
+// rest are still taken from outs, which must have room for all n.
+func streamAnswers[O any](w http.ResponseWriter, n int, outs <-chan O, line func(O) any) {
+	flusher, _ := w.(http.Flusher)
+	enc := json.NewEncoder(w)
+	for range n {
+		o := <-outs
+		if enc.Encode(line(o)) == nil && flusher != nil && len(outs) == 0 {
+			flusher.Flush()
+		}
+	}
+}
+
+// readAnswers reads the n answers of a forwarded batch, one JSON object a
+// line, and hands each to deliver with the index of its item (index
+// reads it). It fails on a stream that ends early or names an item twice
+// or out of range; the items not delivered then have no answer.
+func readAnswers[A any](body io.Reader, n int, index func(*A) int, deliver func(int, *A)) error {
+	dec := json.NewDecoder(io.LimitReader(body, 16<<20))
+	seen := make([]bool, n)
+	for got := range n {
+		a := new(A)
+		if err := dec.Decode(a); err != nil {
+			return fmt.Errorf("the stream ended after %d of %d: %w", got, n, err)
+		}
+		i := index(a)
+		if i < 0 || i >= n || seen[i] {
+			return fmt.Errorf("item %d of %d answered twice or out of range", i, n)
+		}
+		seen[i] = true
+		deliver(i, a)
+	}
+	return nil
 }

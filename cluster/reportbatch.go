@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -78,7 +77,8 @@ type reportCall struct {
 
 func newReportBatcher(ctx context.Context, p *peerClient) *reportBatcher {
 	b := &reportBatcher{p: p, ctx: ctx}
-	b.q = newGroupSender(reportBatchesInFlight, takeReports, b.send)
+	b.q = newGroupSender(reportBatchesInFlight, maxReportBatch, maxReportBatchBytes,
+		func(c *reportCall) int { return len(c.fr.Report) + len(c.fr.Device) }, b.send)
 	return b
 }
 
@@ -101,19 +101,6 @@ func (b *reportBatcher) report(ctx context.Context, owner, addr string, fr *forw
 	}
 }
 
-// takeReports says how many of the pending reports the next batch takes.
-func takeReports(pending []*reportCall) int {
-	n, size := 0, 0
-	for n < len(pending) && n < maxReportBatch {
-		size += len(pending[n].fr.Report) + len(pending[n].fr.Device)
-		if n > 0 && size > maxReportBatchBytes {
-			break
-		}
-		n++
-	}
-	return n
-}
-
 // send forwards one batch and returns once the owner has taken it; a
 // goroutine then hands each report its answer as the owner streams it.
 // Reports whose callers stopped waiting before it went are left out.
@@ -125,10 +112,7 @@ func (b *reportBatcher) send(addr string, batch []*reportCall) {
 			c.finish(err)
 			continue
 		}
-		c.timeout = reportForwardTimeout
-		if dl, ok := c.ctx.Deadline(); ok {
-			c.timeout = min(c.timeout, time.Until(dl))
-		}
+		c.timeout = timeLeft(c.ctx, reportForwardTimeout)
 		longest = max(longest, c.timeout)
 		live = append(live, c)
 	}
@@ -183,29 +167,18 @@ func (b *reportBatcher) send(addr string, batch []*reportCall) {
 // stream. Those the stream ended before are failed.
 func readReportAnswers(body io.Reader, live []*reportCall) {
 	done := make([]bool, len(live))
-	dec := json.NewDecoder(io.LimitReader(body, 16<<20))
-	var err error
-	for range live {
-		var a reportAnswer
-		if err = dec.Decode(&a); err != nil {
-			err = fmt.Errorf("read the owner's answers: %w", err)
-			break
-		}
-		if a.I < 0 || a.I >= len(live) || done[a.I] {
-			err = fmt.Errorf("the owner answered report %d of %d twice or out of range", a.I, len(live))
-			break
-		}
-		done[a.I] = true
-		c := live[a.I]
+	err := readAnswers(body, len(live), func(a *reportAnswer) int { return a.I }, func(i int, a *reportAnswer) {
+		done[i] = true
+		c := live[i]
 		if a.Error != nil {
 			c.finish(fmt.Errorf("owner %s refused the report of %s: %s", c.owner, c.fr.Device, a.Error.Message))
-			continue
+			return
 		}
 		c.finish(nil)
-	}
+	})
 	for i, c := range live {
 		if !done[i] {
-			c.finish(fmt.Errorf("forward report of %s to its owner %s: %w", c.fr.Device, c.owner, err))
+			c.finish(fmt.Errorf("forward report of %s to its owner %s: read the owner's answers: %w", c.fr.Device, c.owner, err))
 		}
 	}
 }
@@ -251,7 +224,7 @@ func encodeReportBatch(calls []*reportCall) []byte {
 	buf = binary.AppendUvarint(buf, uint64(len(calls)))
 	for _, c := range calls {
 		buf = appendTimeout(buf, c.timeout)
-		buf = appendBytes(buf, []byte(c.fr.Device))
+		buf = appendBytes(buf, c.fr.Device)
 		buf = binary.AppendUvarint(buf, c.fr.Acked)
 		buf = appendBytes(buf, c.fr.Report)
 	}
@@ -313,9 +286,8 @@ func (h *httpAPI) handleInternalReportBatch(w http.ResponseWriter, r *http.Reque
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
-	if flusher != nil {
-		flusher.Flush()
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush() // the batch is taken: its place is free
 	}
 	outs := make(chan reportAnswer, len(reports))
 	for i, br := range reports {
@@ -334,13 +306,5 @@ func (h *httpAPI) handleInternalReportBatch(w http.ResponseWriter, r *http.Reque
 			outs <- a
 		}()
 	}
-	enc := json.NewEncoder(w)
-	for range reports {
-		a := <-outs
-		// A write that fails has lost the session server: the answers
-		// still come, and are dropped.
-		if enc.Encode(a) == nil && flusher != nil && len(outs) == 0 {
-			flusher.Flush()
-		}
-	}
+	streamAnswers(w, len(reports), outs, func(a reportAnswer) any { return a })
 }
