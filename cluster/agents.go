@@ -174,7 +174,7 @@ func listenAgents(cfg *Config, deps agentDeps) (*agentServer, error) {
 	if cfg.AgentPacketConn != nil {
 		pc = cfg.AgentPacketConn(pc)
 	}
-	a.tr = &quic.Transport{Conn: pc}
+	a.tr = wire.NewSharedTransport(pc)
 	if len(cfg.ClusterSecret) > 0 {
 		a.tr.StatelessResetKey = wire.StatelessResetKey(cfg.ClusterSecret)
 	}

@@ -360,13 +360,30 @@ func TestCloseCodeFor(t *testing.T) {
 }
 
 // sizeProxy relays datagrams between one client and a server on
-// loopback and records the largest it relayed each way. Both ends keep
-// their own *net.UDPConn, so quic-go runs as it does in production (it
-// probes the path MTU only on sockets where it can set the DF bit).
+// loopback and records the largest it relayed each way, and the lengths
+// of the connection IDs each side chose for itself (the source IDs of its
+// long-header packets). Both ends keep their own *net.UDPConn, so
+// quic-go runs as it does in production (it probes the path MTU only on
+// sockets where it can set the DF bit).
 type sizeProxy struct {
 	conn                   *net.UDPConn
 	mu                     sync.Mutex
 	fromClient, fromServer int
+	// idLens count the source connection ID lengths seen, by length.
+	clientIDLens, serverIDLens map[int]int
+}
+
+// sourceIDLen returns the length of the source connection ID of a QUIC
+// long-header packet (RFC 9000, 17.2), or -1 for a short-header one.
+func sourceIDLen(b []byte) int {
+	if len(b) < 6 || b[0]&0x80 == 0 {
+		return -1
+	}
+	dst := int(b[5])
+	if len(b) < 7+dst {
+		return -1
+	}
+	return int(b[6+dst])
 }
 
 func startSizeProxy(t *testing.T, server *net.UDPAddr) *sizeProxy {
@@ -375,7 +392,7 @@ func startSizeProxy(t *testing.T, server *net.UDPAddr) *sizeProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &sizeProxy{conn: conn}
+	p := &sizeProxy{conn: conn, clientIDLens: map[int]int{}, serverIDLens: map[int]int{}}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		var client *net.UDPAddr
@@ -387,12 +404,19 @@ func startSizeProxy(t *testing.T, server *net.UDPAddr) *sizeProxy {
 			}
 			to := server
 			p.mu.Lock()
+			idLen := sourceIDLen(buf[:n])
 			if from.Port == server.Port {
 				p.fromServer = max(p.fromServer, n)
 				to = client
+				if idLen >= 0 {
+					p.serverIDLens[idLen]++
+				}
 			} else {
 				p.fromClient = max(p.fromClient, n)
 				client = from
+				if idLen >= 0 {
+					p.clientIDLens[idLen]++
+				}
 			}
 			p.mu.Unlock()
 			if to != nil {
@@ -463,5 +487,73 @@ func TestQUICNoPathMTUProbes(t *testing.T) {
 	// (protocol.InitialPacketSize).
 	if proxy.fromServer > 1280 || proxy.fromClient > 1280 {
 		t.Fatalf("largest datagram from the server %d bytes, from the agent %d: a path MTU probe (want none above 1,280)", proxy.fromServer, proxy.fromClient)
+	}
+}
+
+// TestSharedTransportConnectionIDs: a transport shared by many
+// connections (a server's agent socket, the benchmarks' device sockets)
+// chooses connection IDs of SharedConnectionIDLength bytes, on both the
+// listening and the dialling side. With quic-go's 4-byte default, two of
+// a few thousand connections on one transport sooner or later draw the
+// same ID, and one of them stops receiving what its peer sends, silently
+// (SharedConnectionIDLength).
+func TestSharedTransportConnectionIDs(t *testing.T) {
+	t.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ca := sharedTestCA()
+	listen := func() (*quic.Transport, *net.UDPConn) {
+		pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := NewSharedTransport(pc)
+		t.Cleanup(func() { tr.Close(); pc.Close() })
+		return tr, pc
+	}
+	srv, srvPC := listen()
+	ln, err := srv.Listen(ServerTLSConfig(ca.pool(), ca.server(t, "s1"), nil), ServerQUICConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { // echo the agent's stream until it closes
+		conn, err := ln.Accept(ctx)
+		if err != nil {
+			return
+		}
+		defer conn.CloseWithError(CloseNormal, "")
+		if s, err := conn.AcceptStream(ctx); err == nil {
+			io.Copy(s, s)
+			s.Close()
+		}
+	})
+	proxy := startSizeProxy(t, srvPC.LocalAddr().(*net.UDPAddr))
+	dev, _ := listen()
+	conn, err := dev.Dial(ctx, proxy.conn.LocalAddr(), ClientTLSConfig(ca.pool(), ca.device(t, "dev-1"), ""), ClientQUICConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseWithError(CloseNormal, "")
+	s, err := conn.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte("hello")
+	if _, err := s.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(s, msg); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	proxy.mu.Lock()
+	defer proxy.mu.Unlock()
+	for side, lens := range map[string]map[int]int{"listening": proxy.serverIDLens, "dialling": proxy.clientIDLens} {
+		if len(lens) != 1 || lens[SharedConnectionIDLength] == 0 {
+			t.Errorf("the %s transport chose connection IDs of these lengths (bytes: packets): %v; want %d bytes only", side, lens, SharedConnectionIDLength)
+		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"net"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/meteor-edge/meteor/wire"
 )
 
 // Sockets are UDP sockets on 127.0.0.1, one quic.Transport each, that
@@ -25,7 +27,7 @@ func OpenSockets(n int) (*Sockets, error) {
 			return nil, err
 		}
 		s.pcs = append(s.pcs, pc)
-		s.trs = append(s.trs, &quic.Transport{Conn: pc})
+		s.trs = append(s.trs, wire.NewSharedTransport(pc))
 	}
 	return s, nil
 }
