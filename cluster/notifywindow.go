@@ -136,7 +136,7 @@ func (sess *agentSession) pushNotify(ctx context.Context) {
 	}
 	sess.wmu.Unlock()
 	if err != nil {
-		sess.logger.Debug("notify", "error", err)
+		sess.writeFailed("Notify", err)
 	} else {
 		sess.a.stats.notifies.Add(1)
 		if n.Delta != nil {

@@ -1,9 +1,13 @@
 package cluster
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/quic-go/quic-go"
 
 	"github.com/meteor-edge/meteor/wire"
 )
@@ -165,5 +169,48 @@ func TestNotifyWindowPacesAChange(t *testing.T) {
 	tell(1, rev3)
 	if s.agents.stats.notifies.Load()-base != 5 {
 		t.Fatalf("%d pushes, want 5: one per session", s.agents.stats.notifies.Load()-base)
+	}
+}
+
+// TestFailedNotifyEndsTheSession: a Notify the server could not write
+// (its agent took nothing for the write timeout) ends the session, so the
+// agent reconnects and is served. Left open, the session would believe
+// its agent told, and push it nothing more of that change.
+func TestFailedNotifyEndsTheSession(t *testing.T) {
+	pki := newTestPKI(t)
+	c := newTestCluster(t, 1, func(cfg *Config) {
+		pki.withAgents(t)(cfg)
+		cfg.PullInterval = time.Hour
+	})
+	s := c.Server(0)
+	c.propose(filesIntent("store-config", 1, "v1"))
+	a := dialAgent(t, s.AgentAddr(), pki.deviceTLS(t, "dev-1"))
+	a.send(hello(map[string]string{"region": "eu"}))
+	expect[*wire.Welcome](a)
+	a.send(&wire.Pull{Inventory: true})
+	expect[*wire.Delta](a)
+	waitFor(t, 10*time.Second, func() error {
+		if got := s.AgentStats().Connected; got != 1 {
+			return fmt.Errorf("%d sessions registered, want 1", got)
+		}
+		return nil
+	})
+	// Every write of the session from now on fails at once, as one
+	// whose agent stopped taking them does after sessionWriteTimeout.
+	s.agents.mu.Lock()
+	for sess := range s.agents.sessions {
+		sess.leaveBy.Store(1)
+	}
+	s.agents.mu.Unlock()
+
+	c.propose(filesIntent("store-config", 1, "v2"))
+	select {
+	case <-a.conn.Context().Done():
+	case <-time.After(30 * time.Second): // a bound: the push goes at once
+		t.Fatal("the session stayed open after its Notify could not be written")
+	}
+	var appErr *quic.ApplicationError
+	if err := context.Cause(a.conn.Context()); !errors.As(err, &appErr) || appErr.ErrorCode != wire.CloseInternalError {
+		t.Fatalf("connection ended with %v, want the server's close (internal error)", err)
 	}
 }

@@ -100,7 +100,7 @@ func (sess *agentSession) watchDevice(ctx context.Context) {
 			return
 		}
 		if err := sess.sendSettings(read); err != nil {
-			sess.logger.Debug("settings not sent", "error", err)
+			sess.writeFailed("Settings", err)
 		}
 		if ws.WatchCtx(ctx) != nil {
 			return

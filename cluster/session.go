@@ -365,7 +365,7 @@ func (sess *agentSession) handlePing(ctx context.Context, m *wire.Ping) {
 			return
 		}
 		if err := sess.write(&wire.Pong{Seq: m.Seq}); err != nil {
-			sess.logger.Debug("pong not sent", "error", err)
+			sess.writeFailed("Pong", err)
 		}
 	})
 }
@@ -401,6 +401,24 @@ func (sess *agentSession) writeLocked(m wire.Message) error {
 	}
 	sess.stream.SetWriteDeadline(deadline)
 	return sess.w.Write(m)
+}
+
+// writeFailed ends the session after a write that no caller's error ends
+// it for failed: a push (Notify, Settings) or a Pong, written beside the
+// read loop. The control stream may hold part of a frame, and a session
+// left open would send its agent nothing more of what it is due (a
+// Notify not written leaves the session believing its agent told), so
+// the agent must reconnect and resume to be served again. A write fails
+// when the agent has not taken it within sessionWriteTimeout (a link gone
+// silent, an agent that stopped reading) or the connection is closing.
+func (sess *agentSession) writeFailed(what string, err error) {
+	if sess.conn.Context().Err() != nil {
+		sess.logger.Debug(what+" not written: the connection is closed", "error", err)
+		return
+	}
+	sess.logger.Info(what+" not written; closing the session", "error", err)
+	code, _ := wire.CloseCodeFor(err)
+	sess.conn.CloseWithError(code, what+" not written: "+err.Error())
 }
 
 // lagging sends the agent elsewhere: this replica is behind rev.
