@@ -49,11 +49,13 @@ const (
 // Either way the packets the peer sends under that ID go to the wrong
 // connection, which cannot decrypt them, and a session goes silent, with
 // nothing logged, until its liveness bound or idle timeout ends it.
-// quic-go's default is 4 random bytes: with the 5 or so IDs a
-// connection holds, n connections meet about (5n)²/2³³ collisions while
-// they connect, 0.03 for the 3,300 sessions of a server in the fan-out
-// benchmark, 29 for 100,000; 8 bytes make it 7·10⁻⁹ at 100,000. It
-// costs 4 bytes in every packet sent to the transport.
+// quic-go's default is 4 random bytes: each new connection then takes
+// the ID in use of one of the n live ones with a chance of n/2³², so a
+// fleet of n connecting silences about n²/2³³ sessions, 0.001 for the
+// 3,300 of a server in the fan-out benchmark but 1.2 for 100,000, and
+// every reconnect after that another 2·10⁻⁵ (one a day for 100,000
+// devices reconnecting twice a day). 8 bytes make it 3·10⁻¹⁰ for
+// 100,000. It costs 4 bytes in every packet sent to the transport.
 const SharedConnectionIDLength = 8
 
 // NewSharedTransport returns a QUIC transport on pc for many connections,
