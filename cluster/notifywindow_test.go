@@ -195,11 +195,12 @@ func TestFailedNotifyEndsTheSession(t *testing.T) {
 		}
 		return nil
 	})
-	// Every write of the session from now on fails at once, as one
-	// whose agent stopped taking them does after sessionWriteTimeout.
+	// Every write of the session from now on fails at once (its send
+	// side reset), as one whose agent stopped taking them does after
+	// sessionWriteTimeout.
 	s.agents.mu.Lock()
 	for sess := range s.agents.sessions {
-		sess.leaveBy.Store(1)
+		sess.stream.CancelWrite(quic.StreamErrorCode(wire.CloseInternalError))
 	}
 	s.agents.mu.Unlock()
 

@@ -412,8 +412,14 @@ func (sess *agentSession) writeLocked(m wire.Message) error {
 // when the agent has not taken it within sessionWriteTimeout (a link gone
 // silent, an agent that stopped reading) or the connection is closing.
 func (sess *agentSession) writeFailed(what string, err error) {
-	if sess.conn.Context().Err() != nil {
+	switch {
+	case sess.conn.Context().Err() != nil:
 		sess.logger.Debug(what+" not written: the connection is closed", "error", err)
+		return
+	case sess.leaveBy.Load() != 0:
+		// Leaving (goAway): its GoAway may still be on its way, which a
+		// close now would cut off; the drain closes what stays.
+		sess.logger.Debug(what+" not written: the session is leaving", "error", err)
 		return
 	}
 	sess.logger.Info(what+" not written; closing the session", "error", err)
