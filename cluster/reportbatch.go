@@ -143,7 +143,13 @@ func (b *reportBatcher) send(addr string, batch []*reportCall) {
 		cancel()
 		var wg sync.WaitGroup
 		for _, c := range live {
-			wg.Go(func() { c.finish(b.p.report(c.ctx, c.owner, addr, c.fr)) })
+			wg.Go(func() {
+				// Bounded as a batch is, and ended with the server.
+				ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
+				defer cancel()
+				defer context.AfterFunc(b.ctx, cancel)()
+				c.finish(b.p.report(ctx, c.owner, addr, c.fr))
+			})
 		}
 		wg.Wait()
 		return

@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,4 +82,75 @@ func TestReportRecordedOnceQuorumReturns(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// hangReports is a peer transport whose forwarded reports never get an
+// answer, as when the owner's host vanished without a reset; it says on
+// taken when it has one.
+type hangReports struct {
+	next  http.RoundTripper
+	taken chan struct{}
+}
+
+func (h hangReports) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasPrefix(r.URL.Path, "/v1/internal/report") {
+		select {
+		case h.taken <- struct{}{}:
+		default:
+		}
+		<-r.Context().Done()
+		return nil, r.Context().Err()
+	}
+	return h.next.RoundTrip(r)
+}
+
+// TestPullAnsweredWhileAnOwnerHangs: a report handed to an owner that
+// does not answer holds the session's read loop for reportFirstTry at
+// most, not for as long as a forward may take (minutes): the agent's
+// Pull behind it is answered, and the report is left to the retries.
+func TestPullAnsweredWhileAnOwnerHangs(t *testing.T) {
+	pki := newTestPKI(t)
+	hang := hangReports{next: http.DefaultTransport, taken: make(chan struct{}, 1)}
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		pki.withAgents(t)(cfg)
+		if cfg.NodeID == "s1" {
+			cfg.PeerClient = &http.Client{Transport: hang}
+		}
+	})
+	c.propose(fileIntentN("store", 1, "v0"))
+	c.waitConverged()
+	s := c.Server(0)
+	labels := map[string]string{"region": "eu"}
+	var dev string
+	waitFor(t, 10*time.Second, func() error {
+		for i := range 100 {
+			id := fmt.Sprintf("dev-%d", i)
+			if o := s.OwnerOf(id, labels); o != "" && o != s.config.NodeID {
+				dev = id
+				return nil
+			}
+		}
+		return fmt.Errorf("no device owned by another server yet")
+	})
+	a := dialAgent(t, s.AgentAddr(), pki.deviceTLS(t, dev))
+	a.send(hello(labels))
+	expect[*wire.Welcome](a)
+	a.send(&wire.Report{Seq: 1, DesiredRevision: 1, Full: true, Status: "converged"})
+	select {
+	case <-hang.taken:
+	case <-time.After(30 * time.Second): // a bound: the report goes at once
+		t.Fatal("the report was not handed to its owner")
+	}
+	a.send(&wire.Pull{})
+	// A bound well above reportFirstTry and far below the forward's.
+	a.stream.SetReadDeadline(time.Now().Add(reportFirstTry + 25*time.Second))
+	for {
+		m, err := a.r.Read()
+		if err != nil {
+			t.Fatalf("no Delta for the Pull sent behind a report whose owner does not answer: %v", err)
+		}
+		if _, ok := m.(*wire.Delta); ok {
+			return
+		}
+	}
 }

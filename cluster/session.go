@@ -158,9 +158,9 @@ func (a *agentServer) handshake(ctx context.Context, conn *quic.Conn, streamOut 
 	}
 	sess := &agentSession{
 		a: a, conn: conn, deviceID: deviceID, labels: hello.Labels, connID: newConnID(),
-		w: wire.NewWriter(stream), stream: stream,
-		logger: a.logger.With("device", deviceID),
+		stream: stream, logger: a.logger.With("device", deviceID),
 	}
+	sess.w = wire.NewWriter(progressWriter{stream: stream, idle: sessionWriteTimeout, leaveBy: &sess.leaveBy})
 	sess.minor = min(hello.Minor, a.cfg.wireMinor())
 	if sess.minor >= wire.MinorKeepAlive {
 		// Until its first Ping, an agent of 1.3 keeps alive at the
@@ -385,27 +385,56 @@ func (sess *agentSession) write(m wire.Message) error {
 	return sess.writeLocked(m)
 }
 
-// sessionWriteTimeout bounds one write on the control stream. A write
-// blocks while the agent's flow-control window is full: an agent that
-// stopped reading (a stalled device, or one that means harm) would
-// otherwise hold the stream's lock, and every goroutine of its session
-// that wants to write, for good. The session ends with the error instead.
+// sessionWriteTimeout bounds how long a write on the control stream may
+// go without the stream taking any of it. A write blocks while the
+// agent's flow-control window is full: an agent that stopped reading (a
+// stalled device, or one that means harm) would otherwise hold the
+// stream's lock, and every goroutine of its session that wants to write,
+// for good. The session ends with the error instead. A write that makes
+// progress goes on (progressWriter): a Delta frame of up to 4 MiB takes
+// minutes on a slow link, and a bound on the whole write would fail it at
+// every try, the agent pulling the same Delta again each time.
 const sessionWriteTimeout = 30 * time.Second
 
-// writeLocked writes m, within sessionWriteTimeout or the session's
-// leaveBy, whichever comes first. The caller holds wmu.
+// writeLocked writes m (progressWriter bounds it). The caller holds wmu.
 func (sess *agentSession) writeLocked(m wire.Message) error {
-	deadline := time.Now().Add(sessionWriteTimeout)
-	if by := sess.leaveBy.Load(); by != 0 && by < deadline.UnixNano() {
-		deadline = time.Unix(0, by)
-	}
-	sess.stream.SetWriteDeadline(deadline)
 	return sess.w.Write(m)
 }
 
+// progressWriter writes to a session's control stream, giving up once
+// the stream has taken nothing of a write for idle, or at leaveBy (unix
+// nanoseconds, when set: the session is leaving a draining server),
+// whichever comes first.
+type progressWriter struct {
+	stream  *quic.Stream
+	idle    time.Duration
+	leaveBy *atomic.Int64
+}
+
+func (w progressWriter) Write(p []byte) (int, error) {
+	written := 0
+	for {
+		deadline := time.Now().Add(w.idle)
+		leaving := false
+		if by := w.leaveBy.Load(); by != 0 && by < deadline.UnixNano() {
+			deadline, leaving = time.Unix(0, by), true
+		}
+		w.stream.SetWriteDeadline(deadline)
+		n, err := w.stream.Write(p[written:])
+		written += n
+		switch {
+		case err == nil, !errors.Is(err, os.ErrDeadlineExceeded), leaving:
+			return written, err
+		case n == 0:
+			return written, fmt.Errorf("the agent took none of a write for %v: %w", w.idle, err)
+		}
+		// The stream took part of it: the agent reads, slowly.
+	}
+}
+
 // writeFailed ends the session after a write that no caller's error ends
-// it for failed: a push (Notify, Settings) or a Pong, written beside the
-// read loop. The control stream may hold part of a frame, and a session
+// it for failed: a push (Notify, Settings), a Pong or a retried report's
+// ReportAck, written beside the read loop. The control stream may hold part of a frame, and a session
 // left open would send its agent nothing more of what it is due (a
 // Notify not written leaves the session believing its agent told), so
 // the agent must reconnect and resume to be served again. A write fails
@@ -619,7 +648,12 @@ func (sess *agentSession) handleReport(ctx context.Context, m *wire.Report) erro
 	if done {
 		return sess.ackReports()
 	}
-	if err := sess.recordReport(ctx, m); err != nil {
+	// The read loop waits for the first try only so long (the agent's
+	// Pulls, Acks and Pings wait behind it); the retries go on beside it.
+	first, cancel := context.WithTimeout(ctx, reportFirstTry)
+	err := sess.recordReport(first, m)
+	cancel()
+	if err != nil {
 		sess.logger.Warn("report not recorded; retrying", "seq", m.Seq, "error", err)
 		sess.mu.Lock()
 		sess.retrying = m
@@ -629,6 +663,21 @@ func (sess *agentSession) handleReport(ctx context.Context, m *wire.Report) erro
 	}
 	return sess.ackReports()
 }
+
+// reportFirstTry bounds how long a session's read loop waits for its
+// agent's report to be recorded before leaving it to retryReports: an
+// owner that does not answer (its host gone without a reset, before
+// gossip says so) would otherwise hold the session's Pulls, Acks and
+// Pings for as long as a forward may take (reportForwardTimeout, minutes).
+// A report takes about a second to commit while a change reaches ten
+// thousand devices; one that takes longer is sent again by the retry,
+// and its owner answers both once it is committed.
+const reportFirstTry = 5 * time.Second
+
+// reportRetryTry bounds each of retryReports' tries, so that a try sent
+// to an owner that vanished does not wait out reportForwardTimeout before
+// the next goes to the device's new owner.
+const reportRetryTry = 30 * time.Second
 
 // DefaultAckFoldWait is how long an acknowledgement is left to the report
 // that follows it (handleAck) before sessionSync commits it alone, unless
@@ -706,7 +755,10 @@ func (sess *agentSession) retryReports(ctx context.Context) {
 		done := m.Seq <= sess.reportSeq
 		sess.mu.Unlock()
 		if !done {
-			if err := sess.recordReport(ctx, m); err != nil {
+			try, cancel := context.WithTimeout(ctx, reportRetryTry)
+			err := sess.recordReport(try, m)
+			cancel()
+			if err != nil {
 				if ctx.Err() == nil {
 					sess.logger.Debug("report still not recorded", "seq", m.Seq, "error", err)
 				}
@@ -716,7 +768,7 @@ func (sess *agentSession) retryReports(ctx context.Context) {
 			}
 		}
 		if err := sess.ackReports(); err != nil {
-			sess.logger.Debug("report acknowledgement not sent", "error", err)
+			sess.writeFailed("ReportAck", err)
 		}
 		sess.mu.Lock()
 		newer := sess.retrying.Seq > m.Seq
