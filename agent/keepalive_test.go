@@ -1,12 +1,15 @@
 package agent
 
 import (
+	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/meteor-edge/meteor/agent/driver"
 	"github.com/meteor-edge/meteor/agent/journal"
 	"github.com/meteor-edge/meteor/wire"
 )
@@ -311,4 +314,66 @@ func (c *dropFrom) ReadFrom(p []byte) (int, net.Addr, error) {
 			return n, addr, err
 		}
 	}
+}
+
+// TestKeepAliveNoticesADeadServerDuringALargeWrite: the server's host
+// vanishes (no close, no reset) just as the agent has a report larger
+// than QUIC's congestion window to send. The write must not hold the
+// session until QUIC's idle timeout (20 minutes here, the production
+// value): the agent moves to the other server about KeepAliveTimeout
+// after the server fell silent, as an idle one does
+// (TestKeepAliveNoticesADeadServer).
+func TestKeepAliveNoticesADeadServerDuringALargeWrite(t *testing.T) {
+	c := newTestCluster(t)
+	s1, s2 := c.startServer("s1"), c.startServer("s2")
+	cfg := c.agentConfig(t, "pos-1", s1, s2)
+	cfg.QUIC = wire.ClientQUICConfig() // the production idle timeout
+	cfg.KeepAliveMin, cfg.KeepAliveMax, cfg.KeepAliveTimeout = 500*time.Millisecond, 500*time.Millisecond, 2*time.Second
+	cfg.ReportResendMin, cfg.ReportResendMax = 50*time.Millisecond, time.Minute
+	cfg.ProbeInterval = 200 * time.Millisecond
+	sim := driver.NewSimDevice(1)
+	reg, err := driver.NewRegistry(driver.Config{Root: cfg.Root, Sim: sim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Drivers = reg
+	var blackhole atomic.Value // the address whose datagrams vanish
+	blackhole.Store("")
+	cfg.ListenPacket = func() (net.PacketConn, error) {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		return &dropFrom{PacketConn: pc, from: &blackhole}, err
+	}
+	const n = 300
+	var ups []wire.Upsert
+	for i := range n {
+		id := fmt.Sprintf("r%03d", i)
+		ups = append(ups, upsert(t, "pos", 1, simRes(id, "v1", nil)))
+		if err := sim.SetEffective(id, "v1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.setDesired(1, ups...)
+	a := startAgent(t, cfg)
+	waitFor(t, waitLong, "converged, its report acknowledged", func() bool {
+		st := a.Status()
+		return st.Connected && len(st.Resources) == n && st.State == StateConverged && st.PendingReports == 0
+	})
+	first := a.Status().Server
+	blackhole.Store(first)
+	// Every probe now finds another effective state: a report of about
+	// 300 KB, far more than the congestion window, follows.
+	long := strings.Repeat("x", 900)
+	for i := range n {
+		if err := sim.SetEffective(fmt.Sprintf("r%03d", i), long); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cut := time.Now()
+	// A bound: the move takes a few KeepAliveTimeouts; a write held
+	// until QUIC's idle timeout would take 20 minutes.
+	waitFor(t, 60*time.Second, "a session on the other server", func() bool {
+		st := a.Status()
+		return st.Connected && st.Server != first
+	})
+	t.Logf("moved from %s after %v", first, time.Since(cut).Round(time.Millisecond))
 }

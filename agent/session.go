@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -74,6 +75,36 @@ func (s *session) send(m wire.Message) error {
 	}
 	s.wrote()
 	return nil
+}
+
+// liveWriter writes to the control stream, giving up once a write has
+// waited timeout (Config.KeepAliveTimeout) without a packet from the
+// server. A write blocks while QUIC's congestion or flow-control window
+// is full: to a server whose host vanished (no close, no reset) a report
+// larger than the window then held the session goroutine, and with it
+// the keep-alive checks that would have moved the agent to another
+// server, until QUIC's idle timeout (wire.MaxIdleTimeout, 20 minutes). A
+// slow but live path keeps acknowledging, and the write goes on.
+type liveWriter struct {
+	str     *quic.Stream
+	conn    *quic.Conn
+	timeout time.Duration
+}
+
+func (w liveWriter) Write(p []byte) (int, error) {
+	written := 0
+	for {
+		heard := w.conn.ConnectionStats().PacketsReceived
+		w.str.SetWriteDeadline(time.Now().Add(w.timeout))
+		n, err := w.str.Write(p[written:])
+		written += n
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return written, err
+		}
+		if w.conn.ConnectionStats().PacketsReceived == heard {
+			return written, fmt.Errorf("nothing from the server for %v of a write: %w", w.timeout, err)
+		}
+	}
 }
 
 // frameReader decodes frames from the control stream into a channel.
@@ -256,7 +287,7 @@ func (s *session) openOnce() error {
 	if err != nil {
 		return err
 	}
-	s.str, s.w = str, wire.NewWriter(str)
+	s.str, s.w = str, wire.NewWriter(liveWriter{str: str, conn: s.conn, timeout: s.a.cfg.KeepAliveTimeout})
 	s.reader = startReader(str)
 	hello, err := s.hello()
 	if err != nil {
