@@ -174,7 +174,16 @@ func (s *session) run(ctx context.Context) sessionEnd {
 	if err := s.open(ctx); err != nil {
 		return sessionEnd{err: err}
 	}
-	welcomeTimeout := s.a.cfg.Clock.After(s.a.cfg.DialTimeout)
+	// A connection dialled with 0-RTT is open before its handshake is:
+	// the Welcome's wait then covers the handshake too, which a full
+	// handshake's dial bounded on its own, so it gets both bounds. With
+	// one, a busy server's resumptions failed twice as often as its full
+	// handshakes, and each retry added to the load (a reconnect storm).
+	welcomeWait := s.a.cfg.DialTimeout
+	if !wire.HandshakeDone(s.conn) {
+		welcomeWait += s.a.cfg.DialTimeout
+	}
+	welcomeTimeout := s.a.cfg.Clock.After(welcomeWait)
 	for {
 		var reports <-chan struct{}
 		if s.welcomed {
@@ -184,7 +193,7 @@ func (s *session) run(ctx context.Context) sessionEnd {
 		case <-ctx.Done():
 			return s.end(ctx.Err())
 		case <-welcomeTimeout:
-			return s.end(fmt.Errorf("no Welcome within %v", s.a.cfg.DialTimeout))
+			return s.end(fmt.Errorf("no Welcome within %v", welcomeWait))
 		case in := <-s.reader.in:
 			if in.err != nil {
 				if errors.Is(in.err, quic.Err0RTTRejected) && !s.welcomed && !s.retried0RTT {

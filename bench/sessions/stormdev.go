@@ -188,7 +188,14 @@ func (sd *stormDev) attempt(ctx context.Context, t0 time.Time, target stormTarge
 		out.dialFailures++
 		return fmt.Errorf("dial: %w", err)
 	}
-	o, err := openSession(ctx, sd.d, conn, openOpts{inventory: true, pipeline: true, start: t0, timeout: stormDialTimeout})
+	timeout := stormDialTimeout
+	if !wire.HandshakeDone(conn) {
+		// As the agent: DialEarly returned before the handshake, so the
+		// Welcome's wait covers it too, which a full handshake's dial
+		// bounded on its own.
+		timeout += stormDialTimeout
+	}
+	o, err := openSession(ctx, sd.d, conn, openOpts{inventory: true, pipeline: true, start: t0, timeout: timeout})
 	if err != nil {
 		// With 0-RTT, DialEarly returns before the handshake completes:
 		// a handshake that never completed is a failed dial too.
