@@ -428,6 +428,24 @@ func startSizeProxy(t *testing.T, server *net.UDPAddr) *sizeProxy {
 	return p
 }
 
+// serveEcho accepts one connection on ln and echoes its first stream
+// until the agent closes it; the returned func waits for that.
+func serveEcho(ctx context.Context, ln *quic.Listener) (wait func()) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		conn, err := ln.Accept(ctx)
+		if err != nil {
+			return
+		}
+		defer conn.CloseWithError(CloseNormal, "")
+		if s, err := conn.AcceptStream(ctx); err == nil {
+			io.Copy(s, s)
+			s.Close()
+		}
+	})
+	return wg.Wait
+}
+
 // TestQUICNoPathMTUProbes: neither side probes the path MTU, so nothing
 // either sends exceeds quic-go's initial packet size. Probes are padded
 // datagrams of up to 1,452 bytes, a few to every connection: after a
@@ -444,19 +462,7 @@ func TestQUICNoPathMTUProbes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() { // echo the agent's stream until it closes
-		conn, err := ln.Accept(ctx)
-		if err != nil {
-			return
-		}
-		defer conn.CloseWithError(CloseNormal, "")
-		if s, err := conn.AcceptStream(ctx); err == nil {
-			io.Copy(s, s)
-			s.Close()
-		}
-	})
+	defer serveEcho(ctx, ln)()
 	proxy := startSizeProxy(t, ln.Addr().(*net.UDPAddr))
 
 	conn, err := quic.DialAddr(ctx, proxy.conn.LocalAddr().String(), ClientTLSConfig(ca.pool(), ca.device(t, "dev-1"), ""), ClientQUICConfig())
@@ -517,19 +523,7 @@ func TestSharedTransportConnectionIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() { // echo the agent's stream until it closes
-		conn, err := ln.Accept(ctx)
-		if err != nil {
-			return
-		}
-		defer conn.CloseWithError(CloseNormal, "")
-		if s, err := conn.AcceptStream(ctx); err == nil {
-			io.Copy(s, s)
-			s.Close()
-		}
-	})
+	defer serveEcho(ctx, ln)()
 	proxy := startSizeProxy(t, srvPC.LocalAddr().(*net.UDPAddr))
 	dev, _ := listen()
 	conn, err := dev.Dial(ctx, proxy.conn.LocalAddr(), ClientTLSConfig(ca.pool(), ca.device(t, "dev-1"), ""), ClientQUICConfig())
