@@ -25,8 +25,9 @@ type LeaderWorker interface {
 	// Name names the worker in logs.
 	Name() string
 	// Run works until ctx ends. An error before then is logged and Run is
-	// called again after a backoff (100 ms doubling to 10 s), as long as
-	// the server leads; nil means the worker is done for this term.
+	// called again after a backoff (100 ms doubling to 10 s, back to 100 ms
+	// after a run of 10 s or more), as long as the server leads; nil means
+	// the worker is done for this term.
 	Run(ctx context.Context) error
 }
 
@@ -124,9 +125,15 @@ func (l *leadership) lead(ctx context.Context) {
 func (l *leadership) runWorker(ctx context.Context, w LeaderWorker) {
 	backoff := workerRetryMin
 	for {
+		started := l.clock.Mono()
 		err := w.Run(ctx)
 		if ctx.Err() != nil || err == nil {
 			return
+		}
+		if l.clock.Mono().Sub(started) >= workerRetryMax {
+			// It ran well for a while: this failure is a new one, not
+			// the last one's repeat, and is retried as soon as a first.
+			backoff = workerRetryMin
 		}
 		l.logger.Warn("leader worker failed, restarting", "worker", w.Name(), "error", err, "retry_in", backoff)
 		if !sleep(l.clock, backoff, ctx.Done()) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -116,6 +117,75 @@ func TestLeaderWorkersFollowLeadership(t *testing.T) {
 		}
 		if _, running := steady.counts(); running != 0 || ready.Load() {
 			t.Fatalf("after stopping: %d running, ready %v", running, ready.Load())
+		}
+	})
+}
+
+// scriptedWorker is a leader worker whose runs last as its script says,
+// each then failing; it records when each run started.
+type scriptedWorker struct {
+	lasts  []time.Duration // how long run i lasts before failing
+	starts chan time.Time
+}
+
+func (w *scriptedWorker) Name() string { return "scripted" }
+
+func (w *scriptedWorker) Run(ctx context.Context) error {
+	w.starts <- time.Now()
+	if len(w.lasts) == 0 {
+		<-ctx.Done()
+		return nil
+	}
+	d := w.lasts[0]
+	w.lasts = w.lasts[1:]
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(d):
+		return errors.New("injected failure")
+	}
+}
+
+// TestLeaderWorkerBackoffResetsAfterARun: a worker that fails at once is
+// restarted after a backoff that doubles, and one that failed after
+// running for workerRetryMax or more is restarted after the least
+// backoff again, not after the last failure's doubled one.
+func TestLeaderWorkerBackoffResetsAfterARun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		changes := make(chan bool)
+		var ready atomic.Bool
+		w := &scriptedWorker{
+			lasts:  []time.Duration{0, 0, 0, 0, 0, time.Minute, 0},
+			starts: make(chan time.Time, 16),
+		}
+		l := &leadership{
+			logger: hclog.NewNullLogger(), clock: SystemClock{}, changes: changes, ready: &ready,
+			barrier: func() error { return nil }, workers: []LeaderWorker{w},
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- l.Run(ctx) }()
+		changes <- true
+		var starts []time.Time
+		for range 8 {
+			starts = append(starts, <-w.starts)
+		}
+		var gaps []time.Duration
+		for i := 1; i < len(starts); i++ {
+			gaps = append(gaps, starts[i].Sub(starts[i-1]))
+		}
+		want := []time.Duration{
+			100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond,
+			1600 * time.Millisecond,
+			time.Minute + 100*time.Millisecond, // the minute's run, then the least backoff
+			200 * time.Millisecond,
+		}
+		if !slices.Equal(gaps, want) {
+			t.Errorf("gaps between runs %v, want %v", gaps, want)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
 		}
 	})
 }

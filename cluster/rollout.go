@@ -73,9 +73,24 @@ func (w *rolloutWorker) Run(ctx context.Context) error {
 	w.samples = map[string]sample{}
 	ticker := w.clock.NewTicker(w.interval)
 	defer ticker.Stop()
+	// A pass that failed is not a reason to stop: the rollouts it could
+	// not judge or commit are judged again from the committed state at
+	// the next pass, and the others must not wait for them (returning
+	// would hold every rollout for the leader's growing restart backoff
+	// and forget the samples). The error is logged when it changes.
+	failing := ""
 	for {
-		if err := w.pass(ctx); err != nil && ctx.Err() == nil {
-			return err
+		err := w.pass(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch {
+		case err != nil && err.Error() != failing:
+			w.logger.Warn("rollout pass failed; judging again at the next pass", "error", err)
+			failing = err.Error()
+		case err == nil && failing != "":
+			w.logger.Info("rollout pass succeeded again")
+			failing = ""
 		}
 		select {
 		case <-ctx.Done():

@@ -10,7 +10,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -674,4 +676,88 @@ func TestPlanOnTheRetailFleet(t *testing.T) {
 			}
 		}
 	}
+}
+
+// failingSteps is a leaderProposer whose rollout steps for one intent fail
+// while broken is set, as a proposal that cannot commit does.
+type failingSteps struct {
+	leaderProposer
+	intent string
+	broken atomic.Bool
+}
+
+func (f *failingSteps) Propose(ctx context.Context, t fsm.MessageType, req any) (fsm.ApplyResult, uint64, error) {
+	if step, ok := req.(*fsm.RolloutStepRequest); ok && t == fsm.RolloutStepType && step.Intent == f.intent && f.broken.Load() {
+		return fsm.ApplyResult{}, 0, errInjected
+	}
+	return f.leaderProposer.Propose(ctx, t, req)
+}
+
+// TestRolloutWorkerCarriesOnPastAFailingRollout: a rollout whose steps
+// cannot commit does not stop the worker: the other rollouts go on at
+// every pass, and the failing one goes on once its steps commit again.
+func TestRolloutWorkerCarriesOnPastAFailingRollout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRolloutRig(t, 100, fleetLabels)
+		fail := &failingSteps{leaderProposer: r.w.propose, intent: "other"}
+		fail.broken.Store(true)
+		r.w.propose = fail
+		other := func(value string, rollout map[string]any) *intent.Intent {
+			in := netIntent(value, rollout)
+			in.Name, in.Resources[0].ID = "other", "other-policy"
+			return in
+		}
+		r.put(netIntent("v1", nil))
+		r.put(other("v1", nil))
+		r.fleet.react()
+		waves := map[string]any{"waves": []any{int64(5), "50%", "100%"}, "maxParallel": int64(50)}
+		r2 := r.put(netIntent("v2", waves))
+		o2 := r.put(other("v2", waves))
+
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- r.w.Run(ctx) }()
+		// tick lets the fleet act and the worker make one pass.
+		tick := func() {
+			r.fleet.react()
+			r.clock.advance(time.Second)
+			time.Sleep(r.w.interval)
+			synctest.Wait()
+			select {
+			case err := <-done:
+				t.Fatalf("the rollout worker stopped: %v", err)
+			default:
+			}
+		}
+		for i := 0; r.rollout("net").State != fsm.RolloutCompleted; i++ {
+			if i == 100 {
+				ro := r.rollout("net")
+				t.Fatalf("net is not completed after %d passes while other's steps fail: %s (%s), wave %d", i, ro.State, ro.Reason, ro.Wave+1)
+			}
+			tick()
+		}
+		if got := len(r.fleet.holding("net", r2)); got != 100 {
+			t.Fatalf("%d devices hold net revision %d, want 100", got, r2)
+		}
+		if got := len(r.fleet.holding("other", o2)); got != 0 {
+			t.Fatalf("%d devices hold other revision %d though none of its steps committed", got, o2)
+		}
+
+		fail.broken.Store(false)
+		for i := 0; r.rollout("other").State != fsm.RolloutCompleted; i++ {
+			if i == 100 {
+				ro := r.rollout("other")
+				t.Fatalf("other is not completed %d passes after its steps commit again: %s (%s)", i, ro.State, ro.Reason)
+			}
+			tick()
+		}
+		if got := len(r.fleet.holding("other", o2)); got != 100 {
+			t.Fatalf("%d devices hold other revision %d, want 100", got, o2)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run after its context ended: %v", err)
+		}
+	})
 }
