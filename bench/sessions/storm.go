@@ -10,6 +10,7 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 	"github.com/meteor-edge/meteor/bench/internal/wiredev"
 	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/wire"
 )
 
 // The ways the storm's devices reconnect (-storm-modes).
@@ -137,8 +139,21 @@ type stormMode struct {
 	// others.
 	ClosedAfter   int      `json:"closed_after_resuming"`
 	ClosedReasons []string `json:"closed_reasons,omitempty"`
-	// WrongRecords are a few of the wrong records at the last reading.
+	// WrongRecords are a few of the wrong records at the last reading,
+	// each with its device's QUIC RTT estimate.
 	WrongRecords []string `json:"wrong_records,omitempty"`
+	// After the last reading, every device whose record was still wrong
+	// and whose connection was open sent a keep-alive as an agent's reset
+	// probe is (a Ping padded to draw a stateless reset, asking for a
+	// Pong): ProbeAnswered got its Pong (its server holds the session,
+	// so the record is wrong), ProbeClosed had its connection closed
+	// (its server no longer holds the session: the record is right, and
+	// only the device had not noticed), ProbeSilent neither within
+	// stormProbeWait. ProbeResults are a few of the outcomes.
+	ProbeAnswered int      `json:"probe_answered"`
+	ProbeClosed   int      `json:"probe_closed"`
+	ProbeSilent   int      `json:"probe_silent"`
+	ProbeResults  []string `json:"probe_results,omitempty"`
 	// Errors are a few of the last failures of devices that never
 	// resumed, FailedAttempts a few first failures of any device.
 	Errors         []string `json:"errors,omitempty"`
@@ -541,6 +556,7 @@ func firstErr(errs ...error) error {
 const (
 	stormQuiet       = 3 * time.Second
 	stormRecordsWait = time.Minute
+	stormProbeWait   = 10 * time.Second
 )
 
 // resumedDev is a device that resumed on server.
@@ -557,8 +573,10 @@ type resumedDev struct {
 func (m *stormMode) checkRecords(ctx context.Context, c *benchkit.MeteorCluster, t0 time.Time, resumed []resumedDev, log io.Writer) {
 	deadline := time.Now().Add(stormRecordsWait)
 	on := make(map[string]string, len(resumed)) // device ID → the server it resumed on
+	devs := make(map[string]*stormDev, len(resumed))
 	for _, r := range resumed {
 		on[r.sd.d.ID] = r.server
+		devs[r.sd.d.ID] = r.sd
 	}
 	for {
 		for _, r := range resumed {
@@ -574,9 +592,9 @@ func (m *stormMode) checkRecords(ctx context.Context, c *benchkit.MeteorCluster,
 			}
 		}
 		li, err := c.Leader(ctx)
+		var wrong []string
 		if err == nil {
-			m.WrongRecords = m.WrongRecords[:0]
-			m.RecordedOnSurvivor, m.RecordedElsewhere, m.RecordedDisconnected, m.RecordedOnVictim, err = recordedServers(ctx, c.Servers[li], m.Victim, on, &m.WrongRecords)
+			m.RecordedOnSurvivor, m.RecordedElsewhere, m.RecordedDisconnected, m.RecordedOnVictim, wrong, err = recordedServers(ctx, c.Servers[li], m.Victim, on)
 		}
 		switch {
 		case err != nil:
@@ -586,6 +604,9 @@ func (m *stormMode) checkRecords(ctx context.Context, c *benchkit.MeteorCluster,
 			return
 		}
 		if time.Now().After(deadline) {
+			if err == nil {
+				m.probeWrong(ctx, devs, wrong, log)
+			}
 			return
 		}
 		select {
@@ -599,13 +620,14 @@ func (m *stormMode) checkRecords(ctx context.Context, c *benchkit.MeteorCluster,
 // recordedServers counts, of the devices in on (device ID to the server
 // it resumed on), those the cluster records as connected to that server,
 // as connected to another survivor, as disconnected from one, and as
-// still on victim.
-func recordedServers(ctx context.Context, sp *benchkit.MeteorServer, victim string, on map[string]string, samples *[]string) (right, elsewhere, disconnected, dead int, err error) {
+// still on victim; wrong lists the devices not recorded as connected to
+// their server, with what the record says.
+func recordedServers(ctx context.Context, sp *benchkit.MeteorServer, victim string, on map[string]string) (right, elsewhere, disconnected, dead int, wrong []string, err error) {
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	list, err := sp.API.ListDevices(lctx, api.ReadOptions{})
 	if err != nil {
-		return 0, 0, 0, 0, err
+		return 0, 0, 0, 0, nil, err
 	}
 	for _, d := range list.Devices {
 		srv, ours := on[d.ID]
@@ -620,9 +642,91 @@ func recordedServers(ctx context.Context, sp *benchkit.MeteorServer, victim stri
 		default:
 			elsewhere++
 		}
-		if ours && (d.Server != srv || !d.Connected) && len(*samples) < 5 {
-			*samples = append(*samples, fmt.Sprintf("%s resumed on %s, recorded on %s (connected %v)", d.ID, srv, d.Server, d.Connected))
+		if ours && (d.Server != srv || !d.Connected) {
+			wrong = append(wrong, fmt.Sprintf("%s resumed on %s, recorded on %s (connected %v)", d.ID, srv, d.Server, d.Connected))
 		}
 	}
-	return right, elsewhere, disconnected, dead, nil
+	return right, elsewhere, disconnected, dead, wrong, nil
+}
+
+// probeWrong has every device whose record is wrong (wrong: as
+// recordedServers lists them) send a reset probe, and counts the
+// outcomes (stormMode.ProbeAnswered and the others). It fills
+// WrongRecords with the first few, each with its device's RTT estimate:
+// QUIC stretches a connection's keep-alive interval and idle timeout to
+// 1.5 and 3 times its probe timeout, which the storm's delays inflate.
+func (m *stormMode) probeWrong(ctx context.Context, devs map[string]*stormDev, wrong []string, log io.Writer) {
+	m.WrongRecords = m.WrongRecords[:0]
+	type outcome struct {
+		line string
+		res  int // 0 answered, 1 closed, 2 silent
+	}
+	out := make([]outcome, len(wrong))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 256)
+	for i, w := range wrong {
+		id, _, _ := strings.Cut(w, " ")
+		sd := devs[id]
+		st := sd.conn.ConnectionStats()
+		rtt := fmt.Sprintf("%s; its RTT estimate %.1f s, deviation %.1f s", w, st.SmoothedRTT.Seconds(), st.MeanDeviation.Seconds())
+		if len(m.WrongRecords) < 5 {
+			m.WrongRecords = append(m.WrongRecords, rtt)
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			res, why := probeSession(ctx, sd, stormProbeWait)
+			out[i] = outcome{line: fmt.Sprintf("%s: %s", id, why), res: res}
+		})
+	}
+	wg.Wait()
+	for _, o := range out {
+		switch o.res {
+		case probeAnswered:
+			m.ProbeAnswered++
+		case probeClosed:
+			m.ProbeClosed++
+		default:
+			m.ProbeSilent++
+		}
+		if len(m.ProbeResults) < 5 {
+			m.ProbeResults = append(m.ProbeResults, o.line)
+		}
+	}
+	if len(wrong) > 0 {
+		fmt.Fprintf(log, "storm: %s: %d wrong records probed: %d answered, %d closed, %d silent\n", m.Mode, len(wrong), m.ProbeAnswered, m.ProbeClosed, m.ProbeSilent)
+	}
+}
+
+// The outcomes of probeSession.
+const (
+	probeAnswered = iota
+	probeClosed
+	probeSilent
+)
+
+// probeSession sends a Ping on sd's session as an agent's reset probe: its
+// padding draws a stateless reset from a server that no longer knows the
+// connection, and its EchoAfter a Pong from one that holds the session.
+// It waits for either at most wait.
+func probeSession(ctx context.Context, sd *stormDev, wait time.Duration) (int, string) {
+	if err := context.Cause(sd.conn.Context()); err != nil {
+		return probeClosed, fmt.Sprintf("closed before the probe: %v", err)
+	}
+	s := sd.sess
+	s.timeout = wait
+	if err := s.send(&wire.Ping{Seq: 2, Interval: time.Hour, EchoAfter: time.Millisecond, Pad: wire.ResetProbePad}); err != nil {
+		return probeClosed, err.Error()
+	}
+	_, err := waitFor[*wire.Pong](s)
+	switch {
+	case err == nil:
+		return probeAnswered, "Pong: the server holds the session"
+	case context.Cause(sd.conn.Context()) != nil:
+		return probeClosed, fmt.Sprintf("closed: %v", context.Cause(sd.conn.Context()))
+	case ctx.Err() != nil:
+		return probeSilent, ctx.Err().Error()
+	default:
+		return probeSilent, err.Error()
+	}
 }

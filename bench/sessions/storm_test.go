@@ -18,14 +18,7 @@ import (
 // processes, 30 devices on one of them, SIGKILL, and every device must
 // resume its own session on a survivor without a resync.
 func TestStormTiny(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts meteor server processes")
-	}
-	root, err := benchkit.ModuleRoot()
-	if err != nil {
-		t.Skip(err)
-	}
-	bin := benchkit.MeteorBinaryForTest(t, root)
+	bin := meteorForTest(t, "starts meteor server processes")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	modes := "full,0rtt"
@@ -132,4 +125,19 @@ func TestStormSummaryAndPercentiles(t *testing.T) {
 		rows[0].Ratio != "1.50x (full / 0-RTT)" || rows[1].Ratio != "1.50x (full / 0-RTT)" || rows[1].PeerName != "full handshakes" {
 		t.Errorf("rows %+v", rows)
 	}
+}
+
+// meteorForTest returns the meteor binary built for this test, which is
+// skipped in -short mode (why says what it needs the binary for) and
+// outside the module.
+func meteorForTest(t *testing.T, why string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(why)
+	}
+	root, err := benchkit.ModuleRoot()
+	if err != nil {
+		t.Skip(err)
+	}
+	return benchkit.MeteorBinaryForTest(t, root)
 }

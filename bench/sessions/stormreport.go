@@ -141,8 +141,12 @@ func stormNotes(r *stormResult) []string {
 			n = append(n, fmt.Sprintf("Storm, %s: the cluster recorded every device on the survivor it had resumed on %.1f s after the kill, %.1f s after the Raft log had first been quiet for %s: until then some records still named the dead server or a failed attempt's server (servers retry failed session records in the background, cluster/session.go).",
 				m.Mode, m.RecordsSec, m.RecordsSec-m.SettledSec, stormQuiet))
 		case m.RecordsSec == 0:
-			n = append(n, fmt.Sprintf("Storm, %s: %s after the log settled, the cluster still recorded %d devices on the dead server %s, %d as disconnected and %d on the other survivor, although every one had resumed on a survivor and stayed connected there; e.g. %s.",
+			n = append(n, fmt.Sprintf("Storm, %s: %s after the log settled, the cluster still recorded %d devices on the dead server %s, %d as disconnected and %d on the other survivor, although every one had resumed on a survivor and its connection was open as far as the device knew; e.g. %s.",
 				m.Mode, stormRecordsWait, m.RecordedOnVictim, m.Victim, m.RecordedDisconnected, m.RecordedElsewhere, strings.Join(m.WrongRecords, "; ")))
+			if probed := m.ProbeAnswered + m.ProbeClosed + m.ProbeSilent; probed > 0 {
+				n = append(n, fmt.Sprintf("Storm, %s: each of those %d devices then sent a keep-alive as an agent's reset probe (a Ping padded to draw a stateless reset, asking for a Pong): %d got the Pong (their server holds the session: the record is wrong), %d had their connection closed (their server no longer held it: the record is right, and the device would have learnt so at its next keep-alive), %d neither within %s; e.g. %s.",
+					m.Mode, probed, m.ProbeAnswered, m.ProbeClosed, m.ProbeSilent, stormProbeWait, strings.Join(m.ProbeResults, "; ")))
+			}
 		}
 		if m.NewSession > 0 || m.Resyncs > 0 {
 			n = append(n, fmt.Sprintf("Storm, %s: %d devices got a new session instead of their own and %d a first Delta with resources (a resync).", m.Mode, m.NewSession, m.Resyncs))
@@ -222,7 +226,11 @@ func rmemMax() string {
 // recordsText is the time until every device was recorded on a survivor.
 func recordsText(m *stormMode) string {
 	if m.RecordsSec == 0 {
-		return "not within " + stormRecordsWait.String()
+		s := "not within " + stormRecordsWait.String()
+		if probed := m.ProbeAnswered + m.ProbeClosed + m.ProbeSilent; probed > 0 {
+			s += fmt.Sprintf(" (of those not, probed: %d held by their server, %d not, %d silent)", m.ProbeAnswered, m.ProbeClosed, m.ProbeSilent)
+		}
+		return s
 	}
 	return fmt.Sprintf("%.1f", m.RecordsSec)
 }
