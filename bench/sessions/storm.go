@@ -10,7 +10,6 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -578,6 +577,7 @@ func (m *stormMode) checkRecords(ctx context.Context, c *benchkit.MeteorCluster,
 		on[r.sd.d.ID] = r.server
 		devs[r.sd.d.ID] = r.sd
 	}
+	var wrong []wrongRecord // as the last reading found them
 	for {
 		for _, r := range resumed {
 			if _, ok := on[r.sd.d.ID]; !ok {
@@ -592,9 +592,12 @@ func (m *stormMode) checkRecords(ctx context.Context, c *benchkit.MeteorCluster,
 			}
 		}
 		li, err := c.Leader(ctx)
-		var wrong []string
 		if err == nil {
-			m.RecordedOnSurvivor, m.RecordedElsewhere, m.RecordedDisconnected, m.RecordedOnVictim, wrong, err = recordedServers(ctx, c.Servers[li], m.Victim, on)
+			var rec recordCounts
+			if rec, err = recordedServers(ctx, c.Servers[li], m.Victim, on); err == nil {
+				m.RecordedOnSurvivor, m.RecordedElsewhere, m.RecordedDisconnected, m.RecordedOnVictim = rec.right, rec.elsewhere, rec.disconnected, rec.dead
+				wrong = rec.wrong
+			}
 		}
 		switch {
 		case err != nil:
@@ -604,9 +607,7 @@ func (m *stormMode) checkRecords(ctx context.Context, c *benchkit.MeteorCluster,
 			return
 		}
 		if time.Now().After(deadline) {
-			if err == nil {
-				m.probeWrong(ctx, devs, wrong, log)
-			}
+			m.probeWrong(ctx, devs, wrong, log)
 			return
 		}
 		select {
@@ -620,33 +621,46 @@ func (m *stormMode) checkRecords(ctx context.Context, c *benchkit.MeteorCluster,
 // recordedServers counts, of the devices in on (device ID to the server
 // it resumed on), those the cluster records as connected to that server,
 // as connected to another survivor, as disconnected from one, and as
-// still on victim; wrong lists the devices not recorded as connected to
-// their server, with what the record says.
-func recordedServers(ctx context.Context, sp *benchkit.MeteorServer, victim string, on map[string]string) (right, elsewhere, disconnected, dead int, wrong []string, err error) {
+// still on victim, and lists those not recorded as connected to their
+// server.
+func recordedServers(ctx context.Context, sp *benchkit.MeteorServer, victim string, on map[string]string) (recordCounts, error) {
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	list, err := sp.API.ListDevices(lctx, api.ReadOptions{})
 	if err != nil {
-		return 0, 0, 0, 0, nil, err
+		return recordCounts{}, err
 	}
+	var c recordCounts
 	for _, d := range list.Devices {
 		srv, ours := on[d.ID]
 		switch {
 		case !ours:
 		case d.Server == victim:
-			dead++
+			c.dead++
 		case !d.Connected:
-			disconnected++
+			c.disconnected++
 		case d.Server == srv:
-			right++
+			c.right++
 		default:
-			elsewhere++
+			c.elsewhere++
 		}
 		if ours && (d.Server != srv || !d.Connected) {
-			wrong = append(wrong, fmt.Sprintf("%s resumed on %s, recorded on %s (connected %v)", d.ID, srv, d.Server, d.Connected))
+			c.wrong = append(c.wrong, wrongRecord{device: d.ID, says: fmt.Sprintf("%s resumed on %s, recorded on %s (connected %v)", d.ID, srv, d.Server, d.Connected)})
 		}
 	}
-	return right, elsewhere, disconnected, dead, wrong, nil
+	return c, nil
+}
+
+// recordCounts is what recordedServers found.
+type recordCounts struct {
+	right, elsewhere, disconnected, dead int
+	wrong                                []wrongRecord
+}
+
+// wrongRecord is a device whose record does not name the server it
+// resumed on as connected, and what the record says.
+type wrongRecord struct {
+	device, says string
 }
 
 // probeWrong has every device whose record is wrong (wrong: as
@@ -655,20 +669,20 @@ func recordedServers(ctx context.Context, sp *benchkit.MeteorServer, victim stri
 // WrongRecords with the first few, each with its device's RTT estimate:
 // QUIC stretches a connection's keep-alive interval and idle timeout to
 // 1.5 and 3 times its probe timeout, which the storm's delays inflate.
-func (m *stormMode) probeWrong(ctx context.Context, devs map[string]*stormDev, wrong []string, log io.Writer) {
+func (m *stormMode) probeWrong(ctx context.Context, devs map[string]*stormDev, wrong []wrongRecord, log io.Writer) {
 	m.WrongRecords = m.WrongRecords[:0]
 	type outcome struct {
 		line string
-		res  int // 0 answered, 1 closed, 2 silent
+		res  int // probeAnswered, probeClosed or probeSilent
 	}
 	out := make([]outcome, len(wrong))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 256)
 	for i, w := range wrong {
-		id, _, _ := strings.Cut(w, " ")
+		id := w.device
 		sd := devs[id]
 		st := sd.conn.ConnectionStats()
-		rtt := fmt.Sprintf("%s; its RTT estimate %.1f s, deviation %.1f s", w, st.SmoothedRTT.Seconds(), st.MeanDeviation.Seconds())
+		rtt := fmt.Sprintf("%s; its RTT estimate %.1f s, deviation %.1f s", w.says, st.SmoothedRTT.Seconds(), st.MeanDeviation.Seconds())
 		if len(m.WrongRecords) < 5 {
 			m.WrongRecords = append(m.WrongRecords, rtt)
 		}
