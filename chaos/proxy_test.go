@@ -14,6 +14,12 @@ import (
 // udpEcho echoes every datagram back to its sender until the test ends.
 func udpEcho(t *testing.T) net.Addr {
 	t.Helper()
+	return udpTaggedEcho(t, "")
+}
+
+// udpTaggedEcho is udpEcho answering with tag before each datagram.
+func udpTaggedEcho(t *testing.T, tag string) net.Addr {
+	t.Helper()
 	c := listenUDP(t)
 	done := make(chan struct{})
 	go func() {
@@ -24,7 +30,7 @@ func udpEcho(t *testing.T) net.Addr {
 			if err != nil {
 				return
 			}
-			c.WriteTo(buf[:n], from)
+			c.WriteTo(append([]byte(tag), buf[:n]...), from)
 		}
 	}()
 	t.Cleanup(func() {
@@ -50,6 +56,17 @@ func runProxy(t *testing.T, run func(context.Context) error) context.CancelFunc 
 	return cancel
 }
 
+// dialProxy returns a UDP socket connected to p, closed at cleanup.
+func dialProxy(t *testing.T, p *UDPProxy) *net.UDPConn {
+	t.Helper()
+	client, err := net.DialUDP("udp", nil, p.Addr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	return client
+}
+
 // echoOnce writes msg through c to the proxy and reads the reply within d.
 func echoOnce(c *net.UDPConn, msg string, d time.Duration) (string, error) {
 	if _, err := c.Write([]byte(msg)); err != nil {
@@ -70,11 +87,7 @@ func TestUDPProxyForwardsPartitionsAndExpires(t *testing.T) {
 	}
 	runProxy(t, p.Run)
 
-	client, err := net.DialUDP("udp", nil, p.Addr().(*net.UDPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := dialProxy(t, p)
 	if got, err := echoOnce(client, "ping", 5*time.Second); err != nil || got != "ping" {
 		t.Fatalf("echo through proxy: %q, %v", got, err)
 	}
@@ -108,6 +121,32 @@ func TestUDPProxyForwardsPartitionsAndExpires(t *testing.T) {
 	}
 
 	waitFor(t, 5*time.Second, "idle session to expire", func() bool { return p.Sessions() == 0 })
+}
+
+// TestUDPProxyRetarget: after Retarget, a client's datagrams reach the
+// new target, and the old target's session is gone.
+func TestUDPProxyRetarget(t *testing.T) {
+	p, err := NewUDPProxy("127.0.0.1:0", udpTaggedEcho(t, "a:").String(), LinkProfile{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runProxy(t, p.Run)
+	client := dialProxy(t, p)
+	if got, err := echoOnce(client, "one", 5*time.Second); err != nil || got != "a:one" {
+		t.Fatalf("echo before retarget: %q, %v", got, err)
+	}
+	if err := p.Retarget(udpTaggedEcho(t, "b:").String()); err != nil {
+		t.Fatal(err)
+	}
+	if p.Sessions() != 0 {
+		t.Fatalf("sessions after retarget = %d, want 0", p.Sessions())
+	}
+	if got, err := echoOnce(client, "two", 5*time.Second); err != nil || got != "b:two" {
+		t.Fatalf("echo after retarget: %q, %v", got, err)
+	}
+	if err := p.Retarget("not an address"); err == nil {
+		t.Fatal("retarget to a bad address: no error")
+	}
 }
 
 func TestUDPProxyCloseBeforeRun(t *testing.T) {
@@ -282,11 +321,7 @@ func TestUDPProxyNATBinding(t *testing.T) {
 		t.Fatal(err)
 	}
 	runProxy(t, p.Run)
-	client, err := net.DialUDP("udp", nil, p.Addr().(*net.UDPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := dialProxy(t, p)
 
 	// recv reads one datagram at the target and returns its source.
 	recv := func(want string) net.Addr {

@@ -16,13 +16,15 @@ import (
 // socket towards the target, so the target sees one peer per client, and
 // replies go back to that client. Sessions silent in both directions for
 // the idle timeout (WithIdleTimeout) are closed. WithNATBinding makes the
-// proxy forget a session sooner, as a NAT forgets a binding.
+// proxy forget a session sooner, as a NAT forgets a binding. Retarget
+// moves the proxy to another target, as when a server is replaced behind
+// an address that stays the same.
 //
 // A profile with Dir DirDefault or DirBoth applies in both directions; DirOut
 // only client→target, DirIn only target→client.
 type UDPProxy struct {
 	conn   *net.UDPConn
-	target *net.UDPAddr
+	target *net.UDPAddr // guarded by mu
 	name   string
 	eng    *engine
 	o      options
@@ -38,7 +40,8 @@ type UDPProxy struct {
 type udpSession struct {
 	client  *net.UDPAddr
 	key     string
-	up      *net.UDPConn // connected to the target
+	target  *net.UDPAddr // the proxy's target when the session opened
+	up      *net.UDPConn // connected to target
 	last    atomic.Int64 // unix nanoseconds of the last datagram either way
 	lastOut atomic.Int64 // unix nanoseconds of the last datagram from the client
 }
@@ -103,7 +106,31 @@ func (p *UDPProxy) SetProfile(lp LinkProfile) error { return p.eng.setProfile(lp
 func (p *UDPProxy) Profile() LinkProfile { return p.eng.profile() }
 
 // Partition drops every datagram in both directions while on.
-func (p *UDPProxy) Partition(on bool) { p.eng.setCut(on, p.name, p.target.String()) }
+func (p *UDPProxy) Partition(on bool) {
+	p.mu.Lock()
+	target := p.target.String()
+	p.mu.Unlock()
+	p.eng.setCut(on, p.name, target)
+}
+
+// Retarget forwards to target from now on. Every session is closed, so
+// each client's next datagram opens one towards the new target; replies
+// the old target sends after that are not delivered.
+func (p *UDPProxy) Retarget(target string) error {
+	taddr, err := net.ResolveUDPAddr("udp", target)
+	if err != nil {
+		return fmt.Errorf("chaos: udp proxy target %q: %w", target, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = taddr
+	for k, s := range p.sessions {
+		s.up.Close()
+		delete(p.sessions, k)
+	}
+	p.o.logger.Debug("retargeted", "target", target)
+	return nil
+}
 
 // Stats returns the counters: Out is client→target, In target→client.
 func (p *UDPProxy) Stats() Stats { return p.eng.snapshot() }
@@ -190,8 +217,8 @@ func (p *UDPProxy) readLoop() error {
 		s.last.Store(time.Now().UnixNano())
 		s.lastOut.Store(p.o.clock.Now().UnixNano())
 		data := append([]byte(nil), buf[:n]...)
-		r := route{dir: DirOut, key: s.key, from: s.key, to: p.target.String()}
-		_ = p.eng.handle(r, data, p.target, s.writeUp, true)
+		r := route{dir: DirOut, key: s.key, from: s.key, to: s.target.String()}
+		_ = p.eng.handle(r, data, s.target, s.writeUp, true)
 	}
 }
 
@@ -219,7 +246,7 @@ func (p *UDPProxy) session(client *net.UDPAddr) (*udpSession, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial target %s: %w", p.target, err)
 	}
-	s := &udpSession{client: client, key: key, up: up}
+	s := &udpSession{client: client, key: key, target: p.target, up: up}
 	s.last.Store(time.Now().UnixNano())
 	s.lastOut.Store(p.o.clock.Now().UnixNano())
 	p.sessions[key] = s
@@ -242,7 +269,7 @@ func (p *UDPProxy) writeDown(b []byte, addr net.Addr) error {
 // session's socket is closed.
 func (p *UDPProxy) sessionLoop(s *udpSession) {
 	buf := make([]byte, maxDatagram)
-	r := route{dir: DirIn, key: s.key, from: p.target.String(), to: s.key}
+	r := route{dir: DirIn, key: s.key, from: s.target.String(), to: s.key}
 	for {
 		n, err := s.up.Read(buf)
 		if err != nil {

@@ -4,77 +4,14 @@ import (
 	"context"
 	"net"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/quic-go/quic-go"
 
 	"github.com/meteor-edge/meteor/bench/internal/wiredev"
+	"github.com/meteor-edge/meteor/chaos"
 )
-
-// relay forwards one client's datagrams to a target it can switch, and the
-// target's back: to the client, the server behind it changes without its
-// address changing, as when a server restarts without its connections.
-type relay struct {
-	front  *net.UDPConn // the client's side
-	back   *net.UDPConn // towards the target
-	target atomic.Pointer[net.UDPAddr]
-	client atomic.Pointer[net.UDPAddr]
-	wg     sync.WaitGroup
-}
-
-func newRelay(t *testing.T, target string) *relay {
-	t.Helper()
-	listen := func() *net.UDPConn {
-		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	r := &relay{front: listen(), back: listen()}
-	r.retarget(t, target)
-	r.wg.Go(func() {
-		buf := make([]byte, 65536)
-		for {
-			n, from, err := r.front.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			r.client.Store(from)
-			r.back.WriteToUDP(buf[:n], r.target.Load())
-		}
-	})
-	r.wg.Go(func() {
-		buf := make([]byte, 65536)
-		for {
-			n, _, err := r.back.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			if c := r.client.Load(); c != nil {
-				r.front.WriteToUDP(buf[:n], c)
-			}
-		}
-	})
-	t.Cleanup(func() {
-		r.front.Close()
-		r.back.Close()
-		r.wg.Wait()
-	})
-	return r
-}
-
-func (r *relay) retarget(t *testing.T, target string) {
-	t.Helper()
-	a, err := net.ResolveUDPAddr("udp", target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.target.Store(a)
-}
 
 // TestProbeSessionTellsHeldFromForgotten: the storm's probe of a device
 // whose record looks wrong gets a Pong while its server holds the session,
@@ -101,7 +38,21 @@ func TestProbeSessionTellsHeldFromForgotten(t *testing.T) {
 		t.Cleanup(func() { stop() })
 		agentAddrs = append(agentAddrs, srv.AgentAddr())
 	}
-	r := newRelay(t, agentAddrs[0])
+	// The device reaches the servers through a proxy that can move to the
+	// other one: to the device, the server at its address forgets.
+	proxy, err := chaos.NewUDPProxy("127.0.0.1:0", agentAddrs[0], chaos.LinkProfile{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, pcancel := context.WithCancel(ctx)
+	proxyDone := make(chan error, 1)
+	go func() { proxyDone <- proxy.Run(pctx) }()
+	defer func() {
+		pcancel()
+		if err := <-proxyDone; err != nil {
+			t.Errorf("proxy: %v", err)
+		}
+	}()
 
 	certs, err := p.issueDevices([]string{"probe-1"})
 	if err != nil {
@@ -115,7 +66,7 @@ func TestProbeSessionTellsHeldFromForgotten(t *testing.T) {
 	tr := &quic.Transport{Conn: udp}
 	defer tr.Close()
 	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
-	conn, err := tr.Dial(dctx, r.front.LocalAddr(), d.TLSConfig(p.pool, nil), deviceQUIC())
+	conn, err := tr.Dial(dctx, proxy.Addr(), d.TLSConfig(p.pool, nil), deviceQUIC())
 	dcancel()
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +81,9 @@ func TestProbeSessionTellsHeldFromForgotten(t *testing.T) {
 	if res, why := probeSession(ctx, sd, 30*time.Second); res != probeAnswered {
 		t.Fatalf("probe of a session its server holds: outcome %d (%s), want answered", res, why)
 	}
-	r.retarget(t, agentAddrs[1])
+	if err := proxy.Retarget(agentAddrs[1]); err != nil {
+		t.Fatal(err)
+	}
 	if res, why := probeSession(ctx, sd, 30*time.Second); res != probeClosed {
 		t.Fatalf("probe of a connection the server behind its address does not know: outcome %d (%s), want closed", res, why)
 	} else {

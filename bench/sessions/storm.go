@@ -728,6 +728,7 @@ func probeSession(ctx context.Context, sd *stormDev, wait time.Duration) (int, s
 		return probeClosed, fmt.Sprintf("closed before the probe: %v", err)
 	}
 	s := sd.sess
+	defer func(was time.Duration) { s.timeout = was }(s.timeout)
 	s.timeout = wait
 	if err := s.send(&wire.Ping{Seq: 2, Interval: time.Hour, EchoAfter: time.Millisecond, Pad: wire.ResetProbePad}); err != nil {
 		return probeClosed, err.Error()
