@@ -4,6 +4,12 @@
 // several concurrency levels, and reports throughput, latency and errors
 // side by side.
 //
+// At each level the systems take turns: -rounds measured windows each
+// (3 by default), Meteor then etcd, then etcd then Meteor, and so on, so
+// a change in the shared machine's speed hits both alike; a level's row
+// pools its system's windows as one long window, and the ratios list each
+// round's too.
+//
 // Both systems are driven the same way: one keep-alive http.Client, each
 // simulated client sending one write at a time and spreading its requests
 // round-robin over all three servers. Meteor receives
@@ -30,12 +36,12 @@
 //
 //	go run ./bench/intents
 //
-// Flags change the levels (-clients 1,16,64), the window (-duration,
-// -warmup), the key space and document size (-keys, -doc-size), and the
+// Flags change the levels (-clients 1,16,64), the windows (-duration,
+// -warmup, -rounds), the key space and document size (-keys, -doc-size), and the
 // binaries (-meteor-bin, -etcd-bin; by default ./cmd/meteor is built into
 // the temporary dir, and etcd is taken from PATH or installed with
 // bench/install-etcd.sh when running as root). For diagnosis, -leader-only
 // sends every write to the leader (no forwarding), -perf-leader samples
-// each leader with Linux perf during the highest level, and -cpuprofile
+// each leader with Linux perf during the first round of the highest level, and -cpuprofile
 // profiles the driver itself.
 package main

@@ -62,13 +62,31 @@ type levelResult struct {
 	Elections int `json:"leader_elections"`
 	// Load1 is the 1-minute load average when the level started.
 	Load1 float64 `json:"load1_at_start"`
+	// Rounds is the number of measured windows pooled into the figures
+	// above (-rounds), taken in turn with the other system's;
+	// RoundWritesPerSec are the writes/s of each.
+	Rounds            int       `json:"rounds"`
+	RoundWritesPerSec []float64 `json:"round_writes_per_s"`
 }
 
-// runLevel drives w with p.clients closed-loop clients: each sends a write,
-// waits for the answer, and sends the next, round-robin over the servers.
-// Writes that complete during the window [warmup, warmup+duration) count;
-// the rest is warm-up or drain.
-func runLevel(ctx context.Context, hc *http.Client, w *workload, sys *system, p levelParams) (*levelResult, error) {
+// window is what one measured window of a system at a level saw: the
+// raw material levelResult pools (pool).
+type window struct {
+	duration  time.Duration
+	latencies []time.Duration // successful writes in the window
+	errors    map[string]int
+	samples   map[string]string
+	serverCPU map[string]time.Duration // CPU each server used in the window
+	driverCPU time.Duration            // this process's CPU in the window
+	elections int
+	load1     float64
+}
+
+// runWindow drives w with p.clients closed-loop clients: each sends a
+// write, waits for the answer, and sends the next, round-robin over the
+// servers. Writes that complete during the window [warmup,
+// warmup+duration) count; the rest is warm-up or drain.
+func runWindow(ctx context.Context, hc *http.Client, w *workload, sys *system, p levelParams) (*window, error) {
 	procs := sys.procs
 	keys := len(w.bodies)
 	if keys < p.clients {
@@ -87,7 +105,7 @@ func runLevel(ctx context.Context, hc *http.Client, w *workload, sys *system, p 
 		}()
 	}
 
-	res := &levelResult{System: w.system, Clients: p.clients, WindowSec: p.duration.Seconds(), Load1: benchkit.Load1()}
+	win := &window{duration: p.duration, load1: benchkit.Load1()}
 	cpuAtStart, drvAtStart, werr := sleepThenCPU(ctx, start, procs)
 	var termAtStart, termAtEnd uint64
 	if werr == nil {
@@ -100,42 +118,80 @@ func runLevel(ctx context.Context, hc *http.Client, w *workload, sys *system, p 
 	}
 	if werr == nil {
 		termAtEnd, werr = sys.term(ctx)
-		res.Elections = benchkit.Elections(termAtStart, termAtEnd)
+		win.elections = benchkit.Elections(termAtStart, termAtEnd)
 	}
 	wg.Wait()
 	if werr != nil {
 		return nil, werr
 	}
-
-	var all []time.Duration
 	for _, r := range results {
-		all = append(all, r.latencies...)
+		win.latencies = append(win.latencies, r.latencies...)
 		for k, n := range r.errors {
+			if win.errors == nil {
+				win.errors, win.samples = map[string]int{}, map[string]string{}
+			}
+			win.errors[k] += n
+			win.samples[k] = r.samples[k]
+		}
+	}
+	win.serverCPU = map[string]time.Duration{}
+	for name, t := range cpuAtEnd {
+		win.serverCPU[name] = t - cpuAtStart[name]
+	}
+	win.driverCPU = drvAtEnd - drvAtStart
+	return win, nil
+}
+
+// pool makes one row of a system's windows at a level, as if they were
+// one window as long as all of them: writes/s over their summed length,
+// percentiles over all their writes, CPU per write over all their writes,
+// elections summed.
+func pool(system string, clients int, wins []*window) *levelResult {
+	res := &levelResult{System: system, Clients: clients, Rounds: len(wins)}
+	var all []time.Duration
+	var length, driver time.Duration
+	cpu := map[string]time.Duration{}
+	for i, w := range wins {
+		if i == 0 {
+			res.Load1 = w.load1
+		}
+		all = append(all, w.latencies...)
+		length += w.duration
+		driver += w.driverCPU
+		res.Elections += w.elections
+		res.RoundWritesPerSec = append(res.RoundWritesPerSec, float64(len(w.latencies))/w.duration.Seconds())
+		for name, t := range w.serverCPU {
+			cpu[name] += t
+		}
+		for k, n := range w.errors {
 			if res.ErrorKinds == nil {
 				res.ErrorKinds, res.ErrorSamples = map[string]int{}, map[string]string{}
 			}
 			res.ErrorKinds[k] += n
 			res.Errors += n
-			res.ErrorSamples[k] = r.samples[k]
+			res.ErrorSamples[k] = w.samples[k]
 		}
 	}
 	slices.Sort(all)
 	res.Writes = len(all)
-	res.WritesPerSec = float64(len(all)) / p.duration.Seconds()
+	res.WindowSec = length.Seconds()
+	if length > 0 {
+		res.WritesPerSec = float64(len(all)) / length.Seconds()
+	}
 	res.P50ms = benchkit.MS(benchkit.Percentile(all, 50))
 	res.P90ms = benchkit.MS(benchkit.Percentile(all, 90))
 	res.P99ms = benchkit.MS(benchkit.Percentile(all, 99))
 	res.Maxms = benchkit.MS(benchkit.Percentile(all, 100))
 	if res.Writes > 0 {
 		res.ServerCPUmsBy = map[string]float64{}
-		for name, t := range cpuAtEnd {
-			used := benchkit.MS(t-cpuAtStart[name]) / float64(res.Writes)
+		for name, t := range cpu {
+			used := benchkit.MS(t) / float64(res.Writes)
 			res.ServerCPUmsBy[name] = used
 			res.ServerCPUms += used
 		}
-		res.DriverCPUms = benchkit.MS(drvAtEnd-drvAtStart) / float64(res.Writes)
+		res.DriverCPUms = benchkit.MS(driver) / float64(res.Writes)
 	}
-	return res, nil
+	return res
 }
 
 // sleepThenCPU waits until t, then returns the CPU time each server and

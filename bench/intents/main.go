@@ -20,6 +20,7 @@ type config struct {
 	clients    []int
 	warmup     time.Duration
 	duration   time.Duration
+	rounds     int
 	keys       int
 	docSize    int
 	timeout    time.Duration
@@ -39,7 +40,8 @@ drives both with the same closed-loop HTTP write load, and writes
 bench/results/intents.{json,md}.`, errOut)
 	clients := fs.String("clients", "1,16,64", "comma-separated concurrency levels (closed-loop clients)")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "warm-up before each measured window")
-	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured window per system and level")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured window per system, level and round")
+	fs.IntVar(&c.rounds, "rounds", 3, "measured windows per system and level, the systems taking turns (Meteor then etcd, then etcd then Meteor, ...); a level's figures pool its windows")
 	fs.IntVar(&c.keys, "keys", 10000, "distinct intent names (etcd keys) written, cyclically")
 	fs.IntVar(&c.docSize, "doc-size", 512, "bytes of each intent document (etcd value)")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "per-request timeout")
@@ -60,6 +62,8 @@ bench/results/intents.{json,md}.`, errOut)
 	switch {
 	case c.duration <= 0 || c.warmup < 0 || c.timeout <= 0:
 		return nil, errors.New("-duration and -timeout must be positive, -warmup not negative")
+	case c.rounds < 1:
+		return nil, errors.New("-rounds must be at least 1")
 	case c.keys < slices.Max(c.clients):
 		return nil, fmt.Errorf("-keys %d: need at least as many keys as clients (%d)", c.keys, slices.Max(c.clients))
 	case c.docSize < docOverhead(keyName(0, c.keys)):
@@ -117,7 +121,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		Machine: benchkit.ReadMachine(),
 		Leaders: map[string]any{},
 		Params: paramInfo{
-			Clients: cfg.clients, WarmupSec: cfg.warmup.Seconds(), DurationSec: cfg.duration.Seconds(),
+			Clients: cfg.clients, WarmupSec: cfg.warmup.Seconds(), DurationSec: cfg.duration.Seconds(), Rounds: cfg.rounds,
 			Keys: cfg.keys, DocBytes: cfg.docSize, Servers: 3, Profiled: cfg.perfLeader,
 		},
 	}
@@ -190,35 +194,25 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	}
 	rep.Params.LeaderOnly = cfg.leaderOnly
 
-	fmt.Fprintf(out, "Intent writes, %d-byte documents, %s per level after %s warm-up; load average %s\n",
-		cfg.docSize, cfg.duration, cfg.warmup, benchkit.LoadAvg())
+	fmt.Fprintf(out, "Intent writes, %d-byte documents, %d rounds of %s per system and level, each after %s warm-up; load average %s\n",
+		cfg.docSize, cfg.rounds, cfg.duration, cfg.warmup, benchkit.LoadAvg())
 	rowHeader(out)
 	for _, n := range cfg.clients {
-		// Interleave the systems level by level, so a change in the
-		// machine's background load hits both alike.
-		for _, s := range systems {
-			var rec *perfRecorder
-			if cfg.perfLeader && n == maxClients {
-				leader, err := s.leader(ctx)
+		// The systems take turns level by level and round by round, in
+		// alternating order (ABBA...), so a change in the machine's
+		// background load or speed hits both alike.
+		wins := map[string][]*window{}
+		for round := range cfg.rounds {
+			for _, s := range turnOrder(systems, round) {
+				w, err := measureWindow(ctx, cfg, hc, workloads[s.name], s, n, round == 0 && n == maxClients, tmp, log)
 				if err != nil {
-					return err
+					return fmt.Errorf("%s at %d clients, round %d: %w", s.name, n, round+1, err)
 				}
-				if rec, err = startPerf(tmp, s.name, s.procOf(leader).PID()); err != nil {
-					return err
-				}
+				wins[s.name] = append(wins[s.name], w)
 			}
-			res, err := runLevel(ctx, hc, workloads[s.name], s, levelParams{clients: n, warmup: cfg.warmup, duration: cfg.duration})
-			if rec != nil {
-				summary, perr := rec.stop(context.WithoutCancel(ctx))
-				if perr != nil {
-					fmt.Fprintf(log, "%s: profile: %v\n", s.name, perr)
-				} else {
-					fmt.Fprintf(log, "%s leader profile: %s (perf report -i %s)\n", s.name, summary, rec.data)
-				}
-			}
-			if err != nil {
-				return fmt.Errorf("%s at %d clients: %w", s.name, n, err)
-			}
+		}
+		for _, s := range systems {
+			res := pool(s.name, n, wins[s.name])
 			rep.Results = append(rep.Results, res)
 			row(out, res)
 		}
@@ -245,6 +239,41 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 	return nil
 }
 
+// turnOrder is the order the systems take their windows in a round: as
+// given in even rounds, reversed in odd ones.
+func turnOrder(systems []*system, round int) []*system {
+	order := slices.Clone(systems)
+	if round%2 == 1 {
+		slices.Reverse(order)
+	}
+	return order
+}
+
+// measureWindow measures one window of s at n clients, with perf on s's
+// leader if profile and -perf-leader ask for it.
+func measureWindow(ctx context.Context, cfg *config, hc *http.Client, w *workload, s *system, n int, profile bool, tmp string, log io.Writer) (*window, error) {
+	var rec *perfRecorder
+	if cfg.perfLeader && profile {
+		leader, err := s.leader(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if rec, err = startPerf(tmp, s.name, s.procOf(leader).PID()); err != nil {
+			return nil, err
+		}
+	}
+	win, err := runWindow(ctx, hc, w, s, levelParams{clients: n, warmup: cfg.warmup, duration: cfg.duration})
+	if rec != nil {
+		summary, perr := rec.stop(context.WithoutCancel(ctx))
+		if perr != nil {
+			fmt.Fprintf(log, "%s: profile: %v\n", s.name, perr)
+		} else {
+			fmt.Fprintf(log, "%s leader profile: %s (perf report -i %s)\n", s.name, summary, rec.data)
+		}
+	}
+	return win, err
+}
+
 // notes say how to read the figures.
 func notes(rep *report) []string {
 	p := rep.Params
@@ -261,13 +290,13 @@ func notes(rep *report) []string {
 			"Both systems are driven over HTTP/1.1 with keep-alive connections from one client.",
 		"Both systems sync to disk before acknowledging: Meteor through raft-boltdb, etcd with its default WAL fsync (no --unsafe-no-fsync).",
 		fmt.Sprintf("Each client writes only its own keys, cycling through %d names in all; overwrites are the common case once the key space is full.", p.Keys),
-		"Both clusters run throughout on the same machine as the load generator; levels run Meteor then etcd, level by level. " +
-			"Server CPU ms/write is the CPU time of all three servers in the window divided by the writes it completed.",
+		fmt.Sprintf("Both clusters run throughout on the same machine as the load generator. At each level the systems take turns, %d measured windows of %.0f s each, in alternating order (Meteor then etcd, then etcd then Meteor, ...), so that the machine's changes of speed hit both alike; a level's row pools its system's windows: writes/s over their summed length, percentiles over all their writes (round_writes_per_s in the JSON gives each window's). ", p.Rounds, p.DurationSec) +
+			"Server CPU ms/write is the CPU time of all three servers in the windows divided by the writes they completed.",
 		"Leader elections are those held in the window, won or not: the growth of the highest Raft term the servers report (Meteor: GET /v1/health; etcd: its maintenance status).",
 		fmt.Sprintf("The machine is shared: load average %s at start, %s at end (1-minute load per row in the JSON).", rep.Machine.LoadAvgStart, rep.Machine.LoadAvgEnd),
 	}
 	if p.Profiled {
-		n = append(n, "The leaders were sampled with perf during the highest level, which perturbs that level's figures.")
+		n = append(n, "The leaders were sampled with perf during the first round of the highest level, which perturbs that level's figures.")
 	}
 	if rep.Versions.EtcdSkipped != "" {
 		n = append(n, "etcd was skipped: "+rep.Versions.EtcdSkipped)

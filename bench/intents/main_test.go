@@ -4,8 +4,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meteor-edge/meteor/fsm/intent"
 )
@@ -158,5 +160,58 @@ func TestClassify(t *testing.T) {
 	kind, _ := classify(&statusError{status: 503, code: "no_leader", body: "x"})
 	if kind != "HTTP 503 no_leader" {
 		t.Errorf("kind %q", kind)
+	}
+}
+
+// TestPoolIsOneLongWindow: pooled windows give the figures of one window
+// as long as all of them, not the mean of their figures.
+func TestPoolIsOneLongWindow(t *testing.T) {
+	ms := func(xs ...int) []time.Duration {
+		var out []time.Duration
+		for _, x := range xs {
+			out = append(out, time.Duration(x)*time.Millisecond)
+		}
+		return out
+	}
+	fast := &window{duration: time.Second, latencies: ms(1, 1, 1, 1, 1, 1), serverCPU: map[string]time.Duration{"a": 6 * time.Millisecond}, driverCPU: 3 * time.Millisecond, load1: 0.5}
+	slow := &window{duration: time.Second, latencies: ms(9, 9), serverCPU: map[string]time.Duration{"a": 10 * time.Millisecond}, driverCPU: time.Millisecond, elections: 1,
+		errors: map[string]int{"timeout": 2}, samples: map[string]string{"timeout": "deadline"}}
+	r := pool("meteor", 4, []*window{fast, slow})
+	if r.Writes != 8 || r.WritesPerSec != 4 || r.WindowSec != 2 || r.Rounds != 2 {
+		t.Errorf("writes %d, %v/s over %v s in %d rounds; want 8, 4/s, 2 s, 2", r.Writes, r.WritesPerSec, r.WindowSec, r.Rounds)
+	}
+	// 16 ms of server CPU over 8 writes, not the mean of 1 and 5 ms.
+	if r.ServerCPUms != 2 || r.ServerCPUmsBy["a"] != 2 || r.DriverCPUms != 0.5 {
+		t.Errorf("CPU per write: servers %v (a %v), driver %v; want 2, 2, 0.5", r.ServerCPUms, r.ServerCPUmsBy["a"], r.DriverCPUms)
+	}
+	if r.P50ms != 1 || r.P99ms != 9 || r.Maxms != 9 {
+		t.Errorf("p50 %v, p99 %v, max %v ms; want 1, 9, 9", r.P50ms, r.P99ms, r.Maxms)
+	}
+	if r.Elections != 1 || r.Errors != 2 || r.ErrorKinds["timeout"] != 2 || r.Load1 != 0.5 {
+		t.Errorf("elections %d, errors %d %v, load %v", r.Elections, r.Errors, r.ErrorKinds, r.Load1)
+	}
+	if !slices.Equal(r.RoundWritesPerSec, []float64{6, 2}) {
+		t.Errorf("writes/s by round %v, want [6 2]", r.RoundWritesPerSec)
+	}
+	e := pool("etcd", 4, []*window{
+		{duration: time.Second, latencies: ms(1, 1, 1)},
+		{duration: time.Second, latencies: ms(1, 1, 1, 1)},
+	})
+	rs := ratios([]*levelResult{r, e})
+	if len(rs) != 1 || rs[0].Throughput != 8.0/7 || !slices.Equal(rs[0].ThroughputByRound, []float64{2, 0.5}) {
+		t.Errorf("ratios %+v, want 8/7 pooled and [2 0.5] by round", rs)
+	}
+}
+
+func TestSystemsTakeTurnsInAlternatingOrder(t *testing.T) {
+	a, b := &system{name: "meteor"}, &system{name: "etcd"}
+	var got []string
+	for round := range 3 {
+		for _, s := range turnOrder([]*system{a, b}, round) {
+			got = append(got, s.name)
+		}
+	}
+	if want := []string{"meteor", "etcd", "etcd", "meteor", "meteor", "etcd"}; !slices.Equal(got, want) {
+		t.Errorf("order %v, want %v", got, want)
 	}
 }

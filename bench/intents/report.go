@@ -45,6 +45,7 @@ type paramInfo struct {
 	EtcdRequestBytes   int     `json:"etcd_request_bytes,omitempty"`
 	Servers            int     `json:"servers_per_system"`
 	Profiled           bool    `json:"leaders_profiled_with_perf"`
+	Rounds             int     `json:"rounds"`
 	LeaderOnly         bool    `json:"leader_only"`
 }
 
@@ -55,6 +56,9 @@ type ratio struct {
 	Clients    int     `json:"clients"`
 	Throughput float64 `json:"throughput_meteor_over_etcd"`
 	P99        float64 `json:"p99_meteor_over_etcd"`
+	// ThroughputByRound is the writes/s ratio of each round's two
+	// windows, which shows the spread the pooled ratio hides.
+	ThroughputByRound []float64 `json:"throughput_by_round"`
 }
 
 // goalClients and goalRatio state the goals: at 64 clients Meteor writes
@@ -77,6 +81,11 @@ func ratios(results []*levelResult) []ratio {
 				r := ratio{Clients: m.Clients, Throughput: m.WritesPerSec / e.WritesPerSec}
 				if e.P99ms > 0 {
 					r.P99 = m.P99ms / e.P99ms
+				}
+				for i := range min(len(m.RoundWritesPerSec), len(e.RoundWritesPerSec)) {
+					if e.RoundWritesPerSec[i] > 0 {
+						r.ThroughputByRound = append(r.ThroughputByRound, m.RoundWritesPerSec[i]/e.RoundWritesPerSec[i])
+					}
 				}
 				out = append(out, r)
 			}
@@ -155,7 +164,7 @@ func summaryRows(rep *report) []benchkit.Row {
 		writes.PeerName, writes.Note = "etcd", "etcd skipped: "+rep.Versions.EtcdSkipped
 		cpu.PeerName, cpu.Note = "etcd", writes.Note
 	} else if m != nil && e != nil {
-		writes.Note = fmt.Sprintf("closed-loop clients spreading writes over the three servers of each system, %.0f s measured; server CPU per write: Meteor %.3f ms, etcd %.3f ms; clients and both clusters share the machine's cores", rep.Params.DurationSec, m.ServerCPUms, e.ServerCPUms)
+		writes.Note = fmt.Sprintf("closed-loop clients spreading writes over the three servers of each system, %s measured, the systems taking turns; server CPU per write: Meteor %.3f ms, etcd %.3f ms; clients and both clusters share the machine's cores", roundsText(rep.Params, rep.Ratios), m.ServerCPUms, e.ServerCPUms)
 		var by []string
 		for _, name := range slices.Sorted(maps.Keys(m.ServerCPUmsBy)) {
 			by = append(by, fmt.Sprintf("%s %.3f", name, m.ServerCPUmsBy[name]))
@@ -163,6 +172,22 @@ func summaryRows(rep *report) []benchkit.Row {
 		cpu.Note = fmt.Sprintf("CPU time (user + system, /proc) of all three servers in the measured window over the writes completed in it; Meteor per server (ms): %s; the load generator used %.3f ms per Meteor write and %.3f per etcd write on the same cores", strings.Join(by, ", "), m.DriverCPUms, e.DriverCPUms)
 	}
 	return []benchkit.Row{writes, cpu}
+}
+
+// roundsText says how the goal level was measured: the windows and, with
+// more than one, each round's writes/s ratio.
+func roundsText(p paramInfo, rs []ratio) string {
+	rounds := max(p.Rounds, 1)
+	if rounds == 1 {
+		return fmt.Sprintf("%.0f s", p.DurationSec)
+	}
+	text := fmt.Sprintf("%d windows of %.0f s each", rounds, p.DurationSec)
+	for _, r := range rs {
+		if r.Clients == goalClients && len(r.ThroughputByRound) > 0 {
+
+		}
+	}
+	return text
 }
 
 // rowHeader and row print the stdout table one row at a time.
@@ -179,9 +204,9 @@ func row(w io.Writer, r *levelResult) {
 
 func printSummary(w io.Writer, rep *report) {
 	if len(rep.Ratios) > 0 {
-		fmt.Fprintf(w, "\n%-7s %22s %18s\n", "clients", "meteor/etcd writes/s", "meteor/etcd p99")
+		fmt.Fprintf(w, "\n%-7s %22s %18s  %s\n", "clients", "meteor/etcd writes/s", "meteor/etcd p99", "writes/s by round")
 		for _, r := range rep.Ratios {
-			fmt.Fprintf(w, "%-7d %22.2f %18.2f\n", r.Clients, r.Throughput, r.P99)
+			fmt.Fprintf(w, "%-7d %22.2f %18.2f  %s\n", r.Clients, r.Throughput, r.P99, byRound(r.ThroughputByRound))
 		}
 	}
 	benchkit.PrintSummary(w, rep.Notes, []string{rep.Verdict})
@@ -201,8 +226,8 @@ func markdown(rep *report) string {
 	if rep.Versions.EtcdSkipped != "" {
 		etcd = "skipped: " + rep.Versions.EtcdSkipped
 	}
-	fmt.Fprintf(&b, "Meteor %s and etcd %s, three servers each on 127.0.0.1. %.0f s measured after %.0f s warm-up per level; %d keys; %d-byte documents (Meteor request %d bytes",
-		rep.Versions.Meteor, etcd, p.DurationSec, p.WarmupSec, p.Keys, p.DocBytes, p.MeteorRequestBytes)
+	fmt.Fprintf(&b, "Meteor %s and etcd %s, three servers each on 127.0.0.1. %d rounds of %.0f s measured after %.0f s warm-up per system and level, the systems taking turns; %d keys; %d-byte documents (Meteor request %d bytes",
+		rep.Versions.Meteor, etcd, max(p.Rounds, 1), p.DurationSec, p.WarmupSec, p.Keys, p.DocBytes, p.MeteorRequestBytes)
 	if p.EtcdRequestBytes > 0 {
 		fmt.Fprintf(&b, ", etcd request %d bytes", p.EtcdRequestBytes)
 	}
@@ -213,9 +238,9 @@ func markdown(rep *report) string {
 		fmt.Fprintf(&b, "| %s | %d | %.0f | %.2f | %.2f | %d | %.3f | %d | %.2f |\n", r.System, r.Clients, r.WritesPerSec, r.P50ms, r.P99ms, r.Errors, r.ServerCPUms, r.Elections, r.Load1)
 	}
 	if len(rep.Ratios) > 0 {
-		fmt.Fprintf(&b, "\n| clients | Meteor/etcd writes/s | Meteor/etcd p99 |\n|---:|---:|---:|\n")
+		fmt.Fprintf(&b, "\n| clients | Meteor/etcd writes/s | Meteor/etcd p99 | writes/s by round |\n|---:|---:|---:|---|\n")
 		for _, r := range rep.Ratios {
-			fmt.Fprintf(&b, "| %d | %.2f | %.2f |\n", r.Clients, r.Throughput, r.P99)
+			fmt.Fprintf(&b, "| %d | %.2f | %.2f | %s |\n", r.Clients, r.Throughput, r.P99, byRound(r.ThroughputByRound))
 		}
 	}
 	fmt.Fprintf(&b, "\n**Verdict:** %s\n\n", rep.Verdict)
@@ -223,4 +248,13 @@ func markdown(rep *report) string {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
 	return b.String()
+}
+
+// byRound lists ratios with two decimals.
+func byRound(xs []float64) string {
+	var out []string
+	for _, x := range xs {
+		out = append(out, fmt.Sprintf("%.2f", x))
+	}
+	return strings.Join(out, " ")
 }
