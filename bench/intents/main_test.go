@@ -201,6 +201,10 @@ func TestPoolIsOneLongWindow(t *testing.T) {
 	if len(rs) != 1 || rs[0].Throughput != 8.0/7 || !slices.Equal(rs[0].ThroughputByRound, []float64{2, 0.5}) {
 		t.Errorf("ratios %+v, want 8/7 pooled and [2 0.5] by round", rs)
 	}
+	rs[0].Clients = goalClients
+	if got, want := roundsText(paramInfo{Rounds: 2, DurationSec: 1}, rs), "2 windows of 1 s each (writes/s ratio by round 2.00 0.50)"; got != want {
+		t.Errorf("roundsText %q, want %q", got, want)
+	}
 }
 
 func TestSystemsTakeTurnsInAlternatingOrder(t *testing.T) {

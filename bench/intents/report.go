@@ -184,7 +184,7 @@ func roundsText(p paramInfo, rs []ratio) string {
 	text := fmt.Sprintf("%d windows of %.0f s each", rounds, p.DurationSec)
 	for _, r := range rs {
 		if r.Clients == goalClients && len(r.ThroughputByRound) > 0 {
-
+			text += " (writes/s ratio by round " + byRound(r.ThroughputByRound) + ")"
 		}
 	}
 	return text
