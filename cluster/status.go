@@ -74,6 +74,9 @@ type statusOwner struct {
 	// due orders the owned devices whose judgement time alone will move
 	// by when it does (ownedDevice.due), guarded by mu.
 	due dueQueue
+	// intern shares the strings the owned devices' reports repeat
+	// (fsm.Interner), guarded by mu.
+	intern fsm.Interner
 
 	entries, transitions atomic.Uint64
 	// failed counts the batches whose commit failed or whose outcome is
@@ -334,6 +337,8 @@ func (o *statusOwner) ingest(ctx context.Context, device string, acked uint64, r
 			Attempts: r.Attempts, Corrections: r.Corrections, UpdatedAt: r.UpdatedAtUnixNano, Hold: holdOf(r.Hold),
 		})
 	}
+	// Kept in the owned device's record until its next report.
+	o.intern.Resources(res)
 	d.rec.ReportSeq = rep.Seq
 	merged := fsm.MergeResources(d.rec.Resources, res, rep.Full)
 	contentChanged := !sameApplied(d.rec.Resources, merged)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -329,3 +330,37 @@ func TestReportBeforeTheSessionRecordIsNotAcknowledged(t *testing.T) {
 // index each was read at: servers that agree on the fleet may have
 // applied a command more or less (a no-op, a session record) when asked.
 var ignoreReadIndex = cmp.Options{cmpopts.IgnoreFields(api.FleetStatus{}, "Index"), cmpopts.IgnoreFields(api.IntentProgress{}, "Index")}
+
+// TestOwnedDevicesShareRepeatedStrings: the owner's copies of two devices'
+// reports of the same resource keep one copy of its key and digest.
+func TestOwnedDevicesShareRepeatedStrings(t *testing.T) {
+	c := newTestCluster(t, 1, nil)
+	s := c.waitLeader()
+	report := func() *wire.Report {
+		// Each report decoded from the wire brings its own key.
+		return &wire.Report{Seq: 1, Full: true, Status: "converged", Resources: []wire.ResourceReport{{
+			Key: strings.Clone("app/cfg"), AppliedDigest: wire.Digest{7}, AppliedRevision: 1, Effective: wire.EffectiveOK,
+		}}}
+	}
+	for _, id := range []string{"dev-a", "dev-b"} {
+		if err := s.sessionRec.record(context.Background(), &fsm.DeviceSessionRequest{ID: id, Labels: map[string]string{"region": "eu"}, SessionID: "s", Server: s.ID(), Conn: "c", Connected: true, Time: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.status.ingest(context.Background(), id, 0, report()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.status.mu.Lock()
+	defer s.status.mu.Unlock()
+	a, b := s.status.devices["dev-a"], s.status.devices["dev-b"]
+	if a == nil || b == nil || len(a.rec.Resources) != 1 || len(b.rec.Resources) != 1 {
+		t.Fatal("the owner does not hold both devices' reports")
+	}
+	ra, rb := a.rec.Resources[0], b.rec.Resources[0]
+	if ra.Key != "app/cfg" || ra.AppliedDigest != rb.AppliedDigest {
+		t.Fatalf("reports changed: %+v, %+v", ra, rb)
+	}
+	if unsafe.StringData(ra.Key) != unsafe.StringData(rb.Key) || unsafe.StringData(ra.AppliedDigest) != unsafe.StringData(rb.AppliedDigest) {
+		t.Error("the owner keeps a copy of the key and digest for each device")
+	}
+}

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"bytes"
 	"errors"
 	"testing"
 	"time"
@@ -46,14 +45,7 @@ func TestClasses(t *testing.T) {
 		t.Errorf("effective classes: %+v", eff)
 	}
 
-	var buf bytes.Buffer
-	if _, err := f.Snapshot().WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	g := newTestFSM(t, 0)
-	if err := g.Restore(&buf); err != nil {
-		t.Fatal(err)
-	}
+	g := restored(t, f)
 	if got, _ := g.Read().Classes(nil); len(got) != 2 || got[0].Class != np || got[1].Actor != alice {
 		t.Errorf("classes after a restore: %+v", got)
 	}
@@ -112,14 +104,7 @@ func TestMaintenanceWindows(t *testing.T) {
 	if res := f.Apply(3, mustEncode(t, PutWindowType, &PutWindowRequest{Window: &bad, Time: 3})); res.Err == nil {
 		t.Error("a window without spans was accepted")
 	}
-	var buf bytes.Buffer
-	if _, err := f.Snapshot().WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	g := newTestFSM(t, 0)
-	if err := g.Restore(&buf); err != nil {
-		t.Fatal(err)
-	}
+	g := restored(t, f)
 	if got, _ := g.Read().Windows(nil); len(got) != 1 || got[0].Window.Spans[0] != w.Spans[0] || got[0].CreateIndex != 1 {
 		t.Errorf("windows after a restore: %+v", got)
 	}

@@ -177,6 +177,7 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 	}
 	level := activeLevel(txn)
 	edge := level >= LevelEdge
+	req.Owner = f.intern.String(req.Owner)
 	for _, tr := range req.Transitions {
 		cur, err := f.device(txn, tr.Device)
 		if err != nil {
@@ -185,6 +186,10 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 		if cur == nil {
 			continue // a device only reports within a session, which registers it
 		}
+		// The record and its timeline keep the keys, digests, states and
+		// reasons that every device of a fleet repeats: one copy of each
+		// (intern.go).
+		f.intern.transition(&tr)
 		if !edge {
 			// Before the level is active a replica of an earlier release
 			// applies this entry too, and drops what it does not know.

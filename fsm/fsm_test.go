@@ -245,6 +245,29 @@ func randomLog(t testing.TB, seed uint64, n int) [][]byte {
 	return log
 }
 
+// mustApplier returns a function that applies a command to f at the next
+// index (from 1), failing the test if the state machine rejects it.
+func mustApplier(t testing.TB, f *FSM) func(MessageType, any) {
+	idx := uint64(0)
+	return func(typ MessageType, req any) {
+		t.Helper()
+		idx++
+		if res := f.Apply(idx, mustEncode(t, typ, req)); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+}
+
+// restored returns a new FSM restored from a snapshot of f.
+func restored(t testing.TB, f *FSM) *FSM {
+	t.Helper()
+	g := newTestFSM(t, 0)
+	if err := g.Restore(bytes.NewReader(snapshotBytes(t, f))); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 func snapshotBytes(t testing.TB, f *FSM) []byte {
 	t.Helper()
 	var buf bytes.Buffer

@@ -346,6 +346,9 @@ func (f *FSM) Restore(r io.Reader) error {
 		}
 	}
 	var audits uint64
+	// Restore runs beside no apply; the records it reads share their
+	// repeated strings as applied ones do (intern.go).
+	var intern Interner
 	for n := 0; ; n++ {
 		var e snapshotEntry
 		err := dec.Decode(&e)
@@ -363,8 +366,13 @@ func (f *FSM) Restore(r io.Reader) error {
 		case e.History != nil:
 			table, obj = tableHistory, e.History
 		case e.Device != nil:
+			intern.Resources(e.Device.Resources)
+			e.Device.Status, e.Device.StatusReason = intern.String(e.Device.Status), intern.String(e.Device.StatusReason)
+			e.Device.AgentStatus, e.Device.StatusOwner = intern.String(e.Device.AgentStatus), intern.String(e.Device.StatusOwner)
 			table, obj = tableDevices, e.Device
 		case e.Timeline != nil:
+			e.Timeline.Resources = intern.Map(e.Timeline.Resources)
+			e.Timeline.Status, e.Timeline.Reason = intern.String(e.Timeline.Status), intern.String(e.Timeline.Reason)
 			table, obj = tableTimeline, e.Timeline
 		case e.Token != nil:
 			table, obj = tableTokens, e.Token

@@ -86,6 +86,9 @@ type FSM struct {
 	// batches that stage them.
 	events  *eventLog
 	applyMu sync.Mutex
+	// intern shares the strings device records repeat (intern.go);
+	// guarded by applyMu.
+	intern Interner
 }
 
 // New returns an empty FSM.

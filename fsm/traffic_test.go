@@ -13,14 +13,7 @@ import (
 // no timeline entry and no event; snapshots keep the counts.
 func TestStatusTransitionTraffic(t *testing.T) {
 	f := newTestFSM(t, 0)
-	idx := uint64(0)
-	apply := func(typ MessageType, req any) {
-		t.Helper()
-		idx++
-		if res := f.Apply(idx, mustEncode(t, typ, req)); res.Err != nil {
-			t.Fatal(res.Err)
-		}
-	}
+	apply := mustApplier(t, f)
 	report := func(seq uint64, tr *DeviceTraffic) {
 		t.Helper()
 		apply(StatusBatchType, &StatusBatchRequest{Owner: "s1", Transitions: []StatusTransition{

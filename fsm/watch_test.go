@@ -32,14 +32,7 @@ func TestWatchJudgementCoversTheSchema(t *testing.T) {
 // watch quiet; a class, an intent and a restore fire it.
 func TestWatchJudgement(t *testing.T) {
 	f := newTestFSM(t, 0)
-	idx := uint64(0)
-	apply := func(typ MessageType, req any) {
-		t.Helper()
-		idx++
-		if res := f.Apply(idx, mustEncode(t, typ, req)); res.Err != nil {
-			t.Fatal(res.Err)
-		}
-	}
+	apply := mustApplier(t, f)
 	apply(DeviceSessionType, &DeviceSessionRequest{ID: "d1", Labels: map[string]string{"region": "eu"}, SessionID: "s", Server: "srv1", Connected: true, Time: 1})
 	watch := func() memdb.WatchSet {
 		t.Helper()

@@ -1,0 +1,93 @@
+package fsm
+
+// Interner shares one copy of the strings that the records of a fleet
+// repeat: every device under an intent reports the same resource keys,
+// the same applied digests once it has converged, the same states and
+// mostly the same reasons, and each decoded report and transition brings
+// its own copy of each. Kept in the replica's record, the owner's copy and
+// the timeline, those copies were a fifth of the live heap of an idle
+// session (docs/performance.md, "Agent sessions").
+//
+// It remembers what it saw in two generations of at most Limit strings
+// each: a string is found in either, and one found in the older is
+// carried into the newer, so what a fleet keeps repeating stays while
+// what it stopped saying (digests of older contents) ages out with the
+// older generation. Interning changes no value, only where the bytes are
+// stored, so replicas need not agree on what they intern.
+//
+// An Interner is not safe for concurrent use; its owner's lock guards it.
+type Interner struct {
+	cur, prev map[string]string
+	// Limit bounds each generation; 0 means DefaultInternLimit.
+	Limit int
+}
+
+// DefaultInternLimit is the size of an Interner's generation unless its
+// Limit says otherwise: enough for the keys, digests and reasons of a few
+// thousand resources.
+const DefaultInternLimit = 16384
+
+// String returns s, or an equal string the Interner already holds.
+func (in *Interner) String(s string) string {
+	if s == "" {
+		return s
+	}
+	if v, ok := in.cur[s]; ok {
+		return v
+	}
+	if v, ok := in.prev[s]; ok {
+		in.add(v)
+		return v
+	}
+	in.add(s)
+	return s
+}
+
+func (in *Interner) add(s string) {
+	limit := in.Limit
+	if limit <= 0 {
+		limit = DefaultInternLimit
+	}
+	if in.cur == nil || len(in.cur) >= limit {
+		in.prev, in.cur = in.cur, make(map[string]string, min(limit, 1024))
+	}
+	in.cur[s] = s
+}
+
+// Resources interns the strings of rs in place.
+func (in *Interner) Resources(rs []ResourceStatus) {
+	for i := range rs {
+		r := &rs[i]
+		r.Key = in.String(r.Key)
+		r.AppliedDigest = in.String(r.AppliedDigest)
+		r.Effective = in.String(r.Effective)
+		r.State = in.String(r.State)
+		r.Detail = in.String(r.Detail)
+		r.LastError = in.String(r.LastError)
+		if h := r.Hold; h != nil {
+			h.Kind, h.Holder, h.Note = in.String(h.Kind), in.String(h.Holder), in.String(h.Note)
+		}
+	}
+}
+
+// Map returns m with its keys and values interned: m itself when it is
+// empty, else a copy (a map's keys cannot be replaced in place).
+func (in *Interner) Map(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return m
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[in.String(k)] = in.String(v)
+	}
+	return out
+}
+
+// transition interns the strings of tr that its device's record and
+// timeline keep.
+func (in *Interner) transition(tr *StatusTransition) {
+	in.Resources(tr.Resources)
+	tr.Status, tr.Reason = in.String(tr.Status), in.String(tr.Reason)
+	tr.AgentStatus, tr.BlockedReason = in.String(tr.AgentStatus), in.String(tr.BlockedReason)
+	tr.ResourceStates = in.Map(tr.ResourceStates)
+}
