@@ -249,8 +249,9 @@ func (s *Server) setupRaft() (*raftParts, error) {
 		}
 	}
 	// Keep the newest entries in memory: the leader reads them back to
-	// replicate, and would otherwise go to disk for each.
-	logs, err := raft.NewLogCache(1024, store)
+	// replicate, and every server to apply them, and would otherwise go
+	// to disk for each (logcache.go).
+	logs, err := newLogCache(store, logCacheEntries, logCacheBytes)
 	if err != nil {
 		return nil, fmt.Errorf("raft log cache: %w", err)
 	}
