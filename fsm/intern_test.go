@@ -114,4 +114,22 @@ func TestStatusBatchSharesRepeatedStrings(t *testing.T) {
 	if a == nil || b == nil || a.Resources[0].AppliedDigest != digest || !same(a.Resources[0].AppliedDigest, b.Resources[0].AppliedDigest) {
 		t.Error("restored records keep two copies of their digest")
 	}
+	// And a batch applied after the restore shares them with its records.
+	idx := g.Read().Index()
+	for _, cmd := range [][]byte{
+		mustEncode(t, DeviceSessionType, &DeviceSessionRequest{ID: "dev-c", SessionID: "s", Server: "s1", Connected: true, Time: 3}),
+		mustEncode(t, StatusBatchType, &StatusBatchRequest{Owner: "s1", Transitions: []StatusTransition{{
+			Device: "dev-c", Seq: 1, Full: true, Time: 4, Revision: 1, Status: "converged",
+			Resources: []ResourceStatus{{Key: "app/cfg", AppliedDigest: digest, AppliedRevision: 1, Effective: "ok", State: "converged"}},
+		}}}),
+	} {
+		idx++
+		if res := g.Apply(idx, cmd); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	c, _ := g.Read().Device(nil, "dev-c")
+	if c == nil || len(c.Resources) != 1 || !same(c.Resources[0].AppliedDigest, a.Resources[0].AppliedDigest) {
+		t.Error("a record applied after the restore keeps its own copy of the restored records' digest")
+	}
 }

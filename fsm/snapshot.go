@@ -346,8 +346,8 @@ func (f *FSM) Restore(r io.Reader) error {
 		}
 	}
 	var audits uint64
-	// Restore runs beside no apply; the records it reads share their
-	// repeated strings as applied ones do (intern.go).
+	// The records read share their repeated strings as applied ones do
+	// (intern.go); the applies that follow take the table over.
 	var intern Interner
 	for n := 0; ; n++ {
 		var e snapshotEntry
@@ -412,6 +412,9 @@ func (f *FSM) Restore(r io.Reader) error {
 	close(old)
 	f.cps.reset()
 	f.events.restored(hdr.Index)
+	f.applyMu.Lock()
+	f.intern = intern
+	f.applyMu.Unlock()
 	return nil
 }
 

@@ -73,9 +73,7 @@ type levelResult struct {
 // raw material levelResult pools (pool).
 type window struct {
 	duration  time.Duration
-	latencies []time.Duration // successful writes in the window
-	errors    map[string]int
-	samples   map[string]string
+	clients   []clientResult           // what each client saw in the window
 	serverCPU map[string]time.Duration // CPU each server used in the window
 	driverCPU time.Duration            // this process's CPU in the window
 	elections int
@@ -124,16 +122,7 @@ func runWindow(ctx context.Context, hc *http.Client, w *workload, sys *system, p
 	if werr != nil {
 		return nil, werr
 	}
-	for _, r := range results {
-		win.latencies = append(win.latencies, r.latencies...)
-		for k, n := range r.errors {
-			if win.errors == nil {
-				win.errors, win.samples = map[string]int{}, map[string]string{}
-			}
-			win.errors[k] += n
-			win.samples[k] = r.samples[k]
-		}
-	}
+	win.clients = results
 	win.serverCPU = map[string]time.Duration{}
 	for name, t := range cpuAtEnd {
 		win.serverCPU[name] = t - cpuAtStart[name]
@@ -155,22 +144,26 @@ func pool(system string, clients int, wins []*window) *levelResult {
 		if i == 0 {
 			res.Load1 = w.load1
 		}
-		all = append(all, w.latencies...)
 		length += w.duration
 		driver += w.driverCPU
 		res.Elections += w.elections
-		res.RoundWritesPerSec = append(res.RoundWritesPerSec, float64(len(w.latencies))/w.duration.Seconds())
 		for name, t := range w.serverCPU {
 			cpu[name] += t
 		}
-		for k, n := range w.errors {
-			if res.ErrorKinds == nil {
-				res.ErrorKinds, res.ErrorSamples = map[string]int{}, map[string]string{}
+		writes := 0
+		for _, c := range w.clients {
+			all = append(all, c.latencies...)
+			writes += len(c.latencies)
+			for k, n := range c.errors {
+				if res.ErrorKinds == nil {
+					res.ErrorKinds, res.ErrorSamples = map[string]int{}, map[string]string{}
+				}
+				res.ErrorKinds[k] += n
+				res.Errors += n
+				res.ErrorSamples[k] = c.samples[k]
 			}
-			res.ErrorKinds[k] += n
-			res.Errors += n
-			res.ErrorSamples[k] = w.samples[k]
 		}
+		res.RoundWritesPerSec = append(res.RoundWritesPerSec, float64(writes)/w.duration.Seconds())
 	}
 	slices.Sort(all)
 	res.Writes = len(all)

@@ -173,9 +173,10 @@ func TestPoolIsOneLongWindow(t *testing.T) {
 		}
 		return out
 	}
-	fast := &window{duration: time.Second, latencies: ms(1, 1, 1, 1, 1, 1), serverCPU: map[string]time.Duration{"a": 6 * time.Millisecond}, driverCPU: 3 * time.Millisecond, load1: 0.5}
-	slow := &window{duration: time.Second, latencies: ms(9, 9), serverCPU: map[string]time.Duration{"a": 10 * time.Millisecond}, driverCPU: time.Millisecond, elections: 1,
-		errors: map[string]int{"timeout": 2}, samples: map[string]string{"timeout": "deadline"}}
+	fast := &window{duration: time.Second, clients: []clientResult{{latencies: ms(1, 1, 1)}, {latencies: ms(1, 1, 1)}},
+		serverCPU: map[string]time.Duration{"a": 6 * time.Millisecond}, driverCPU: 3 * time.Millisecond, load1: 0.5}
+	slow := &window{duration: time.Second, clients: []clientResult{{latencies: ms(9, 9), errors: map[string]int{"timeout": 2}, samples: map[string]string{"timeout": "deadline"}}},
+		serverCPU: map[string]time.Duration{"a": 10 * time.Millisecond}, driverCPU: time.Millisecond, elections: 1}
 	r := pool("meteor", 4, []*window{fast, slow})
 	if r.Writes != 8 || r.WritesPerSec != 4 || r.WindowSec != 2 || r.Rounds != 2 {
 		t.Errorf("writes %d, %v/s over %v s in %d rounds; want 8, 4/s, 2 s, 2", r.Writes, r.WritesPerSec, r.WindowSec, r.Rounds)
@@ -194,8 +195,8 @@ func TestPoolIsOneLongWindow(t *testing.T) {
 		t.Errorf("writes/s by round %v, want [6 2]", r.RoundWritesPerSec)
 	}
 	e := pool("etcd", 4, []*window{
-		{duration: time.Second, latencies: ms(1, 1, 1)},
-		{duration: time.Second, latencies: ms(1, 1, 1, 1)},
+		{duration: time.Second, clients: []clientResult{{latencies: ms(1, 1, 1)}}},
+		{duration: time.Second, clients: []clientResult{{latencies: ms(1, 1, 1, 1)}}},
 	})
 	rs := ratios([]*levelResult{r, e})
 	if len(rs) != 1 || rs[0].Throughput != 8.0/7 || !slices.Equal(rs[0].ThroughputByRound, []float64{2, 0.5}) {

@@ -143,7 +143,7 @@ type stormMode struct {
 	WrongRecords []string `json:"wrong_records,omitempty"`
 	// After the last reading, every device whose record was still wrong
 	// and whose connection was open sent a keep-alive as an agent's reset
-	// probe is (a Ping padded to draw a stateless reset, asking for a
+	// probe does (a Ping padded to draw a stateless reset, asking for a
 	// Pong): ProbeAnswered got its Pong (its server holds the session,
 	// so the record is wrong), ProbeClosed had its connection closed
 	// (its server no longer holds the session: the record is right, and
