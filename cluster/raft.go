@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -136,6 +137,54 @@ func (t tcpLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn
 // entries in each.
 type noPipeline struct {
 	*raft.NetworkTransport
+	heartbeats *heartbeatGate
+}
+
+// SetHeartbeatHandler installs Raft's heartbeat handler behind the gate,
+// so closing the store can wait for the heartbeats being handled.
+func (t noPipeline) SetHeartbeatHandler(fn func(raft.RPC)) {
+	t.NetworkTransport.SetHeartbeatHandler(t.heartbeats.wrap(fn))
+}
+
+// heartbeatGate keeps heartbeats away from a closed store. The transport
+// hands a heartbeat to Raft on the goroutine that read it, not through
+// Raft's main loop, and Raft's Shutdown waits only for its own
+// goroutines. A heartbeat from a newer term that passed Raft's shutdown
+// check just before Shutdown still writes the term to the store, and
+// hashicorp/raft panics when that write fails ("failed to save current
+// term: database not open"). close waits for the heartbeats in hand and
+// answers later ones with ErrRaftShutdown, so the store closes after the
+// last write.
+type heartbeatGate struct {
+	mu     sync.Mutex
+	closed bool
+	inHand sync.WaitGroup
+}
+
+func (g *heartbeatGate) wrap(fn func(raft.RPC)) func(raft.RPC) {
+	if fn == nil {
+		return nil
+	}
+	return func(rpc raft.RPC) {
+		g.mu.Lock()
+		if g.closed {
+			g.mu.Unlock()
+			rpc.Respond(nil, raft.ErrRaftShutdown)
+			return
+		}
+		g.inHand.Add(1)
+		g.mu.Unlock()
+		defer g.inHand.Done()
+		fn(rpc)
+	}
+}
+
+// close turns later heartbeats away and waits for those in hand.
+func (g *heartbeatGate) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.inHand.Wait()
 }
 
 // AppendEntriesPipeline declines, so Raft replicates one request at a
@@ -149,6 +198,8 @@ type raftParts struct {
 	raft      *raft.Raft
 	store     *raftboltdb.BoltStore
 	transport *raft.NetworkTransport
+	// heartbeats is closed after Raft's Shutdown and before the store.
+	heartbeats heartbeatGate
 	// tls is the mutual-TLS layer under the transport; nil without
 	// Config.PeerTLS.
 	tls      *tlsLayer
@@ -255,7 +306,7 @@ func (s *Server) setupRaft() (*raftParts, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raft log cache: %w", err)
 	}
-	p.raft, err = raft.NewRaft(rc, &raftFSM{state: s.fsm, logger: s.logger.Named("fsm")}, logs, store, snaps, noPipeline{p.transport})
+	p.raft, err = raft.NewRaft(rc, &raftFSM{state: s.fsm, logger: s.logger.Named("fsm")}, logs, store, snaps, noPipeline{p.transport, &p.heartbeats})
 	if err != nil {
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
@@ -276,6 +327,7 @@ func (p *raftParts) close() error {
 			errs = append(errs, fmt.Errorf("shut down raft: %w", err))
 		}
 	}
+	p.heartbeats.close()
 	if p.transport != nil {
 		// Close closes only the listener: the pooled connections to other
 		// servers would stay open, and with them the goroutines on both
