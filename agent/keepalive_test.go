@@ -377,3 +377,58 @@ func TestKeepAliveNoticesADeadServerDuringALargeWrite(t *testing.T) {
 	})
 	t.Logf("moved from %s after %v", first, time.Since(cut).Round(time.Millisecond))
 }
+
+// TestAgentStopsWhileAResumedHandshakeHangs: the agent's server falls
+// silent, and the agent dials it again with its ticket, so the dial
+// returns before the handshake (0-RTT) and the handshake then hangs. The
+// agent must stop when told, not when the handshake gives up (2 minutes
+// here); race builds wait for the handshake before opening the control
+// stream, and that wait held the stop.
+func TestAgentStopsWhileAResumedHandshakeHangs(t *testing.T) {
+	c := newTestCluster(t)
+	s1 := c.startServer("s1")
+	cfg := c.agentConfig(t, "pos-1", s1)
+	cfg.QUIC = wire.ClientQUICConfig()
+	cfg.QUIC.HandshakeIdleTimeout = 2 * time.Minute
+	cfg.DialTimeout = 2 * time.Minute
+	cfg.KeepAliveMin, cfg.KeepAliveMax, cfg.KeepAliveTimeout = 250*time.Millisecond, 250*time.Millisecond, time.Second
+	var silent atomic.Value // the address whose datagrams vanish
+	silent.Store("")
+	var redials atomic.Int32 // long-header datagrams sent to it since
+	cfg.ListenPacket = func() (net.PacketConn, error) {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		return &countLongTo{dropFrom: dropFrom{PacketConn: pc, from: &silent}, long: &redials}, err
+	}
+	a, stop := runAgent(t, cfg)
+	waitFor(t, waitLong, "a session", func() bool { return a.Status().Connected })
+	silent.Store(a.Status().Server)
+	waitFor(t, waitLong, "a dial of the silent server after the session ended", func() bool {
+		return !a.Status().Connected && redials.Load() > 0
+	})
+
+	stopped := make(chan struct{})
+	go func() {
+		stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent did not stop within 30 s of being told, while a handshake hung")
+	}
+}
+
+// countLongTo counts the long-header QUIC datagrams (Initial, 0-RTT,
+// Handshake: a connection being opened) sent to the address dropFrom
+// drops, from the moment it is set.
+type countLongTo struct {
+	dropFrom
+	long *atomic.Int32
+}
+
+func (c *countLongTo) WriteTo(p []byte, addr net.Addr) (int, error) {
+	if len(p) > 0 && p[0]&0x80 != 0 && addr.String() == c.from.Load().(string) {
+		c.long.Add(1)
+	}
+	return c.dropFrom.WriteTo(p, addr)
+}

@@ -248,7 +248,7 @@ func (s *session) end(err error) sessionEnd {
 // open opens the control stream and sends Hello, and in 0-RTT also Pull.
 // If the server refuses 0-RTT it sends Hello again after the handshake.
 func (s *session) open(ctx context.Context) error {
-	err := s.openOnce()
+	err := s.openOnce(ctx)
 	if err == nil {
 		return nil
 	}
@@ -278,18 +278,25 @@ func (s *session) reopen(ctx context.Context) error {
 	}
 	s.conn = conn
 	s.pullOut, s.pullInv, s.partial, s.sentInv = false, nil, nil, nil
-	if err := s.openOnce(); err != nil {
+	if err := s.openOnce(ctx); err != nil {
 		return wire.FromQUICError(err)
 	}
 	return nil
 }
 
-func (s *session) openOnce() error {
+// openOnce opens the control stream and sends Hello (and Pull in 0-RTT).
+// Race builds first wait for the handshake, or for ctx: a connection
+// dialled with 0-RTT is returned before its handshake completes, and one
+// to a server that has gone silent would otherwise hold the agent's stop
+// until the handshake's idle timeout.
+func (s *session) openOnce(ctx context.Context) error {
 	if raceBuild {
 		select {
 		case <-s.conn.HandshakeComplete():
 		case <-s.conn.Context().Done():
 			return context.Cause(s.conn.Context())
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	str, err := s.conn.OpenStream()
