@@ -12,12 +12,15 @@ TEST_TIMEOUT ?= 14m
 # third of them: 8 min 43 s; with 4, 7 min 31 s), and every test holds on
 # a loaded host.
 TEST_P ?= 4
-# The cluster package's tests take most of make test's time: about 6.5
-# minutes one after another with -race, mostly waiting on timers and
-# networks. It runs as TEST_SHARDS test processes at once, beside the
-# other packages, each given every TEST_SHARDS-th of its tests by name.
-TEST_SHARDS ?= 2
+# The cluster package's tests take 7.5 minutes one after another with
+# -race, waiting on timers and networks for three quarters of it (117 s
+# of CPU in 450 s). It runs as TEST_SHARDS test processes at once, beside
+# the other packages, each given every TEST_SHARDS-th of its tests by name.
+TEST_SHARDS ?= 4
 SHARDED_PKG := ./cluster
+# The other packages' tests start in this order, the longest first, so
+# that the long ones run beside each other and the short ones fill in.
+TEST_FIRST := ./chaos/scenario ./bench/fleet ./agent ./bench/internal/benchkit ./bench/sessions ./agent/sim ./cmd/meteor
 FUZZTIME  ?= 10s
 # A short minimisation keeps a short run fuzzing: with go's default (60s)
 # one new input can take a whole FUZZTIME to minimise (FuzzParse).
@@ -67,12 +70,20 @@ demo: build ## A local 3-server cluster and a simulated 1,200-device retail flee
 
 .PHONY: test
 test: ## Run all tests with the race detector (and the agent's and wire's again without it)
-	@# Race builds of the agent send no 0-RTT data, and the wire 0-RTT
-	@# test skips under -race (quic-go#4303, see agent/race.go); their
-	@# tests run again without -race so the 0-RTT paths are tested too,
-	@# beside the race run, and print when it ends. The cluster package
-	@# runs as TEST_SHARDS processes beside the other packages (above).
+	@# First every package and test is compiled, by one go command for
+	@# the race builds and one for the meteor binary the benchmarks'
+	@# tests run (METEOR_BIN), so that no two go commands compile the same
+	@# packages at once: on a clean machine that took more CPU than the
+	@# tests themselves. Race builds of the agent send no 0-RTT data, and
+	@# the wire 0-RTT test skips under -race (quic-go#4303, see
+	@# agent/race.go); their tests run again without -race so the 0-RTT
+	@# paths are tested too, beside the race run, and print when it ends.
+	@# The cluster package runs as TEST_SHARDS processes beside the other
+	@# packages (above).
 	@dir=$$(mktemp -d); trap 'rm -rf "$$dir"' EXIT; \
+	$(GO) build -o "$$dir/meteor" ./cmd/meteor & build=$$!; \
+	$(GO) test -race -exec /bin/true $(PKGS) >"$$dir/compile" 2>&1 || { cat "$$dir/compile"; exit 1; }; \
+	wait $$build || exit 1; export METEOR_BIN="$$dir/meteor"; \
 	$(GO) test -count=1 ./agent ./wire >"$$dir/norace" 2>&1 & norace=$$!; \
 	( $(GO) test -race -list . $(SHARDED_PKG) >"$$dir/list" 2>&1 || { cat "$$dir/list"; exit 1; }; \
 	  grep -E '^(Test|Fuzz|Example)' "$$dir/list" >"$$dir/names" || { echo "no tests listed in $(SHARDED_PKG)"; exit 1; }; \
@@ -83,7 +94,8 @@ test: ## Run all tests with the race detector (and the agent's and wire's again 
 	  rc=0; for p in $$pids; do wait $$p || rc=1; done; \
 	  for i in $$(seq 1 $(TEST_SHARDS)); do echo "$(SHARDED_PKG), shard $$i of $(TEST_SHARDS):"; cat "$$dir/shard$$i"; done; \
 	  exit $$rc ) & sharded=$$!; \
-	$(GO) test -race -shuffle=on -p $(TEST_P) -timeout $(TEST_TIMEOUT) $$($(GO) list $(PKGS) | grep -vx "$$($(GO) list $(SHARDED_PKG))"); race=$$?; \
+	first=$$($(GO) list $(TEST_FIRST)) || exit 1; \
+	$(GO) test -race -shuffle=on -p $(TEST_P) -timeout $(TEST_TIMEOUT) $$first $$($(GO) list $(PKGS) | grep -vxF -e "$$($(GO) list $(SHARDED_PKG))" $$(printf -- '-e %s ' $$first)); race=$$?; \
 	wait $$sharded; shards=$$?; \
 	wait $$norace; rc=$$?; \
 	echo "go test -count=1 ./agent ./wire (without -race):"; cat "$$dir/norace"; \
