@@ -393,7 +393,13 @@ func (s *testServer) serve(conn *quic.Conn) {
 	if err != nil {
 		return
 	}
-	<-conn.HandshakeComplete() // this test server commits nothing before it
+	// This test server commits nothing before the handshake completes; a
+	// connection closed before it (the server stopping) never completes it.
+	select {
+	case <-conn.HandshakeComplete():
+	case <-conn.Context().Done():
+		return
+	}
 	c := s.c
 	c.mu.Lock()
 	c.hellos = append(c.hellos, helloSeen{server: s.id, hello: hello, used0RTT: conn.ConnectionState().Used0RTT, device: device})
