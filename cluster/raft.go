@@ -134,7 +134,8 @@ func (t tcpLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn
 // Shutdown waits on the stuck goroutine forever (seen in TestGrowAndShrink
 // when a leader left under load). Without pipelining, each AppendEntries
 // waits for its answer; a busy leader still sends up to MaxAppendEntries
-// entries in each.
+// entries in each. It also hands heartbeats to Raft through heartbeats
+// (heartbeatGate), so that the store closes after the last of them.
 type noPipeline struct {
 	*raft.NetworkTransport
 	heartbeats *heartbeatGate
