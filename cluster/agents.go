@@ -55,8 +55,10 @@ type agentServer struct {
 
 	stats agentCounters
 
-	// notifies paces the pushes of changes (notifywindow.go).
-	notifies *notifyWindow
+	// notifies paces the pushes of changes (notifywindow.go), steered by
+	// schedLatency (schedLatencies.next; tests replace it).
+	notifies     *notifyWindow
+	schedLatency func() (p90 time.Duration, samples uint64)
 
 	// sync keeps the replica's records of the sessions here true.
 	sync *sessionSync
@@ -139,6 +141,9 @@ type AgentStats struct {
 	// committed for session events (connects, acknowledged revisions,
 	// disconnects) and the events in them.
 	RecordEntries, RecordEvents uint64
+	// NotifyWindow is how many sessions the server may push a change to
+	// at once now (notifyWindow).
+	NotifyWindow int
 }
 
 // AgentStats returns the server's agent counters (zero without agents).
@@ -153,6 +158,7 @@ func (s *Server) AgentStats() AgentStats {
 		Notifies: a.stats.notifies.Load(), PushedDeltas: a.stats.pushedDeltas.Load(), Reports: a.stats.reports.Load(), Rerecords: a.stats.rerecords.Load(),
 		ReportFailures: a.stats.reportFailures.Load(),
 		RecordEntries:  s.sessionRec.entries.Load(), RecordEvents: s.sessionRec.events.Load(),
+		NotifyWindow: a.notifies.current(),
 	}
 	st.Sessions = st.Fresh + st.Resumed
 	return st
@@ -167,7 +173,8 @@ func listenAgents(cfg *Config, deps agentDeps) (*agentServer, error) {
 	a := &agentServer{
 		agentDeps: deps, cfg: cfg, pc: udp, addr: udp.LocalAddr().String(),
 		planner: scheduler.NewPlanner(), sessions: map[*agentSession]struct{}{},
-		notifies: newNotifyWindow(cfg.NotifyWindow, cfg.NotifyPullWait),
+		notifies:     newNotifyWindow(cfg.NotifyWindow, cfg.NotifyPullWait),
+		schedLatency: newSchedLatencies().next,
 	}
 	a.sync = newSessionSync(cfg, deps.logger, deps.clock, deps.state, deps.records, &a.stats.rerecords)
 	pc := agentSocket(udp.(*net.UDPConn)) // what ListenPacket("udp") returns

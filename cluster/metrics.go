@@ -255,7 +255,7 @@ type stateCollector struct {
 	raftApplied, raftCommit, raftLast, raftTerm, raftState, raftDropped                   *prometheus.Desc
 	gossipMembers                                                                         *prometheus.Desc
 	sessionsConnected, sessions, early, deltaBytes, reports, reportFailures, notifies     *prometheus.Desc
-	pushedDeltas                                                                          *prometheus.Desc
+	pushedDeltas, notifyWindow                                                            *prometheus.Desc
 	stateIndex, stateRevision, devices, corrections, resources, transitions, statusFailed *prometheus.Desc
 	resourcesIndex                                                                        *prometheus.Desc
 	rolloutDevices, rolloutWave, rolloutWaves, rolloutState                               *prometheus.Desc
@@ -291,6 +291,7 @@ func newStateCollector(s *Server) *stateCollector {
 		reports:           d("agent", "reports_total", "Agent reports this server received and had recorded."),
 		reportFailures:    d("agent", "report_failures_total", "Tries to record an agent's report that failed (its owner refused it, could not commit it, or could not be reached); the session tries again."),
 		notifies:          d("agent", "notifies_total", "Notify pushes this server sent agents."),
+		notifyWindow:      d("agent", "notify_window", "How many sessions this server may push a change to at once now: the notify window, which narrows while the server is busy (its goroutines wait to run) and widens again up to its size."),
 		pushedDeltas:      d("agent", "notify_deltas_total", "Notify pushes that carried their change's Delta (protocol 1.5), which the agent takes without pulling; the rest named the revision only."),
 		stateIndex:        d("state", "index", "The Raft index of the last command in the replica the fleet gauges were read from (as /v1/status says in index)."),
 		stateRevision:     d("state", "revision", "The cluster revision of the replica the fleet gauges were read from."),
@@ -319,7 +320,7 @@ func newStateCollector(s *Server) *stateCollector {
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.raftApplied, c.raftCommit, c.raftLast, c.raftTerm, c.raftState, c.raftDropped,
-		c.gossipMembers, c.sessionsConnected, c.sessions, c.early, c.deltaBytes, c.reports, c.reportFailures, c.notifies, c.pushedDeltas,
+		c.gossipMembers, c.sessionsConnected, c.sessions, c.early, c.deltaBytes, c.reports, c.reportFailures, c.notifies, c.pushedDeltas, c.notifyWindow,
 		c.stateIndex, c.stateRevision, c.devices, c.corrections, c.resources, c.resourcesIndex, c.transitions, c.statusFailed,
 		c.rolloutDevices, c.rolloutWave, c.rolloutWaves, c.rolloutState, c.rolloutRevision,
 		c.forwardBatches, c.forwardCommands, c.reportBatches, c.reportsBatched, c.evaluated,
@@ -402,6 +403,7 @@ func (c *stateCollector) collectAgents(ch chan<- prometheus.Metric) {
 	ch <- counter(c.reportFailures, st.ReportFailures)
 	ch <- counter(c.notifies, st.Notifies)
 	ch <- counter(c.pushedDeltas, st.PushedDeltas)
+	ch <- gauge(c.notifyWindow, float64(st.NotifyWindow))
 	ch <- counter(c.transitions, c.s.status.transitions.Load())
 	ch <- counter(c.statusFailed, c.s.status.failed.Load())
 	ch <- counter(c.evaluated, c.s.status.judged.Load(), "true")

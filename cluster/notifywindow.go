@@ -27,21 +27,56 @@ const DefaultNotifyPullWait = 2 * time.Second
 // the Go scheduler's run queues ahead of everything else the server does,
 // and Raft's heartbeats waited behind it for seconds: a busy 2-core host
 // lost its leader during a change to 50,000 devices. The window lets a
-// fixed number of sessions be between their Notify and their Pull; the
-// next session's Notify goes when one of them pulls (or after
-// the pull wait), so the work in flight stays bounded whatever the size
-// of the fleet, and the change moves as fast as devices answer.
+// bounded number of sessions be between their Notify and their Pull; the
+// next session's Notify goes when one of them pulls (or after the pull
+// wait), so the work in flight stays bounded whatever the size of the
+// fleet, and the change moves as fast as devices answer.
+//
+// How many may be in flight (limit) follows the server's own load, between
+// a floor and size: every steerInterval, steer reads how long the
+// process's goroutines waited to run (the runtime's scheduling latency)
+// and halves the limit when it passed steerTarget, or grows it by a
+// quarter when it did not and sessions waited for a place. A fixed window
+// large enough for devices behind slow links (throughput is the window
+// over their round trip) was, on a busy host, large enough that answers
+// waited in run queues for hundreds of milliseconds: far past the
+// millisecond round trips QUIC had measured on the idle connections, so
+// both sides took their own answers for lost and sent probes, four on
+// average per device and side during the first change to 10,000 devices
+// on one 2-core host (docs/performance.md), which made the host busier
+// still. A server that is not busy keeps the whole window.
 //
 // The queue is level-based: a session is queued at most once, and its
 // Notify names the newest revision it is due when its turn comes.
 type notifyWindow struct {
-	mu    sync.Mutex
-	queue []*agentSession // FIFO of sessions due a Notify; guarded by mu
-	wake  chan struct{}   // a worker may find something queued
-	size  int
+	mu       sync.Mutex
+	queue    []*agentSession // FIFO of sessions due a Notify; guarded by mu
+	limit    int             // pushes allowed in flight; guarded by mu
+	inFlight int             // pushes in flight; guarded by mu
+	// waited records that a session waited in the queue for a place
+	// since the last steer; guarded by mu.
+	waited bool
+	wake   chan struct{} // a worker may find something to take
+	// size and floor bound limit.
+	size, floor int
 	// pullWait bounds how long a push waits for the device's Pull.
 	pullWait time.Duration
 }
+
+// Steering of the window (notifyWindow): its floor and first limit, how
+// often it is steered, and the scheduling latency (the 90th percentile of
+// the goroutines made runnable in the interval) above which the server
+// counts as busy. The target lies well under QUIC's ack delay (25 ms), the
+// margin its loss timers give a peer's answer beyond the round trip.
+const (
+	notifyWindowFloor = 32
+	notifyWindowStart = 64
+	steerInterval     = 100 * time.Millisecond
+	steerTarget       = 10 * time.Millisecond
+	// steerMinSamples is the fewest latencies an interval must have
+	// measured to say anything: an idle server measures a handful.
+	steerMinSamples = 20
+)
 
 func newNotifyWindow(size int, pullWait time.Duration) *notifyWindow {
 	if size <= 0 {
@@ -50,7 +85,11 @@ func newNotifyWindow(size int, pullWait time.Duration) *notifyWindow {
 	if pullWait <= 0 {
 		pullWait = DefaultNotifyPullWait
 	}
-	return &notifyWindow{wake: make(chan struct{}, 1), size: size, pullWait: pullWait}
+	floor := min(size, notifyWindowFloor)
+	return &notifyWindow{
+		wake: make(chan struct{}, 1), size: size, floor: floor,
+		limit: max(floor, min(size, notifyWindowStart)), pullWait: pullWait,
+	}
 }
 
 // push queues sess, which must not be queued already.
@@ -68,20 +107,35 @@ func (w *notifyWindow) signal() {
 	}
 }
 
-// pop takes the oldest queued session, or nil.
-func (w *notifyWindow) pop() *agentSession {
+// take takes the oldest queued session and a place in the window for it,
+// or returns nil when nothing is queued or the window is full. A session
+// taken must be given back with done.
+func (w *notifyWindow) take() *agentSession {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.queue) == 0 {
 		return nil
 	}
+	if w.inFlight >= w.limit {
+		w.waited = true
+		return nil
+	}
 	sess := w.queue[0]
 	w.queue[0] = nil
 	w.queue = w.queue[1:]
-	if len(w.queue) > 0 {
+	w.inFlight++
+	if len(w.queue) > 0 && w.inFlight < w.limit {
 		w.signal() // another worker may take the next
 	}
 	return sess
+}
+
+// done gives back the place of a session taken.
+func (w *notifyWindow) done() {
+	w.mu.Lock()
+	w.inFlight--
+	w.mu.Unlock()
+	w.signal()
 }
 
 // queued returns how many sessions wait for their turn.
@@ -91,16 +145,47 @@ func (w *notifyWindow) queued() int {
 	return len(w.queue)
 }
 
-// run starts the window's workers; each returns when ctx ends.
+// current returns the window's limit.
+func (w *notifyWindow) current() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.limit
+}
+
+// steer sets the limit from the scheduling latency of the last interval
+// (p90, of samples latencies measured): halved, down to the floor, when
+// it passed steerTarget; grown by a quarter, up to size, when it did not
+// and a session waited for a place; left alone when the interval measured
+// too little to tell or nothing waited.
+func (w *notifyWindow) steer(p90 time.Duration, samples uint64) {
+	w.mu.Lock()
+	waited := w.waited
+	w.waited = false
+	switch {
+	case samples < steerMinSamples:
+	case p90 > steerTarget:
+		w.limit = max(w.floor, w.limit/2)
+	case waited:
+		w.limit = min(w.size, w.limit+max(1, w.limit/4))
+	}
+	w.mu.Unlock()
+	w.signal() // a larger limit lets queued sessions go
+}
+
+// runNotifyWindow starts the window's workers and its steering; each
+// returns when ctx ends.
 func (a *agentServer) runNotifyWindow(ctx context.Context) {
 	for range a.notifies.size {
 		a.wg.Go(func() { a.notifyWorker(ctx) })
+	}
+	if a.notifies.floor < a.notifies.size {
+		a.wg.Go(func() { a.steerNotifyWindow(ctx) })
 	}
 }
 
 func (a *agentServer) notifyWorker(ctx context.Context) {
 	for {
-		sess := a.notifies.pop()
+		sess := a.notifies.take()
 		if sess == nil {
 			select {
 			case <-ctx.Done():
@@ -110,6 +195,23 @@ func (a *agentServer) notifyWorker(ctx context.Context) {
 			}
 		}
 		sess.pushNotify(ctx)
+		a.notifies.done()
+	}
+}
+
+// steerNotifyWindow steers the window every steerInterval by the
+// scheduling latency the interval measured (a.schedLatency).
+func (a *agentServer) steerNotifyWindow(ctx context.Context) {
+	t := a.clock.NewTicker(steerInterval)
+	defer t.Stop()
+	a.schedLatency() // the first interval starts now
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			a.notifies.steer(a.schedLatency())
+		}
 	}
 }
 
