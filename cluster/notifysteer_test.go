@@ -26,8 +26,9 @@ func TestNotifyWindowSteersByLoad(t *testing.T) {
 	if got := w.current(); got != notifyWindowStart {
 		t.Fatalf("a new window allows %d pushes, want %d", got, notifyWindowStart)
 	}
-	// fill queues more sessions than the window allows and takes what it
-	// allows, so that one waits for a place; it returns them all.
+	// fill queues one session more than the window allows, takes what it
+	// allows, and gives one place back while the last waits for it, as
+	// the workers do; then it lets the last go and returns every place.
 	fill := func() {
 		t.Helper()
 		n := w.current() + 1
@@ -41,11 +42,11 @@ func TestNotifyWindowSteersByLoad(t *testing.T) {
 		if taken != w.current() {
 			t.Fatalf("took %d pushes with a window of %d", taken, w.current())
 		}
-		w.take() // the last waits: no place
-		for range taken {
-			w.done()
+		w.done() // the last session waited for this place
+		if w.take() == nil {
+			t.Fatal("a place given back did not let the waiting session go")
 		}
-		for w.take() != nil {
+		for range taken {
 			w.done()
 		}
 	}
@@ -74,6 +75,23 @@ func TestNotifyWindowSteersByLoad(t *testing.T) {
 	if got, want := w.current(), notifyWindowFloor+notifyWindowFloor/4; got != want {
 		t.Fatalf("an interval without samples moved the window to %d, want %d", got, want)
 	}
+	// Sessions waiting while the window is full, with no place given
+	// back in the interval (slow devices), also count as waiting.
+	before := w.current()
+	for range before + 1 {
+		w.push(&agentSession{})
+	}
+	for w.take() != nil {
+	}
+	w.steer(calm, count)
+	if got, want := w.current(), before+before/4; got != want {
+		t.Fatalf("calm with a full window and a session queued: window %d, want %d", got, want)
+	}
+	for range before + 1 {
+		w.done()
+		w.take()
+	}
+	w.steer(busy, count-count) // forget the places given back above
 	for range 50 {
 		fill()
 		w.steer(calm, count)

@@ -53,8 +53,9 @@ type notifyWindow struct {
 	queue    []*agentSession // FIFO of sessions due a Notify; guarded by mu
 	limit    int             // pushes allowed in flight; guarded by mu
 	inFlight int             // pushes in flight; guarded by mu
-	// waited records that a session waited in the queue for a place
-	// since the last steer; guarded by mu.
+	// waited records that sessions waited in the queue for a place
+	// since the last steer (a place was given back while some were
+	// queued); guarded by mu.
 	waited bool
 	wake   chan struct{} // a worker may find something to take
 	// size and floor bound limit.
@@ -117,7 +118,6 @@ func (w *notifyWindow) take() *agentSession {
 		return nil
 	}
 	if w.inFlight >= w.limit {
-		w.waited = true
 		return nil
 	}
 	sess := w.queue[0]
@@ -130,10 +130,14 @@ func (w *notifyWindow) take() *agentSession {
 	return sess
 }
 
-// done gives back the place of a session taken.
+// done gives back the place of a session taken. Sessions still queued
+// then waited for a place.
 func (w *notifyWindow) done() {
 	w.mu.Lock()
 	w.inFlight--
+	if len(w.queue) > 0 {
+		w.waited = true
+	}
 	w.mu.Unlock()
 	w.signal()
 }
@@ -159,7 +163,7 @@ func (w *notifyWindow) current() int {
 // too little to tell or nothing waited.
 func (w *notifyWindow) steer(p90 time.Duration, samples uint64) {
 	w.mu.Lock()
-	waited := w.waited
+	waited := w.waited || (len(w.queue) > 0 && w.inFlight >= w.limit)
 	w.waited = false
 	switch {
 	case samples < steerMinSamples:
