@@ -165,6 +165,7 @@ func (w *notifyWindow) steer(p90 time.Duration, samples uint64) {
 	w.mu.Lock()
 	waited := w.waited || (len(w.queue) > 0 && w.inFlight >= w.limit)
 	w.waited = false
+	before := w.limit
 	switch {
 	case samples < steerMinSamples:
 	case p90 > steerTarget:
@@ -172,8 +173,11 @@ func (w *notifyWindow) steer(p90 time.Duration, samples uint64) {
 	case waited:
 		w.limit = min(w.size, w.limit+max(1, w.limit/4))
 	}
+	grew := w.limit > before
 	w.mu.Unlock()
-	w.signal() // a larger limit lets queued sessions go
+	if grew {
+		w.signal() // queued sessions may go
+	}
 }
 
 // runNotifyWindow starts the window's workers and its steering; each
