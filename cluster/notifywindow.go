@@ -41,7 +41,7 @@ const DefaultNotifyPullWait = 2 * time.Second
 // over their round trip) was, on a busy host, large enough that answers
 // waited in run queues for hundreds of milliseconds: far past the
 // millisecond round trips QUIC had measured on the idle connections, so
-// both sides took their own answers for lost and sent probes, four on
+// both sides took their packets for lost and sent probes, four on
 // average per device and side during the first change to 10,000 devices
 // on one 2-core host (docs/performance.md), which made the host busier
 // still. A server that is not busy keeps the whole window.
