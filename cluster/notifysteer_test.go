@@ -99,6 +99,16 @@ func TestNotifyWindowSteersByLoad(t *testing.T) {
 	if got := w.current(); got != 256 {
 		t.Fatalf("calm for long: window %d, want its size 256", got)
 	}
+	// An interval with nothing queued, in flight or waiting: the next
+	// change starts where the first did.
+	w.steer(calm, count)
+	if got := w.current(); got != notifyWindowStart {
+		t.Fatalf("idle: window %d, want its first limit %d", got, notifyWindowStart)
+	}
+	w.steer(calm, 0)
+	if got := w.current(); got != notifyWindowStart {
+		t.Fatalf("idle again: window %d, want %d", got, notifyWindowStart)
+	}
 }
 
 // TestNotifyWindowNarrowerThanItsFloorIsFixed: a window configured below

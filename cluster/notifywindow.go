@@ -160,16 +160,24 @@ func (w *notifyWindow) current() int {
 // (p90, of samples latencies measured): halved, down to the floor, when
 // it passed steerTarget; grown by a quarter, up to size, when it did not
 // and a session waited for a place; left alone when the interval measured
-// too little to tell or nothing waited.
+// too little to tell or nothing waited. An idle window (nothing queued,
+// in flight or waiting) goes back to its first limit if it was wider, as
+// TCP's congestion window does after an idle spell: a change after a
+// quiet spell began with all 256 pushes before the first interval could
+// tell that they made the server busy.
 func (w *notifyWindow) steer(p90 time.Duration, samples uint64) {
 	w.mu.Lock()
 	waited := w.waited || (len(w.queue) > 0 && w.inFlight >= w.limit)
 	w.waited = false
 	before := w.limit
 	switch {
-	case samples < steerMinSamples:
-	case p90 > steerTarget:
+	case samples >= steerMinSamples && p90 > steerTarget:
 		w.limit = max(w.floor, w.limit/2)
+	case len(w.queue) == 0 && w.inFlight == 0 && !waited:
+		// Idle: what the last change taught is stale, and the next one
+		// may find the server busy; it starts again where the first did.
+		w.limit = min(w.limit, max(w.floor, min(w.size, notifyWindowStart)))
+	case samples < steerMinSamples:
 	case waited:
 		w.limit = min(w.size, w.limit+max(1, w.limit/4))
 	}
