@@ -44,7 +44,8 @@ const DefaultNotifyPullWait = 2 * time.Second
 // both sides took their packets for lost and sent probes, four on
 // average per device and side during the first change to 10,000 devices
 // on one 2-core host (docs/performance.md), which made the host busier
-// still. A server that is not busy keeps the whole window.
+// still. A server that is not busy widens to the whole window while a
+// change is pushed.
 //
 // The queue is level-based: a session is queued at most once, and its
 // Notify names the newest revision it is due when its turn comes.
