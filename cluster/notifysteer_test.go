@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"math"
+	"runtime"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -71,7 +72,7 @@ func TestNotifyWindowSteersByLoad(t *testing.T) {
 		t.Fatalf("calm with sessions waiting: window %d, want %d", got, want)
 	}
 	fill()
-	w.steer(busy, count-count) // nothing measured: no change
+	w.steer(busy, 0) // nothing measured: no change
 	if got, want := w.current(), notifyWindowFloor+notifyWindowFloor/4; got != want {
 		t.Fatalf("an interval without samples moved the window to %d, want %d", got, want)
 	}
@@ -91,7 +92,7 @@ func TestNotifyWindowSteersByLoad(t *testing.T) {
 		w.done()
 		w.take()
 	}
-	w.steer(busy, count-count) // forget the places given back above
+	w.steer(busy, 0) // forget the places given back above
 	for range 50 {
 		fill()
 		w.steer(calm, count)
@@ -231,5 +232,26 @@ func TestHistogramQuantile(t *testing.T) {
 		if got := histogramQuantile(buckets, tc.counts, n, 0.9); got != tc.want {
 			t.Errorf("p90 of %v: %v, want %v", tc.counts, got, tc.want)
 		}
+	}
+}
+
+// TestSchedLatenciesCountSinceTheLastRead: each read counts the
+// latencies the runtime measured since the read before, not since the
+// process started.
+func TestSchedLatenciesCountSinceTheLastRead(t *testing.T) {
+	s := newSchedLatencies()
+	s.next()
+	var wg sync.WaitGroup
+	for range 2000 {
+		wg.Go(runtime.Gosched)
+	}
+	wg.Wait()
+	_, busyN := s.next()
+	if busyN == 0 {
+		t.Fatal("2,000 goroutines ran and no scheduling latency was measured")
+	}
+	_, quietN := s.next()
+	if quietN >= busyN {
+		t.Fatalf("a read right after another counted %d latencies, the one after 2,000 goroutines %d: it counts more than the interval", quietN, busyN)
 	}
 }

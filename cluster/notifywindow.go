@@ -59,8 +59,9 @@ type notifyWindow struct {
 	// queued); guarded by mu.
 	waited bool
 	wake   chan struct{} // a worker may find something to take
-	// size and floor bound limit.
-	size, floor int
+	// size and floor bound limit; start is its first value, and the one
+	// an idle window goes back to.
+	size, floor, start int
 	// pullWait bounds how long a push waits for the device's Pull.
 	pullWait time.Duration
 }
@@ -88,9 +89,10 @@ func newNotifyWindow(size int, pullWait time.Duration) *notifyWindow {
 		pullWait = DefaultNotifyPullWait
 	}
 	floor := min(size, notifyWindowFloor)
+	start := max(floor, min(size, notifyWindowStart))
 	return &notifyWindow{
-		wake: make(chan struct{}, 1), size: size, floor: floor,
-		limit: max(floor, min(size, notifyWindowStart)), pullWait: pullWait,
+		wake: make(chan struct{}, 1), size: size, floor: floor, start: start,
+		limit: start, pullWait: pullWait,
 	}
 }
 
@@ -177,7 +179,7 @@ func (w *notifyWindow) steer(p90 time.Duration, samples uint64) {
 	case len(w.queue) == 0 && w.inFlight == 0 && !waited:
 		// Idle: what the last change taught is stale, and the next one
 		// may find the server busy; it starts again where the first did.
-		w.limit = min(w.limit, max(w.floor, min(w.size, notifyWindowStart)))
+		w.limit = min(w.limit, w.start)
 	case samples < steerMinSamples:
 	case waited:
 		w.limit = min(w.size, w.limit+max(1, w.limit/4))

@@ -16,8 +16,8 @@ const schedLatencyMetric = "/sched/latencies:seconds"
 // server tells that it is busy (notifyWindow): a host whose cores are
 // taken keeps runnable goroutines waiting, whichever process took them.
 type schedLatencies struct {
-	sample []metrics.Sample
-	prev   []uint64
+	sample      []metrics.Sample
+	prev, delta []uint64 // the counts at the last call, and since it
 }
 
 func newSchedLatencies() *schedLatencies {
@@ -33,15 +33,14 @@ func (s *schedLatencies) next() (p90 time.Duration, n uint64) {
 	}
 	h := s.sample[0].Value.Float64Histogram()
 	if len(s.prev) != len(h.Counts) {
-		s.prev = make([]uint64, len(h.Counts))
+		s.prev, s.delta = make([]uint64, len(h.Counts)), make([]uint64, len(h.Counts))
 	}
-	delta := make([]uint64, len(h.Counts))
 	for i, c := range h.Counts {
-		delta[i] = c - s.prev[i]
-		n += delta[i]
+		s.delta[i] = c - s.prev[i]
+		n += s.delta[i]
 		s.prev[i] = c
 	}
-	return histogramQuantile(h.Buckets, delta, n, 0.9), n
+	return histogramQuantile(h.Buckets, s.delta, n, 0.9), n
 }
 
 // histogramQuantile returns the upper bound of the bucket that holds the
