@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -101,4 +102,46 @@ func TestPartitionedLeader(t *testing.T) {
 	if faults.Count(chaos.KindPartition) == 0 || faults.Count(chaos.KindCut) == 0 {
 		t.Errorf("fault log recorded no partition or cut connection: %v", faults.Counts())
 	}
+}
+
+// TestLeaveWhileTheLeaderSawItFail is a server leaving after the leader's
+// gossip recorded it as failed rather than leaving, as when memberlist's
+// leave message reaches the leader before the update that sets Leaving, or
+// the update is lost. The leader keeps that record, so the server must not
+// wait for it to say "left": it leaves, and the leader removes it.
+//
+// Only gossip runs through the fault network, so Raft still tells the
+// leaving server who leads while gossip cuts it off.
+func TestLeaveWhileTheLeaderSawItFail(t *testing.T) {
+	n := chaos.NewNetwork(1, chaos.NewFaultLog())
+	t.Cleanup(func() { n.Close() })
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.GossipTransport = func(id string, t memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
+			return n.MemberlistTransport(id, t)
+		}
+	})
+	c.propose(simpleIntent("before", "x"))
+	leader := c.waitLeader()
+	f := c.follower()
+
+	n.Isolate(f.ID())
+	waitFor(t, 30*time.Second, func() error {
+		m, ok := leader.gossip.memberByID(f.ID())
+		if !ok {
+			return fmt.Errorf("leader does not know %s", f.ID())
+		}
+		if st := gossipState(m); st != "failed" {
+			return fmt.Errorf("leader sees %s as %s", f.ID(), st)
+		}
+		return nil
+	})
+	if err := f.Leave(15 * time.Second); err != nil {
+		t.Fatalf("leave %s: %v", f.ID(), err)
+	}
+	c.Detach(c.index(f))
+	if v := votersOf(t, leader); len(v) != 2 || slices.Contains(v, f.ID()) {
+		t.Fatalf("voters after %s left: %v", f.ID(), v)
+	}
+	c.propose(simpleIntent("after", "x"))
+	c.waitConverged()
 }

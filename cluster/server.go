@@ -335,9 +335,18 @@ func (s *Server) leaveRaft(ctx context.Context) error {
 	}
 }
 
-// askLeaderToRemove waits until the leader's gossip view shows this server
-// as left (so its membership reconciler will not add it back), then asks
-// it to remove this server. It returns nil once the leader confirms.
+// askLeaderToRemove waits until the leader's gossip view no longer shows
+// this server alive (so its membership reconciler will not add it back),
+// then asks it to remove this server. It returns nil once the leader
+// confirms.
+//
+// The leader may see the server as failed rather than left: the update
+// that sets Leaving and memberlist's leave message travel separately, and
+// when the leave message arrives first, or the update is lost, the leader
+// records a failure with the old metadata and keeps it (a later update
+// with the same incarnation is ignored). The reconciler adds back only
+// alive servers, so a failed one is as safe to remove; waiting for "left"
+// there would wait for ever.
 func (s *Server) askLeaderToRemove(ctx context.Context) error {
 	id, addr, err := s.leaderHTTP()
 	if err != nil {
@@ -356,8 +365,13 @@ func (s *Server) askLeaderToRemove(ctx context.Context) error {
 		return err
 	}
 	for _, m := range members.Members {
-		if m.ID == s.config.NodeID && m.GossipState != "left" && m.GossipState != "leaving" {
-			return fmt.Errorf("leader %s does not see this server as left yet", id)
+		if m.ID != s.config.NodeID {
+			continue
+		}
+		switch m.GossipState {
+		case "left", "leaving", "failed":
+		default:
+			return fmt.Errorf("leader %s does not see this server as left yet (it sees it %s)", id, m.GossipState)
 		}
 	}
 	err = cl.RemoveMember(ctx, s.config.NodeID, false)
