@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path"
 	"runtime/debug"
@@ -24,14 +25,16 @@ import (
 // after every 12 MiB allocated: under a write load it took 138 µs of the
 // 640 µs of CPU a write cost the three servers, and GOGC 400 cut the CPU
 // per write by a fifth. But a server holding many agent sessions has a
-// live heap of hundreds of MiB (about 63 KiB a session), and GOGC 400
-// would let it take five times that from the machine: 218 KiB of RSS a
-// session at 10,000 sessions against 134 KiB with GOGC 100 (make
-// bench-sessions). So by default (--gc-percent auto) GOGC follows the
-// live heap: gcHeadroom of garbage between collections, as a percentage
-// of the live heap, within [100, 400] (gcTuner). The memory limit keeps
-// any setting safe, since the collector then runs as often as it must to
-// stay under it, whatever GOGC says.
+// live heap of hundreds of MiB (about 70 KiB a session), and most of the
+// time it allocates little: the garbage GOGC 100 lets it keep is as large
+// as the live heap, memory the machine gives for no CPU saved. So by
+// default (--gc-percent auto) GOGC follows both the live heap and the
+// rate the process allocates at (gcTuner, gcPercentFor): gcHeadroom of
+// garbage between collections within [100, 400] % of the live heap, as
+// before, but a large heap allocated slowly keeps only the garbage that
+// holds collecting to gcBudget of a CPU, down to gcPercentMin. The
+// memory limit keeps any setting safe, since the collector then runs as
+// often as it must to stay under it, whatever GOGC says.
 type gcFlags struct {
 	percent string
 	limit   string
@@ -41,16 +44,17 @@ type gcFlags struct {
 // --memory-limit auto gives the process.
 const memoryShare = 0.75
 
-// Bounds of GOGC under --gc-percent auto, and the garbage it aims to
-// allow between collections.
+// Bounds of GOGC under --gc-percent auto, the least garbage it allows
+// between collections, and the share of one CPU collecting may take.
 const (
-	gcPercentMin = 100
+	gcPercentMin = 25
 	gcPercentMax = 400
 	gcHeadroom   = 48 << 20
+	gcBudget     = 0.05
 )
 
 func (g *gcFlags) register(f *pflag.FlagSet) {
-	f.StringVar(&g.percent, "gc-percent", "auto", `the garbage collector's GOGC (percent of the live heap allocated between collections; -1 turns it off below the memory limit), or "auto": 48 MiB of garbage between collections, within 100 to 400 % of the live heap, followed as the heap grows; the GOGC variable, if set, wins`)
+	f.StringVar(&g.percent, "gc-percent", "auto", `the garbage collector's GOGC (percent of the live heap allocated between collections; -1 turns it off below the memory limit), or "auto": 48 MiB of garbage between collections, within 100 to 400 % of the live heap, and down to 25 % of a heap larger than 48 MiB while the server allocates slowly enough that collecting takes under 5 % of a CPU; the GOGC variable, if set, wins`)
 	f.StringVar(&g.limit, "memory-limit", "auto", `soft memory limit of the process (as GOMEMLIMIT: 2GiB, 512MiB...), "auto" for 75 % of the memory of its cgroup or, without a limit there, of the machine, or "off"; the GOMEMLIMIT variable, if set, wins`)
 }
 
@@ -58,13 +62,13 @@ func (g *gcFlags) register(f *pflag.FlagSet) {
 // log: GOGC and the memory limit in bytes (math.MaxInt64: none), and, for
 // auto, why no limit could be set (the process then runs without one:
 // a sandbox may hide what auto reads, and that must not stop a server).
-// tune is true when GOGC is to follow the live heap (runGCTuner).
+// tune is true when GOGC is to follow the heap (gcTuner).
 func (g *gcFlags) apply() (percent int, limit int64, tune bool, warning error, err error) {
 	if os.Getenv("GOGC") == "" {
 		switch g.percent {
 		case "auto", "":
 			tune = true
-			debug.SetGCPercent(gcPercentFor(liveHeap()))
+			debug.SetGCPercent(gcPercentFor(gcSampler()().live, 0, 0))
 		default:
 			n, err := strconv.Atoi(g.percent)
 			if err != nil || n < -1 {
@@ -96,57 +100,173 @@ func (g *gcFlags) apply() (percent int, limit int64, tune bool, warning error, e
 }
 
 // gcPercentFor is GOGC under --gc-percent auto for a live heap of live
-// bytes: gcHeadroom of garbage between collections, within
-// [gcPercentMin, gcPercentMax].
-func gcPercentFor(live uint64) int {
+// bytes, allocating rate bytes a second, where a collection costs cost
+// CPU seconds per byte of live heap.
+//
+// The most garbage it allows is what it always allowed: gcHeadroom, or
+// as much as the live heap once that is larger, within [100, 400] % of
+// it. A large heap allocated slowly gets less: a collection comes every
+// headroom bytes allocated and costs cost*live, so collecting takes
+// rate*cost*live/headroom of a CPU, and the headroom that keeps that at
+// gcBudget is enough, down to gcHeadroom or gcPercentMin of the live heap,
+// whichever is more. Without figures (rate or cost 0) a large heap gets
+// that least headroom.
+func gcPercentFor(live uint64, rate, cost float64) int {
 	if live == 0 {
 		return gcPercentMax
 	}
-	return int(min(max(uint64(gcHeadroom)*100/live, gcPercentMin), gcPercentMax))
+	least := float64(gcHeadroom) * 100 / float64(live)
+	most := max(least, 100)
+	want := rate * cost / gcBudget * 100
+	return int(min(max(min(want, most), least, gcPercentMin), gcPercentMax))
 }
 
-// liveHeap is the live heap the last collection marked.
-func liveHeap() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
+// gcSample is what gcTuner reads of the runtime.
+type gcSample struct {
+	live   uint64 // the live heap the last collection marked
+	allocs uint64 // bytes allocated since the process started
+	cycles uint64 // collections completed
+	// markCPU is the CPU seconds collecting took, less what its workers
+	// did on processors that had nothing else to run.
+	markCPU float64
+}
+
+var gcMetrics = []string{
+	"/gc/heap/live:bytes",
+	"/gc/heap/allocs:bytes",
+	"/gc/cycles/total:gc-cycles",
+	"/cpu/classes/gc/total:cpu-seconds",
+	"/cpu/classes/gc/mark/idle:cpu-seconds",
+}
+
+// gcSampler returns a reader of the runtime's figures, which reuses its
+// buffer (the tuner reads four times a second); a figure this Go does
+// not have reads as 0.
+func gcSampler() func() gcSample {
+	s := make([]metrics.Sample, len(gcMetrics))
+	for i, name := range gcMetrics {
+		s[i].Name = name
 	}
-	return s[0].Value.Uint64()
+	return func() gcSample { return readGCSample(s) }
 }
 
-// gcTuneInterval is how often gcTuner looks at the live heap.
-const gcTuneInterval = 5 * time.Second
+func readGCSample(s []metrics.Sample) gcSample {
+	metrics.Read(s)
+	u := func(i int) uint64 {
+		if s[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return s[i].Value.Uint64()
+	}
+	f := func(i int) float64 {
+		if s[i].Value.Kind() != metrics.KindFloat64 {
+			return 0
+		}
+		return s[i].Value.Float64()
+	}
+	return gcSample{live: u(0), allocs: u(1), cycles: u(2), markCPU: max(f(3)-f(4), 0)}
+}
 
-// gcTuner keeps GOGC at gcPercentFor of the live heap. live and set are
-// liveHeap and debug.SetGCPercent outside tests; cur is GOGC as apply
+// gcTuneInterval is how often gcTuner reads the runtime: short, since a
+// server that starts pushing a change allocates far faster than it did
+// while idle, and until GOGC follows it collects as often as an idle
+// server would (a quarter of a second at 200 MiB/s is 50 MiB, less than
+// the least headroom of a 600 MiB heap). Reading the figures costs
+// microseconds.
+const gcTuneInterval = 250 * time.Millisecond
+
+// gcRateDecay is how much of the allocation rate gcTuner remembers after
+// a second: the rate it steers by rises at once and falls by a fifth a
+// second, so a change pushed in bursts keeps its headroom between them.
+const gcRateDecay = 0.8
+
+// gcTuner keeps GOGC at gcPercentFor of the live heap, the allocation
+// rate and the cost of a collection, all measured. read and set are
+// gcSampler's reader and debug.SetGCPercent outside tests; cur is GOGC as apply
 // left it.
 type gcTuner struct {
-	live   func() uint64
-	set    func(int) int
-	cur    int
-	logger hclog.Logger
+	read    func() gcSample
+	set     func(int) int
+	collect func() // runtime.GC outside tests
+	cur     int
+	logger  hclog.Logger
+
+	last gcSample
+	rate float64 // bytes allocated a second, decaying (gcRateDecay)
+	cost float64 // CPU seconds a collection took per byte of live heap
+	// lowered counts the intervals since GOGC was lowered with no
+	// collection since (0: none pending); see step.
+	lowered int
 }
 
-// run follows the live heap every gcTuneInterval until ctx ends. GOGC
-// moves only when it would change by more than a tenth, so that a heap
-// that breathes does not make it flap.
+// gcCollectAfter is how long gcTuner waits, after lowering GOGC, for the
+// runtime to collect before it collects itself.
+const gcCollectAfter = 10 * time.Second
+
+// run steers GOGC every gcTuneInterval until ctx ends.
 func (t *gcTuner) run(ctx context.Context) {
-	cur := t.cur
+	var last time.Time
 	tick := time.NewTicker(gcTuneInterval)
 	defer tick.Stop()
+	t.last, last = t.read(), time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		want := gcPercentFor(t.live())
-		if diff := want - cur; diff*10 > cur || -diff*10 > cur {
-			t.set(want)
-			t.logger.Debug("garbage collector follows the live heap", "gc_percent", want, "was", cur)
-			cur = want
+		// The interval as it passed: a collection the tuner ran, or a
+		// busy host, can make it longer than gcTuneInterval.
+		now := time.Now()
+		t.step(t.read(), now.Sub(last))
+		last = now
+	}
+}
+
+// step takes a new sample, dt after the last one, and sets GOGC if the
+// one wanted differs from the current by more than a tenth, so that a
+// heap that breathes does not make it flap.
+func (t *gcTuner) step(s gcSample, dt time.Duration) {
+	if s.allocs >= t.last.allocs && dt > 0 {
+		t.rate = max(float64(s.allocs-t.last.allocs)/dt.Seconds(), t.rate*math.Pow(gcRateDecay, dt.Seconds()))
+	}
+	if s.cycles > t.last.cycles && s.live > 0 && s.markCPU >= t.last.markCPU {
+		c := (s.markCPU - t.last.markCPU) / float64(s.cycles-t.last.cycles) / float64(s.live)
+		if t.cost == 0 {
+			t.cost = c
+		} else {
+			t.cost = 0.7*t.cost + 0.3*c
 		}
+	}
+	if s.cycles > t.last.cycles {
+		t.lowered = 0 // the goal now follows GOGC
+	}
+	t.last = s
+	want := gcPercentFor(s.live, t.rate, t.cost)
+	if diff := want - t.cur; diff*10 > t.cur || -diff*10 > t.cur {
+		t.set(want)
+		t.logger.Debug("garbage collector follows the heap", "gc_percent", want, "was", t.cur,
+			"live_heap", s.live, "alloc_rate", int64(t.rate), "mark_ns_per_mib", int64(t.cost*1e9*(1<<20)))
+		if want < t.cur {
+			t.lowered = max(t.lowered, 1)
+		}
+		t.cur = want
+	}
+	// A lower GOGC shrinks the heap only from the next collection on,
+	// and the runtime returns memory to the system only down to what
+	// the last collection's goal allowed. A server that fell idle after
+	// a busy spell allocates so little that the next collection may be
+	// the runtime's forced one, two minutes on, keeping the busy
+	// spell's memory until then: so once GOGC is lowered and no
+	// collection came within gcCollectAfter, the tuner collects once.
+	switch {
+	case t.lowered == 0:
+	case time.Duration(t.lowered)*dt >= gcCollectAfter:
+		t.lowered = 0
+		t.logger.Debug("collecting after lowering GOGC", "gc_percent", t.cur)
+		t.collect()
+	default:
+		t.lowered++
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -73,39 +74,82 @@ func TestGCFlags(t *testing.T) {
 	}
 }
 
-// TestGCPercentFollowsTheLiveHeap: under --gc-percent auto, GOGC allows
-// gcHeadroom of garbage within [100, 400] % of the live heap, and the
-// tuner follows the heap as it grows and shrinks, without flapping on
-// small changes.
-func TestGCPercentFollowsTheLiveHeap(t *testing.T) {
-	for live, want := range map[uint64]int{0: 400, 4 << 20: 400, 12 << 20: 400, 24 << 20: 200, 48 << 20: 100, 620 << 20: 100} {
-		if got := gcPercentFor(live); got != want {
-			t.Errorf("live heap %d MiB: GOGC %d, want %d", live>>20, got, want)
+// TestGCPercentFor: under --gc-percent auto, GOGC allows gcHeadroom of
+// garbage within [100, 400] % of the live heap, and a larger heap
+// allocated slowly only the garbage that keeps collecting at gcBudget of
+// a CPU, down to gcHeadroom or gcPercentMin.
+func TestGCPercentFor(t *testing.T) {
+	const ns = 1e-9 // a collection's cost: CPU seconds per live byte
+	for _, c := range []struct {
+		live       uint64
+		rate, cost float64
+		want       int
+	}{
+		{0, 0, 0, 400},
+		{12 << 20, 0, 0, 400},                // gcHeadroom is 400 % of a small heap
+		{24 << 20, 0, 0, 200},                // 48 MiB of 24
+		{96 << 20, 0, 0, 50},                 // idle: down to gcHeadroom
+		{620 << 20, 0, 0, 25},                // idle: down to the floor
+		{620 << 20, 1 << 20, ns, 25},         // 1 MiB/s: 21 MiB of garbage keeps 5 %; the floor wins
+		{620 << 20, 20 << 20, ns, 41},        // 20 MiB/s: 262 MiB of garbage keeps 5 %
+		{620 << 20, 100 << 20, ns, 100},      // 100 MiB/s would want 209 %: no more than before
+		{24 << 20, 100 << 20, ns, 200},       // a small heap: as before
+		{620 << 20, 100 << 20, 0.1 * ns, 25}, // a cheaper collection needs less garbage
+	} {
+		if got := gcPercentFor(c.live, c.rate, c.cost); got != c.want {
+			t.Errorf("live %d MiB, %.0f MiB/s, %.1f ns a byte: GOGC %d, want %d", c.live>>20, c.rate/(1<<20), c.cost/ns, got, c.want)
 		}
 	}
+}
+
+// TestGCTunerFollowsTheAllocationRate: the tuner lowers GOGC to its floor
+// while a server with a large heap is idle, and collects once if the
+// runtime does not; it raises GOGC within one interval (to what it
+// allowed before the allocation rate counted) when the server starts
+// allocating fast, keeps it up through a short pause, and lowers it
+// again once the rate has decayed. It measures the collection's cost
+// from the runtime's figures.
+func TestGCTunerFollowsTheAllocationRate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
-		live, percent, sets := uint64(12<<20), 400, 0
+		cur := gcSample{live: 600 << 20}
+		percent, sets, collects := 100, 0, 0
+		markCost := 1e-9 // CPU seconds a collection takes per live byte
 		tuner := &gcTuner{
-			live: func() uint64 { mu.Lock(); defer mu.Unlock(); return live },
+			read: func() gcSample { mu.Lock(); defer mu.Unlock(); return cur },
 			set: func(p int) int {
 				mu.Lock()
 				defer mu.Unlock()
 				old := percent
-				percent = p
-				sets++
+				percent, sets = p, sets+1
 				return old
 			},
-			cur:    400,
+			// Like runtime.GC, a collection the tuner runs is one the
+			// runtime counts.
+			collect: func() {
+				mu.Lock()
+				defer mu.Unlock()
+				collects++
+				cur.cycles++
+				cur.markCPU += markCost * float64(cur.live)
+			},
+			cur:    100,
 			logger: hclog.NewNullLogger(),
 		}
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		go tuner.run(ctx)
 		synctest.Wait()
-		step := func(heap uint64) (int, int) {
+		// tick passes one interval in which the process allocated n
+		// bytes and, if collect, finished one collection that cost
+		// markCost a byte of its live heap.
+		tick := func(n uint64, collect bool) (int, int) {
 			mu.Lock()
-			live = heap
+			cur.allocs += n
+			if collect {
+				cur.cycles++
+				cur.markCPU += markCost * float64(cur.live)
+			}
 			mu.Unlock()
 			time.Sleep(gcTuneInterval)
 			synctest.Wait()
@@ -113,17 +157,115 @@ func TestGCPercentFollowsTheLiveHeap(t *testing.T) {
 			defer mu.Unlock()
 			return percent, sets
 		}
-		_, base := step(12 << 20)
-		if p, n := step(600 << 20); p != 100 || n != base+1 {
-			t.Fatalf("a 600 MiB heap: GOGC %d after %d sets, want 100 after 1", p, n-base)
+		// second passes a second allocating at rate bytes a second.
+		second := func(rate uint64, collect bool) (p, n int) {
+			ticks := uint64(time.Second / gcTuneInterval)
+			for i := range ticks {
+				p, n = tick(rate/ticks, collect && i == 0)
+			}
+			return p, n
 		}
-		if p, n := step(46 << 20); p != 100 || n != base+1 {
-			t.Fatalf("46 MiB (104 %%, within a tenth of 100): GOGC %d after %d sets, want it left at 100", p, n-base)
+		if p, _ := second(1<<20, true); p != gcPercentMin {
+			t.Fatalf("idle: GOGC %d, want the floor %d", p, gcPercentMin)
 		}
-		if p, _ := step(16 << 20); p != 300 {
-			t.Fatalf("a 16 MiB heap: GOGC %d, want 300", p)
+		// collected counts the collections the tuner ran.
+		collected := func() int { mu.Lock(); defer mu.Unlock(); return collects }
+		// The lower GOGC shrinks the heap from the next collection on:
+		// with none from the runtime, the tuner runs one, once, about
+		// gcCollectAfter after lowering it.
+		for range 8 {
+			second(1<<20, false)
+		}
+		if n := collected(); n != 0 {
+			t.Fatalf("9 s after lowering GOGC: %d collections, want none yet", n)
+		}
+		for range 20 {
+			second(1<<20, false)
+		}
+		if n := collected(); n != 1 {
+			t.Fatalf("29 s after lowering GOGC: %d collections, want 1", n)
+		}
+		if p, _ := tick(200<<20/uint64(time.Second/gcTuneInterval), true); p != 100 {
+			t.Fatalf("one interval at 200 MiB/s, 1 ns a byte: GOGC %d, want 100", p)
+		}
+		second(200<<20, false)
+		// The rate it steers by falls by a fifth a second: 102 MiB/s
+		// after three, which still wants more than 100.
+		_, n := second(0, false)
+		second(0, false)
+		if p, n2 := second(0, false); p != 100 || n2 != n {
+			t.Fatalf("three seconds into a pause: GOGC %d after %d more sets, want 100 kept", p, n2-n)
+		}
+		var p int
+		for range 30 {
+			p, _ = second(1<<20, false)
+		}
+		if p != gcPercentMin {
+			t.Fatalf("idle for 30 s after the burst: GOGC %d, want %d", p, gcPercentMin)
+		}
+		if n := collected(); n != 2 {
+			t.Fatalf("idle for 30 s after the burst: the tuner ran %d collections in all, want 2", n)
+		}
+		// Lowered while the runtime collects on its own: no collection
+		// of the tuner's.
+		second(200<<20, true)
+		for range 30 {
+			second(1<<20, true)
+		}
+		if n := collected(); n != 2 {
+			t.Fatalf("lowered while the runtime collected: the tuner ran %d collections in all, want 2", n)
+		}
+		// A heap that breathes does not make GOGC flap: 45 MiB/s wants
+		// 19 % more garbage than 38 MiB/s, 40 MiB/s only 5 %.
+		for range 30 {
+			p, _ = second(38<<20, false)
+		}
+		_, n = second(38<<20, false)
+		if p2, n2 := second(40<<20, false); p2 != p || n2 != n {
+			t.Fatalf("38 then 40 MiB/s: GOGC %d then %d after %d sets, want it left", p, p2, n2-n)
+		}
+		if p2, _ := second(45<<20, false); p2 <= p {
+			t.Fatalf("38 then 45 MiB/s: GOGC %d then %d, want it raised", p, p2)
+		}
+		// Cheaper collections need less garbage: at a quarter of the
+		// cost, 100 MiB/s wants 52 %.
+		mu.Lock()
+		markCost = 0.25e-9
+		mu.Unlock()
+		for range 20 {
+			p, _ = second(100<<20, true)
+		}
+		if p < 47 || p > 57 {
+			t.Fatalf("100 MiB/s at 0.25 ns a byte: GOGC %d, want about 52", p)
 		}
 	})
+}
+
+// TestGCSamplerReadsTheRuntime: every figure the tuner steers by is one
+// this Go has (a misspelt name would read as 0 and leave GOGC at its
+// floor or ceiling).
+func TestGCSamplerReadsTheRuntime(t *testing.T) {
+	read := gcSampler()
+	before := read()
+	sink := make([][]byte, 0, 64)
+	for range 64 {
+		sink = append(sink, make([]byte, 64<<10))
+	}
+	runtime.GC()
+	after := read()
+	runtime.KeepAlive(sink)
+	if after.allocs < before.allocs+64*64<<10 {
+		t.Errorf("allocated bytes went from %d to %d after allocating 4 MiB", before.allocs, after.allocs)
+	}
+	if after.cycles <= before.cycles {
+		t.Errorf("collections went from %d to %d across runtime.GC", before.cycles, after.cycles)
+	}
+	if after.live < 4<<20 {
+		t.Errorf("live heap %d with 4 MiB kept", after.live)
+	}
+	if after.markCPU <= 0 {
+		t.Errorf("collector CPU %v after a collection", after.markCPU)
+	}
 }
 
 // TestServerStartsWithoutProcMeminfo: under systemd's ProcSubset=pid

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -160,7 +161,7 @@ command line override it. docs/config.md lists every key.`,
 			}
 			cfg.Logger.Info("garbage collector", "gc_percent", percent, "follows_live_heap", tune, "memory_limit", limit)
 			if tune {
-				t := &gcTuner{live: liveHeap, set: debug.SetGCPercent, cur: percent, logger: cfg.Logger.Named("gc")}
+				t := &gcTuner{read: gcSampler(), set: debug.SetGCPercent, collect: runtime.GC, cur: percent, logger: cfg.Logger.Named("gc")}
 				go t.run(cmd.Context())
 			}
 			srv, err := cluster.New(cfg)
