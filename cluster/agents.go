@@ -285,14 +285,20 @@ func (a *agentServer) notifyLoop(ctx context.Context) {
 	for {
 		ws := memdb.NewWatchSet()
 		read := a.state.Read()
-		if _, err := read.Intents(ws); err != nil {
-			a.logger.Error("watch intents", "error", err)
-			return
+		_, err := read.Intents(ws)
+		if err == nil {
+			// A release changes desired states without changing an
+			// intent.
+			err = read.WatchReleases(ws)
 		}
-		// A release changes desired states without changing an intent.
-		if err := read.WatchReleases(ws); err != nil {
-			a.logger.Error("watch releases", "error", err)
-			return
+		if err != nil {
+			// Without the watch no change would reach the sessions:
+			// try again rather than stop notifying for good.
+			a.logger.Error("watch intents and releases; retrying in 1s", "error", err)
+			if !sleep(a.clock, time.Second, ctx.Done()) {
+				return
+			}
+			continue
 		}
 		a.mu.Lock()
 		sessions := make([]*agentSession, 0, len(a.sessions))
