@@ -159,7 +159,7 @@ command line override it. docs/config.md lists every key.`,
 			if warning != nil {
 				cfg.Logger.Warn("no memory limit", "error", warning)
 			}
-			cfg.Logger.Info("garbage collector", "gc_percent", percent, "follows_live_heap", tune, "memory_limit", limit)
+			cfg.Logger.Info("garbage collector", "gc_percent", percent, "tuned", tune, "memory_limit", limit)
 			if tune {
 				t := &gcTuner{read: gcSampler(), set: debug.SetGCPercent, collect: runtime.GC, cur: percent, logger: cfg.Logger.Named("gc")}
 				go t.run(cmd.Context())
