@@ -221,9 +221,10 @@ func (a *agentServer) rotate(now time.Time) error {
 	return nil
 }
 
-// Run serves agents until ctx ends. Then it stops accepting, closes every
-// session left (a drain told them to go already; drain.go) with "shutting
-// down", all at once, waits for all its goroutines and closes the socket.
+// Run serves agents until ctx ends. Then it stops accepting; every
+// connection left, session or not (a drain told the sessions to go
+// already; drain.go), is closed with "shutting down" by its own goroutine
+// at once (serveConn); Run waits for them all and closes the socket.
 func (a *agentServer) Run(ctx context.Context) error {
 	a.wg.Go(func() { a.acceptLoop(ctx) })
 	a.wg.Go(func() { a.rotateLoop(ctx) })
@@ -232,9 +233,9 @@ func (a *agentServer) Run(ctx context.Context) error {
 	a.wg.Go(func() { a.sync.Run(ctx) })
 	<-ctx.Done()
 	start := a.clock.Mono()
+	n := a.count()
 	a.ln.Close()
-	n := a.closeAll(wire.CloseShuttingDown, "server shutting down")
-	a.wg.Wait()
+	a.wg.Wait() // each connection's goroutine closed it (serveConn)
 	a.closeSockets()
 	a.logger.Info("agent sessions closed", "sessions", n, "took", a.clock.Mono().Sub(start))
 	return nil

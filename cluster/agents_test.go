@@ -333,3 +333,62 @@ func TestUnknownMajorVersionIsRejected(t *testing.T) {
 		t.Fatalf("unknown major: %v", err)
 	}
 }
+
+// TestStopClosesAConnectionBeforeItsHello: a server that stops closes an
+// agent connection that has not sent its Hello yet with "shutting down",
+// as it closes its sessions. An agent's round-trip probe opens such
+// connections; one left to its handshake timeout held the stop for up to
+// wire.HandshakeIdleTimeout (and closed it as a protocol error).
+func TestStopClosesAConnectionBeforeItsHello(t *testing.T) {
+	pki := newTestPKI(t)
+	c := newTestCluster(t, 1, pki.withAgents(t))
+	srv := c.Server(0)
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &quic.Transport{Conn: udp}
+	defer tr.Close()
+	raddr, err := net.ResolveUDPAddr("udp", srv.AgentAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	// The server sends its session ticket once it has completed the
+	// handshake; closed before that, the connection would carry only a
+	// generic APPLICATION_ERROR, as QUIC hides the code from a peer not
+	// yet authenticated.
+	tlsConf := pki.deviceTLS(t, "dev-1")
+	ticket := &ticketSignal{ClientSessionCache: tls.NewLRUClientSessionCache(1), got: make(chan struct{}, 1)}
+	tlsConf.ClientSessionCache = ticket
+	conn, err := tr.Dial(ctx, raddr, tlsConf, wire.ClientQUICConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ticket.got:
+	case <-ctx.Done():
+		t.Fatal("no session ticket from the server")
+	}
+	go srv.Shutdown()
+	<-conn.Context().Done()
+	var ae *quic.ApplicationError
+	if err := context.Cause(conn.Context()); !errors.As(err, &ae) || !ae.Remote || ae.ErrorCode != wire.CloseShuttingDown {
+		t.Fatalf("connection closed with %v, want the server's %s", err, wire.CloseCodeName(wire.CloseShuttingDown))
+	}
+}
+
+// ticketSignal is a client session cache that says when a ticket arrived.
+type ticketSignal struct {
+	tls.ClientSessionCache
+	got chan struct{}
+}
+
+func (c *ticketSignal) Put(key string, cs *tls.ClientSessionState) {
+	c.ClientSessionCache.Put(key, cs)
+	select {
+	case c.got <- struct{}{}:
+	default:
+	}
+}

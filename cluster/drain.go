@@ -9,7 +9,6 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
-	"github.com/quic-go/quic-go"
 
 	"github.com/meteor-edge/meteor/wire"
 )
@@ -260,21 +259,4 @@ func (a *agentServer) redirectsFor(deviceID string, labels map[string]string) []
 		out = out[:wire.MaxRedirects]
 	}
 	return out
-}
-
-// closeAll closes every session's connection at once: each close waits
-// for the connection's own goroutine, which waits for the socket.
-func (a *agentServer) closeAll(code quic.ApplicationErrorCode, reason string) int {
-	a.mu.Lock()
-	sessions := make([]*agentSession, 0, len(a.sessions))
-	for sess := range a.sessions {
-		sessions = append(sessions, sess)
-	}
-	a.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, sess := range sessions {
-		wg.Go(func() { sess.conn.CloseWithError(code, reason) })
-	}
-	wg.Wait()
-	return len(sessions)
 }

@@ -105,6 +105,13 @@ type agentSession struct {
 // server's context.
 func (a *agentServer) serveConn(srvCtx context.Context, conn *quic.Conn) {
 	ctx := conn.Context()
+	// The server's stop closes every agent connection, sessions and those
+	// not yet one alike: a connection that never sends its Hello (an
+	// agent's round-trip probe does not) would otherwise hold the stop
+	// for up to wire.HandshakeIdleTimeout, and one whose registration
+	// waits on Raft for up to the apply timeout.
+	unwatch := context.AfterFunc(srvCtx, func() { conn.CloseWithError(wire.CloseShuttingDown, "server shutting down") })
+	defer unwatch()
 	var stream *quic.Stream
 	err := a.handshake(ctx, conn, &stream)
 	code, reason := closeCode(err)
