@@ -181,22 +181,23 @@ const gcTuneInterval = 250 * time.Millisecond
 const gcRateDecay = 0.8
 
 // gcTuner keeps GOGC at gcPercentFor of the live heap, the allocation
-// rate and the cost of a collection, all measured. read and set are
-// gcSampler's reader and debug.SetGCPercent outside tests; cur is GOGC as apply
-// left it.
+// rate and the cost of a collection, all measured. read, set and collect
+// are gcSampler's reader, debug.SetGCPercent and runtime.GC outside
+// tests; cur is GOGC as apply left it.
 type gcTuner struct {
 	read    func() gcSample
 	set     func(int) int
-	collect func() // runtime.GC outside tests
+	collect func()
 	cur     int
 	logger  hclog.Logger
 
 	last gcSample
 	rate float64 // bytes allocated a second, decaying (gcRateDecay)
 	cost float64 // CPU seconds a collection took per byte of live heap
-	// lowered counts the intervals since GOGC was lowered with no
-	// collection since (0: none pending); see step.
-	lowered int
+	// pending is set when GOGC was lowered and no collection came since,
+	// pendingFor ago; see step.
+	pending    bool
+	pendingFor time.Duration
 }
 
 // gcCollectAfter is how long gcTuner waits, after lowering GOGC, for the
@@ -230,16 +231,16 @@ func (t *gcTuner) step(s gcSample, dt time.Duration) {
 	if s.allocs >= t.last.allocs && dt > 0 {
 		t.rate = max(float64(s.allocs-t.last.allocs)/dt.Seconds(), t.rate*math.Pow(gcRateDecay, dt.Seconds()))
 	}
-	if s.cycles > t.last.cycles && s.live > 0 && s.markCPU >= t.last.markCPU {
-		c := (s.markCPU - t.last.markCPU) / float64(s.cycles-t.last.cycles) / float64(s.live)
-		if t.cost == 0 {
-			t.cost = c
-		} else {
-			t.cost = 0.7*t.cost + 0.3*c
-		}
-	}
 	if s.cycles > t.last.cycles {
-		t.lowered = 0 // the goal now follows GOGC
+		t.pending = false // the goal now follows GOGC
+		if s.live > 0 && s.markCPU >= t.last.markCPU {
+			c := (s.markCPU - t.last.markCPU) / float64(s.cycles-t.last.cycles) / float64(s.live)
+			if t.cost == 0 {
+				t.cost = c
+			} else {
+				t.cost = 0.7*t.cost + 0.3*c
+			}
+		}
 	}
 	t.last = s
 	want := gcPercentFor(s.live, t.rate, t.cost)
@@ -247,8 +248,8 @@ func (t *gcTuner) step(s gcSample, dt time.Duration) {
 		t.set(want)
 		t.logger.Debug("garbage collector follows the heap", "gc_percent", want, "was", t.cur,
 			"live_heap", s.live, "alloc_rate", int64(t.rate), "mark_ns_per_mib", int64(t.cost*1e9*(1<<20)))
-		if want < t.cur {
-			t.lowered = max(t.lowered, 1)
+		if want < t.cur && !t.pending {
+			t.pending, t.pendingFor = true, 0
 		}
 		t.cur = want
 	}
@@ -260,13 +261,13 @@ func (t *gcTuner) step(s gcSample, dt time.Duration) {
 	// spell's memory until then: so once GOGC is lowered and no
 	// collection came within gcCollectAfter, the tuner collects once.
 	switch {
-	case t.lowered == 0:
-	case time.Duration(t.lowered)*dt >= gcCollectAfter:
-		t.lowered = 0
+	case !t.pending:
+	case t.pendingFor >= gcCollectAfter:
+		t.pending = false
 		t.logger.Debug("collecting after lowering GOGC", "gc_percent", t.cur)
 		t.collect()
 	default:
-		t.lowered++
+		t.pendingFor += dt
 	}
 }
 
