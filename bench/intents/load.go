@@ -86,7 +86,7 @@ type window struct {
 // warmup+duration) count; the rest is warm-up or drain.
 func runWindow(ctx context.Context, hc *http.Client, w *workload, sys *system, p levelParams) (*window, error) {
 	procs := sys.procs
-	keys := len(w.bodies)
+	keys := w.keys()
 	if keys < p.clients {
 		return nil, fmt.Errorf("%d keys cannot give %d clients distinct keys", keys, p.clients)
 	}
@@ -212,7 +212,7 @@ func sleepThenCPU(ctx context.Context, t time.Time, procs []*benchkit.Proc) (ser
 // runClient is one closed-loop client.
 func runClient(ctx context.Context, hc *http.Client, w *workload, c, clients int, start, end time.Time) clientResult {
 	r := clientResult{latencies: make([]time.Duration, 0, 1024)}
-	keys := len(w.bodies)
+	keys := w.keys()
 	server := c % len(w.urls)
 	for j := 0; ; j++ {
 		if ctx.Err() != nil || !time.Now().Before(end) {
@@ -220,7 +220,7 @@ func runClient(ctx context.Context, hc *http.Client, w *workload, c, clients int
 		}
 		k := clientKey(c, clients, j, keys)
 		t0 := time.Now()
-		err := send(ctx, hc, w.method, w.contentType, w.urls[server][k], w.bodies[k])
+		err := send(ctx, hc, w.method, w.contentType, w.urls[server][k], w.next(k))
 		t1 := time.Now()
 		server = (server + 1) % len(w.urls)
 		if ctx.Err() != nil {

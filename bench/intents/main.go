@@ -66,8 +66,9 @@ bench/results/intents.{json,md}.`, errOut)
 		return nil, errors.New("-rounds must be at least 1")
 	case c.keys < slices.Max(c.clients):
 		return nil, fmt.Errorf("-keys %d: need at least as many keys as clients (%d)", c.keys, slices.Max(c.clients))
-	case c.docSize < docOverhead(keyName(0, c.keys)):
-		return nil, fmt.Errorf("-doc-size %d: the smallest document is %d bytes", c.docSize, docOverhead(keyName(0, c.keys)))
+	case c.docSize <= docOverhead(keyName(0, c.keys)):
+		// One byte of content at least, so that a key's versions differ.
+		return nil, fmt.Errorf("-doc-size %d: the smallest document is %d bytes", c.docSize, docOverhead(keyName(0, c.keys))+1)
 	case c.docSize > 512<<10:
 		return nil, errors.New("-doc-size: at most 512 KiB (Meteor's document limit is 1 MiB)")
 	}
@@ -188,9 +189,9 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		}
 		workloads[s.name] = w
 	}
-	rep.Params.MeteorRequestBytes = len(workloads["meteor"].bodies[0])
+	rep.Params.MeteorRequestBytes = len(workloads["meteor"].bodies[0][0])
 	if w := workloads["etcd"]; w != nil {
-		rep.Params.EtcdRequestBytes = len(w.bodies[0])
+		rep.Params.EtcdRequestBytes = len(w.bodies[0][0])
 	}
 	rep.Params.LeaderOnly = cfg.leaderOnly
 
@@ -289,7 +290,7 @@ func notes(rep *report) []string {
 			fmt.Sprintf("etcd receives POST %s through its gRPC-JSON gateway with the same document bytes as the value of key %s{name}, base64-encoded as the gateway requires (%d-byte body). ", rep.Versions.EtcdGateway, etcdKeyPrefix, p.EtcdRequestBytes) +
 			"Both systems are driven over HTTP/1.1 with keep-alive connections from one client.",
 		"Both systems sync to disk before acknowledging: Meteor through raft-boltdb, etcd with its default WAL fsync (no --unsafe-no-fsync).",
-		fmt.Sprintf("Each client writes only its own keys, cycling through %d names in all; overwrites are the common case once the key space is full.", p.Keys),
+		fmt.Sprintf("Each client writes only its own keys, cycling through %d names in all; overwrites are the common case once the key space is full. Each write of a key sends a document that differs from the one its last write sent (%d versions in turn): Meteor applies a document equal to the stored one as a no-op, etcd does not.", p.Keys, docVersions),
 		fmt.Sprintf("Both clusters run throughout on the same machine as the load generator. At each level the systems take turns, %d measured windows of %.0f s each, in alternating order (Meteor then etcd, then etcd then Meteor, ...), so that the machine's changes of speed hit both alike; a level's row pools its system's windows: writes/s over their summed length, percentiles over all their writes (round_writes_per_s in the JSON gives each window's). ", p.Rounds, p.DurationSec) +
 			"Server CPU ms/write is the CPU time of all three servers in the windows divided by the writes they completed.",
 		"Leader elections are those held in the window, won or not: the growth of the highest Raft term the servers report (Meteor: GET /v1/health; etcd: its maintenance status).",

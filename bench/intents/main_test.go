@@ -16,20 +16,27 @@ func TestIntentDocIsExactSizeAndValid(t *testing.T) {
 	for _, keys := range []int{1, 10, 10000, 123456} {
 		for _, i := range []int{0, keys / 2, keys - 1} {
 			name := keyName(i, keys)
-			for _, size := range []int{docOverhead(name), 200, 512, 4096} {
-				doc, err := intentDoc(name, size)
-				if err != nil {
-					t.Fatalf("intentDoc(%q, %d): %v", name, size, err)
+			for _, size := range []int{docOverhead(name) + 1, 200, 512, 4096} {
+				var versions []string
+				for v := range docVersions {
+					doc, err := intentDoc(name, v, size)
+					if err != nil {
+						t.Fatalf("intentDoc(%q, %d, %d): %v", name, v, size, err)
+					}
+					if len(doc) != size {
+						t.Errorf("intentDoc(%q, %d, %d) is %d bytes", name, v, size, len(doc))
+					}
+					in, err := intent.Parse(doc)
+					if err != nil {
+						t.Fatalf("intentDoc(%q, %d, %d) does not parse: %v\n%s", name, v, size, err, doc)
+					}
+					if in.Name != name {
+						t.Errorf("parsed name %q, want %q", in.Name, name)
+					}
+					versions = append(versions, string(doc))
 				}
-				if len(doc) != size {
-					t.Errorf("intentDoc(%q, %d) is %d bytes", name, size, len(doc))
-				}
-				in, err := intent.Parse(doc)
-				if err != nil {
-					t.Fatalf("intentDoc(%q, %d) does not parse: %v\n%s", name, size, err, doc)
-				}
-				if in.Name != name {
-					t.Errorf("parsed name %q, want %q", in.Name, name)
+				if versions[0] == versions[1] {
+					t.Errorf("intentDoc(%q, v, %d): the versions are equal", name, size)
 				}
 			}
 		}
@@ -38,14 +45,17 @@ func TestIntentDocIsExactSizeAndValid(t *testing.T) {
 
 func TestIntentDocTooSmall(t *testing.T) {
 	name := keyName(3, 10000)
-	if _, err := intentDoc(name, docOverhead(name)-1); err == nil {
+	if _, err := intentDoc(name, 0, docOverhead(name)-1); err == nil {
 		t.Fatal("intentDoc below the overhead: no error")
+	}
+	if _, err := intentDoc(name, 1, docOverhead(name)); err == nil {
+		t.Fatal("a second version without content: no error")
 	}
 }
 
 func TestIntentDocsDifferByName(t *testing.T) {
-	a, _ := intentDoc(keyName(1, 10000), 512)
-	b, _ := intentDoc(keyName(2, 10000), 512)
+	a, _ := intentDoc(keyName(1, 10000), 0, 512)
+	b, _ := intentDoc(keyName(2, 10000), 0, 512)
 	pa := a[len(docPrefix)+len(keyName(1, 10000))+len(docMiddle):]
 	pb := b[len(docPrefix)+len(keyName(2, 10000))+len(docMiddle):]
 	if string(pa) == string(pb) {
@@ -93,7 +103,7 @@ func TestEtcdBodyCarriesTheDocument(t *testing.T) {
 		t.Fatal(err)
 	}
 	var req etcdPutRequest
-	if err := json.Unmarshal(w.bodies[42], &req); err != nil {
+	if err := json.Unmarshal(w.bodies[1][42], &req); err != nil {
 		t.Fatal(err)
 	}
 	key, _ := base64.StdEncoding.DecodeString(req.Key)
@@ -101,8 +111,8 @@ func TestEtcdBodyCarriesTheDocument(t *testing.T) {
 	if string(key) != etcdKeyPrefix+"bench-42" {
 		t.Errorf("key %q", key)
 	}
-	if string(val) != string(m.bodies[42]) {
-		t.Errorf("etcd value differs from Meteor's document:\n%s\n%s", val, m.bodies[42])
+	if string(val) != string(m.bodies[1][42]) {
+		t.Errorf("etcd value differs from Meteor's document:\n%s\n%s", val, m.bodies[1][42])
 	}
 	if got, want := m.urls[1][42], "http://b/v1/intents/bench-42"; got != want {
 		t.Errorf("meteor url %q, want %q", got, want)
@@ -218,5 +228,23 @@ func TestSystemsTakeTurnsInAlternatingOrder(t *testing.T) {
 	}
 	if want := []string{"meteor", "etcd", "etcd", "meteor", "meteor", "etcd"}; !slices.Equal(got, want) {
 		t.Errorf("order %v, want %v", got, want)
+	}
+}
+
+// Meteor applies a document equal to the stored one as a no-op, so every
+// write the benchmark sends must change its key's document.
+func TestEveryWriteChangesTheDocument(t *testing.T) {
+	m, err := meteorWorkload([]string{"http://a"}, 100, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := map[int]string{}
+	for j := range 1000 {
+		k := clientKey(j%4, 4, j/4, m.keys())
+		body := string(m.next(k))
+		if prev, ok := last[k]; ok && prev == body {
+			t.Fatalf("write %d of key %d sends the document its last write sent", j, k)
+		}
+		last[k] = body
 	}
 }
