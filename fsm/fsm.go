@@ -61,6 +61,9 @@ func (f *FSM) ApplyBatch(indexes []uint64, data [][]byte) []ApplyResult {
 		f.cps.take(txn, indexes[i])
 		out[i] = f.applyLocked(txn, indexes[i], d)
 	}
+	if err := f.trimAudit(txn); err != nil {
+		panic(fmt.Sprintf("fsm: %v", err))
+	}
 	txn.Commit()
 	f.events.publish()
 	return out

@@ -491,3 +491,41 @@ func TestSecurityStateSnapshot(t *testing.T) {
 		t.Fatalf("device of an old snapshot after set labels: %+v", d)
 	}
 }
+
+// The audit log is trimmed once a batch (trimAudit), so a batch of
+// commands must leave the state that applying them one at a time leaves,
+// whatever the batch boundaries: replicas batch the same log differently.
+func TestAuditTrimmedByBatchAsByCommand(t *testing.T) {
+	var cmds [][]byte
+	for i := range 23 {
+		cmds = append(cmds, mustEncode(t, PutIntentType, &PutIntentRequest{Intent: testIntent(fmt.Sprintf("web-%d", i%4), string(rune('a'+i))), Actor: alice}))
+	}
+	var want string
+	for _, batch := range []int{1, 2, 5, 23} {
+		a := newApplier(t, Config{AuditLimit: 4})
+		for start := 0; start < len(cmds); start += batch {
+			end := min(start+batch, len(cmds))
+			idx := make([]uint64, 0, batch)
+			for range cmds[start:end] {
+				a.idx++
+				idx = append(idx, a.idx)
+			}
+			for _, res := range a.f.ApplyBatch(idx, cmds[start:end]) {
+				if res.Err != nil {
+					t.Fatal(res.Err)
+				}
+			}
+			if recs, _ := a.f.Read().Audit(nil, AuditQuery{}); len(recs) > 4 {
+				t.Fatalf("batches of %d: %d audit records after the batch ending at %d, limit 4", batch, len(recs), a.idx)
+			}
+		}
+		got := a.state()
+		if batch == 1 {
+			want = got
+			continue
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("batches of %d: state differs from one command at a time (-want +got):\n%s", batch, diff)
+		}
+	}
+}
