@@ -30,11 +30,13 @@ import (
 // as the live heap, memory the machine gives for no CPU saved. So by
 // default (--gc-percent auto) GOGC follows both the live heap and the
 // rate the process allocates at (gcTuner, gcPercentFor): gcHeadroom of
-// garbage between collections within [100, 400] % of the live heap, as
-// before, but a large heap allocated slowly keeps only the garbage that
-// holds collecting to gcBudget of a CPU, down to gcPercentMin. The
-// memory limit keeps any setting safe, since the collector then runs as
-// often as it must to stay under it, whatever GOGC says.
+// garbage between collections within [100, 400] % of the live heap, more
+// on a machine with memory to spare (up to gcLimitShare of the memory
+// limit) while the server allocates fast, and less for a large heap
+// allocated slowly: only the garbage that holds collecting to gcBudget
+// of a CPU, down to gcPercentMin. The memory limit keeps any setting
+// safe, since the collector then runs as often as it must to stay under
+// it, whatever GOGC says.
 type gcFlags struct {
 	percent string
 	limit   string
@@ -51,10 +53,17 @@ const (
 	gcPercentMax = 400
 	gcHeadroom   = 48 << 20
 	gcBudget     = 0.05
+	// gcLimitShare is the share of the memory limit that garbage
+	// between collections may take while the server allocates fast.
+	// Under a write load a server holding 10,000 intents with their
+	// history (a live heap of about 170 MiB) allocates hundreds of MiB a
+	// second; at GOGC 100 collecting took a quarter of the three
+	// servers' CPU (docs/performance.md, "Per write").
+	gcLimitShare = 1.0 / 16
 )
 
 func (g *gcFlags) register(f *pflag.FlagSet) {
-	f.StringVar(&g.percent, "gc-percent", "auto", `the garbage collector's GOGC (percent of the live heap allocated between collections; -1 turns it off below the memory limit), or "auto": 48 MiB of garbage between collections, within 100 to 400 % of the live heap, and down to 25 % of a heap larger than 48 MiB while the server allocates slowly enough that collecting takes under 5 % of a CPU; the GOGC variable, if set, wins`)
+	f.StringVar(&g.percent, "gc-percent", "auto", `the garbage collector's GOGC (percent of the live heap allocated between collections; -1 turns it off below the memory limit), or "auto": as much garbage between collections as keeps collecting under 5 % of a CPU, within 25 to 400 % of the live heap: at most 48 MiB, the live heap or a sixteenth of the memory limit, whichever is most, and at least 48 MiB or 25 % of the live heap; the GOGC variable, if set, wins`)
 	f.StringVar(&g.limit, "memory-limit", "auto", `soft memory limit of the process (as GOMEMLIMIT: 2GiB, 512MiB...), "auto" for 75 % of the memory of its cgroup or, without a limit there, of the machine, or "off"; the GOMEMLIMIT variable, if set, wins`)
 }
 
@@ -64,19 +73,7 @@ func (g *gcFlags) register(f *pflag.FlagSet) {
 // a sandbox may hide what auto reads, and that must not stop a server).
 // tune is true when GOGC is to follow the heap (gcTuner).
 func (g *gcFlags) apply() (percent int, limit int64, tune bool, warning error, err error) {
-	if os.Getenv("GOGC") == "" {
-		switch g.percent {
-		case "auto", "":
-			tune = true
-			debug.SetGCPercent(gcPercentFor(gcSampler()().live, 0, 0))
-		default:
-			n, err := strconv.Atoi(g.percent)
-			if err != nil || n < -1 {
-				return 0, 0, false, nil, fmt.Errorf("--gc-percent %q: want auto, -1 or a percentage such as 200", g.percent)
-			}
-			debug.SetGCPercent(n)
-		}
-	}
+	// The memory limit first: GOGC under auto depends on it.
 	if os.Getenv("GOMEMLIMIT") == "" {
 		switch g.limit {
 		case "off", "":
@@ -94,6 +91,19 @@ func (g *gcFlags) apply() (percent int, limit int64, tune bool, warning error, e
 			debug.SetMemoryLimit(n)
 		}
 	}
+	if os.Getenv("GOGC") == "" {
+		switch g.percent {
+		case "auto", "":
+			tune = true
+			debug.SetGCPercent(gcPercentFor(gcSampler()().live, 0, 0, debug.SetMemoryLimit(-1)))
+		default:
+			n, err := strconv.Atoi(g.percent)
+			if err != nil || n < -1 {
+				return 0, 0, false, nil, fmt.Errorf("--gc-percent %q: want auto, -1 or a percentage such as 200", g.percent)
+			}
+			debug.SetGCPercent(n)
+		}
+	}
 	percent = debug.SetGCPercent(-1)
 	debug.SetGCPercent(percent)
 	return percent, debug.SetMemoryLimit(-1), tune, warning, nil
@@ -101,22 +111,25 @@ func (g *gcFlags) apply() (percent int, limit int64, tune bool, warning error, e
 
 // gcPercentFor is GOGC under --gc-percent auto for a live heap of live
 // bytes, allocating rate bytes a second, where a collection costs cost
-// CPU seconds per byte of live heap.
+// CPU seconds per byte of live heap, under a memory limit of limit bytes
+// (math.MaxInt64 or less than 1: none).
 //
-// The most garbage it allows is what it always allowed: gcHeadroom, or
-// as much as the live heap once that is larger, within [100, 400] % of
-// it. A large heap allocated slowly gets less: a collection comes every
-// headroom bytes allocated and costs cost*live, so collecting takes
-// rate*cost*live/headroom of a CPU, and the headroom that keeps that at
-// gcBudget is enough, down to gcHeadroom or gcPercentMin of the live heap,
-// whichever is more. Without figures (rate or cost 0) a large heap gets
-// that least headroom.
-func gcPercentFor(live uint64, rate, cost float64) int {
+// A collection comes every headroom bytes allocated and costs cost*live,
+// so collecting takes rate*cost*live/headroom of a CPU: the headroom
+// that keeps that at gcBudget is what it wants. It allows at most
+// gcHeadroom, the live heap, or gcLimitShare of the memory limit,
+// whichever is most, within gcPercentMax of the live heap; and at least
+// gcHeadroom or gcPercentMin of the live heap, whichever is more. Without
+// figures (rate or cost 0) it allows that least headroom.
+func gcPercentFor(live uint64, rate, cost float64, limit int64) int {
 	if live == 0 {
 		return gcPercentMax
 	}
 	least := float64(gcHeadroom) * 100 / float64(live)
 	most := max(least, 100)
+	if limit > 0 && limit < math.MaxInt64 {
+		most = max(most, float64(limit)*gcLimitShare*100/float64(live))
+	}
 	want := rate * cost / gcBudget * 100
 	return int(min(max(min(want, most), least, gcPercentMin), gcPercentMax))
 }
@@ -183,12 +196,14 @@ const gcRateDecay = 0.8
 // gcTuner keeps GOGC at gcPercentFor of the live heap, the allocation
 // rate and the cost of a collection, all measured. read, set and collect
 // are gcSampler's reader, debug.SetGCPercent and runtime.GC outside
-// tests; cur is GOGC as apply left it.
+// tests; cur is GOGC as apply left it, limit the memory limit (see
+// gcPercentFor).
 type gcTuner struct {
 	read    func() gcSample
 	set     func(int) int
 	collect func()
 	cur     int
+	limit   int64
 	logger  hclog.Logger
 
 	last gcSample
@@ -243,7 +258,7 @@ func (t *gcTuner) step(s gcSample, dt time.Duration) {
 		}
 	}
 	t.last = s
-	want := gcPercentFor(s.live, t.rate, t.cost)
+	want := gcPercentFor(s.live, t.rate, t.cost, t.limit)
 	if diff := want - t.cur; diff*10 > t.cur || -diff*10 > t.cur {
 		t.set(want)
 		t.logger.Debug("garbage collector follows the heap", "gc_percent", want, "was", t.cur,

@@ -80,24 +80,34 @@ func TestGCFlags(t *testing.T) {
 // a CPU, down to gcHeadroom or gcPercentMin.
 func TestGCPercentFor(t *testing.T) {
 	const ns = 1e-9 // a collection's cost: CPU seconds per live byte
+	const none = math.MaxInt64
 	for _, c := range []struct {
 		live       uint64
 		rate, cost float64
+		limit      int64
 		want       int
 	}{
-		{0, 0, 0, 400},
-		{12 << 20, 0, 0, 400},                // gcHeadroom is 400 % of a small heap
-		{24 << 20, 0, 0, 200},                // 48 MiB of 24
-		{96 << 20, 0, 0, 50},                 // idle: down to gcHeadroom
-		{620 << 20, 0, 0, 25},                // idle: down to the floor
-		{620 << 20, 1 << 20, ns, 25},         // 1 MiB/s: 21 MiB of garbage keeps 5 %; the floor wins
-		{620 << 20, 20 << 20, ns, 41},        // 20 MiB/s: 262 MiB of garbage keeps 5 %
-		{620 << 20, 100 << 20, ns, 100},      // 100 MiB/s would want 209 %: no more than before
-		{24 << 20, 100 << 20, ns, 200},       // a small heap: as before
-		{620 << 20, 100 << 20, 0.1 * ns, 25}, // a cheaper collection needs less garbage
+		{0, 0, 0, none, 400},
+		{12 << 20, 0, 0, none, 400},                // gcHeadroom is 400 % of a small heap
+		{24 << 20, 0, 0, none, 200},                // 48 MiB of 24
+		{96 << 20, 0, 0, none, 50},                 // idle: down to gcHeadroom
+		{620 << 20, 0, 0, none, 25},                // idle: down to the floor
+		{620 << 20, 1 << 20, ns, none, 25},         // 1 MiB/s: 21 MiB of garbage keeps 5 %; the floor wins
+		{620 << 20, 20 << 20, ns, none, 41},        // 20 MiB/s: 262 MiB of garbage keeps 5 %
+		{620 << 20, 100 << 20, ns, none, 100},      // 100 MiB/s would want 209 %: no more than the live heap
+		{24 << 20, 100 << 20, ns, none, 200},       // a small heap: gcHeadroom
+		{620 << 20, 100 << 20, 0.1 * ns, none, 25}, // a cheaper collection needs less garbage
+		{620 << 20, 100 << 20, ns, 0, 100},         // a limit of 0 is none
+		// With a memory limit, up to a sixteenth of it while allocating fast.
+		{620 << 20, 100 << 20, ns, 16 << 30, 165},  // 1 GiB of 620 MiB; 209 % wanted
+		{620 << 20, 100 << 20, ns, 8 << 30, 100},   // a sixteenth is less than the live heap
+		{170 << 20, 300 << 20, ns, 18 << 30, 400},  // a write load: 629 % wanted, 677 % allowed, 400 at most
+		{170 << 20, 30 << 20, ns, 18 << 30, 62},    // a slower one needs less
+		{170 << 20, 0, 0, 18 << 30, 28},            // idle: gcHeadroom, as without a limit
+		{4200 << 20, 300 << 20, ns, 18 << 30, 100}, // a heap above a sixteenth of the limit: the live heap
 	} {
-		if got := gcPercentFor(c.live, c.rate, c.cost); got != c.want {
-			t.Errorf("live %d MiB, %.0f MiB/s, %.1f ns a byte: GOGC %d, want %d", c.live>>20, c.rate/(1<<20), c.cost/ns, got, c.want)
+		if got := gcPercentFor(c.live, c.rate, c.cost, c.limit); got != c.want {
+			t.Errorf("live %d MiB, %.0f MiB/s, %.1f ns a byte, limit %d MiB: GOGC %d, want %d", c.live>>20, c.rate/(1<<20), c.cost/ns, c.limit>>20, got, c.want)
 		}
 	}
 }
