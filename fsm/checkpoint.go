@@ -68,6 +68,10 @@ func (cs *checkpoints) take(txn *memdb.Txn, next uint64) {
 		// The state has passed c already (it was restored past it).
 		return
 	}
+	// The snapshot reads the meta table: the staged values go there first.
+	if err := flushMeta(txn); err != nil {
+		panic(fmt.Sprintf("fsm: checkpoint %d: %v", c, err))
+	}
 	cs.list = append(cs.list, &checkpoint{at: c, txn: txn.Snapshot()})
 	if len(cs.list) > checkpointsKept {
 		cs.list = slices.Delete(cs.list, 0, len(cs.list)-checkpointsKept)

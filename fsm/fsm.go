@@ -56,12 +56,16 @@ func (f *FSM) ApplyBatch(indexes []uint64, data [][]byte) []ApplyResult {
 	db, _ := f.current()
 	txn := db.Txn(true)
 	defer txn.Abort()
+	defer stageMeta(txn)()
 	out := make([]ApplyResult, len(data))
 	for i, d := range data {
 		f.cps.take(txn, indexes[i])
 		out[i] = f.applyLocked(txn, indexes[i], d)
 	}
 	if err := f.trimAudit(txn); err != nil {
+		panic(fmt.Sprintf("fsm: %v", err))
+	}
+	if err := flushMeta(txn); err != nil {
 		panic(fmt.Sprintf("fsm: %v", err))
 	}
 	txn.Commit()

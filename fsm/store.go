@@ -338,24 +338,6 @@ func (r *Read) IntentsFor(ws memdb.WatchSet, labels map[string]string) ([]*Inten
 	return out, nil
 }
 
-func metaValue(txn *memdb.Txn, key string) uint64 {
-	raw, err := txn.First(tableMeta, "id", key)
-	if err != nil {
-		panic(fmt.Sprintf("fsm: read meta %q: %v", key, err))
-	}
-	if raw == nil {
-		return 0
-	}
-	return raw.(*metaRecord).Value
-}
-
-func setMeta(txn *memdb.Txn, key string, v uint64) error {
-	if err := txn.Insert(tableMeta, &metaRecord{Key: key, Value: v}); err != nil {
-		return fmt.Errorf("write meta %q: %w", key, err)
-	}
-	return nil
-}
-
 // Timeline returns a device's retained status transitions, oldest first.
 func (r *Read) Timeline(ws memdb.WatchSet, device string) ([]*TimelineEntry, error) {
 	it, err := r.txn.LowerBound(tableTimeline, "id", device, uint64(0))
