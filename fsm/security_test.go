@@ -529,3 +529,46 @@ func TestAuditTrimmedByBatchAsByCommand(t *testing.T) {
 		}
 	}
 }
+
+// Replicas batch the same log differently: a batch must leave an intent's
+// history, its trims and their DroppedFrom marks as one command at a time
+// leaves them.
+func TestHistoryTrimmedByBatchAsByCommand(t *testing.T) {
+	var cmds [][]byte
+	for i := range 41 {
+		name := fmt.Sprintf("web-%d", i%3)
+		if i%9 == 8 {
+			cmds = append(cmds, mustEncode(t, DeleteIntentType, &DeleteIntentRequest{Name: name, Actor: alice}))
+			continue
+		}
+		cmds = append(cmds, mustEncode(t, PutIntentType, &PutIntentRequest{Intent: testIntent(name, fmt.Sprint(i)), Actor: alice}))
+	}
+	var want string
+	for _, batch := range []int{1, 2, 7, 41} {
+		a := newApplier(t, Config{HistoryLimit: 3})
+		for start := 0; start < len(cmds); start += batch {
+			end := min(start+batch, len(cmds))
+			idx := make([]uint64, 0, batch)
+			for range cmds[start:end] {
+				a.idx++
+				idx = append(idx, a.idx)
+			}
+			for _, res := range a.f.ApplyBatch(idx, cmds[start:end]) {
+				if res.Err != nil {
+					t.Fatal(res.Err)
+				}
+			}
+		}
+		got := a.state()
+		if !strings.Contains(got, `"dropped_from"`) {
+			t.Fatalf("batches of %d: no history was trimmed:\n%s", batch, got)
+		}
+		if batch == 1 {
+			want = got
+			continue
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("batches of %d: state differs from one command at a time (-want +got):\n%s", batch, diff)
+		}
+	}
+}
