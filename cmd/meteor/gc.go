@@ -56,14 +56,18 @@ const (
 	// gcLimitShare is the share of the memory limit that garbage
 	// between collections may take while the server allocates fast.
 	// Under a write load a server holding 10,000 intents with their
-	// history (a live heap of about 170 MiB) allocates hundreds of MiB a
+	// history (a live heap of about 170 MiB) allocates over 100 MiB a
 	// second; at GOGC 100 collecting took a quarter of the three
-	// servers' CPU (docs/performance.md, "Per write").
-	gcLimitShare = 1.0 / 16
+	// servers' CPU (docs/performance.md, "The writes row measured
+	// no-ops"). A sixteenth let a server holding 10,000 idle sessions
+	// (600 MiB live) keep 30 KiB more of RSS a session after a burst
+	// (make bench-sessions); a thirty-second gives that heap no more
+	// than before on a machine of 24 GiB.
+	gcLimitShare = 1.0 / 32
 )
 
 func (g *gcFlags) register(f *pflag.FlagSet) {
-	f.StringVar(&g.percent, "gc-percent", "auto", `the garbage collector's GOGC (percent of the live heap allocated between collections; -1 turns it off below the memory limit), or "auto": as much garbage between collections as keeps collecting under 5 % of a CPU, within 25 to 400 % of the live heap: at most 48 MiB, the live heap or a sixteenth of the memory limit, whichever is most, and at least 48 MiB or 25 % of the live heap; the GOGC variable, if set, wins`)
+	f.StringVar(&g.percent, "gc-percent", "auto", `the garbage collector's GOGC (percent of the live heap allocated between collections; -1 turns it off below the memory limit), or "auto": as much garbage between collections as keeps collecting under 5 % of a CPU, within 25 to 400 % of the live heap: at most 48 MiB, the live heap or a thirty-second of the memory limit, whichever is most, and at least 48 MiB or 25 % of the live heap; the GOGC variable, if set, wins`)
 	f.StringVar(&g.limit, "memory-limit", "auto", `soft memory limit of the process (as GOMEMLIMIT: 2GiB, 512MiB...), "auto" for 75 % of the memory of its cgroup or, without a limit there, of the machine, or "off"; the GOMEMLIMIT variable, if set, wins`)
 }
 
@@ -195,7 +199,7 @@ const gcRateDecay = 0.8
 
 // gcTuner keeps GOGC at gcPercentFor of the live heap, the allocation
 // rate and the cost of a collection, all measured. read, set and collect
-// are gcSampler's reader, debug.SetGCPercent and runtime.GC outside
+// are gcSampler's reader, debug.SetGCPercent and debug.FreeOSMemory outside
 // tests; cur is GOGC as apply left it, limit the memory limit (see
 // gcPercentFor).
 type gcTuner struct {
@@ -274,7 +278,11 @@ func (t *gcTuner) step(s gcSample, dt time.Duration) {
 	// a busy spell allocates so little that the next collection may be
 	// the runtime's forced one, two minutes on, keeping the busy
 	// spell's memory until then: so once GOGC is lowered and no
-	// collection came within gcCollectAfter, the tuner collects once.
+	// collection came within gcCollectAfter, the tuner collects once,
+	// and returns the free memory to the system at once
+	// (debug.FreeOSMemory): the runtime's background scavenger returns
+	// it at about 1 % of a CPU, and had not returned half a gigabyte of
+	// a busy spell 30 s after it (make bench-sessions).
 	switch {
 	case !t.pending:
 	case t.pendingFor >= gcCollectAfter:

@@ -98,13 +98,14 @@ func TestGCPercentFor(t *testing.T) {
 		{24 << 20, 100 << 20, ns, none, 200},       // a small heap: gcHeadroom
 		{620 << 20, 100 << 20, 0.1 * ns, none, 25}, // a cheaper collection needs less garbage
 		{620 << 20, 100 << 20, ns, 0, 100},         // a limit of 0 is none
-		// With a memory limit, up to a sixteenth of it while allocating fast.
-		{620 << 20, 100 << 20, ns, 16 << 30, 165},  // 1 GiB of 620 MiB; 209 % wanted
-		{620 << 20, 100 << 20, ns, 8 << 30, 100},   // a sixteenth is less than the live heap
-		{170 << 20, 300 << 20, ns, 18 << 30, 400},  // a write load: 629 % wanted, 677 % allowed, 400 at most
+		// With a memory limit, up to a thirty-second of it while allocating fast.
+		{620 << 20, 100 << 20, ns, 32 << 30, 165},  // 1 GiB of 620 MiB; 209 % wanted
+		{620 << 20, 100 << 20, ns, 16 << 30, 100},  // a thirty-second is less than the live heap
+		{170 << 20, 300 << 20, ns, 18 << 30, 338},  // a write load: 629 % wanted, 338 % allowed
 		{170 << 20, 30 << 20, ns, 18 << 30, 62},    // a slower one needs less
+		{100 << 20, 300 << 20, ns, 18 << 30, 400},  // 576 MiB of 100: 400 % at most
 		{170 << 20, 0, 0, 18 << 30, 28},            // idle: gcHeadroom, as without a limit
-		{4200 << 20, 300 << 20, ns, 18 << 30, 100}, // a heap above a sixteenth of the limit: the live heap
+		{4200 << 20, 300 << 20, ns, 18 << 30, 100}, // a heap above a thirty-second of the limit: the live heap
 	} {
 		if got := gcPercentFor(c.live, c.rate, c.cost, c.limit); got != c.want {
 			t.Errorf("live %d MiB, %.0f MiB/s, %.1f ns a byte, limit %d MiB: GOGC %d, want %d", c.live>>20, c.rate/(1<<20), c.cost/ns, c.limit>>20, got, c.want)

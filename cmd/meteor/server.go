@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -161,7 +160,7 @@ command line override it. docs/config.md lists every key.`,
 			}
 			cfg.Logger.Info("garbage collector", "gc_percent", percent, "tuned", tune, "memory_limit", limit)
 			if tune {
-				t := &gcTuner{read: gcSampler(), set: debug.SetGCPercent, collect: runtime.GC, cur: percent, limit: limit, logger: cfg.Logger.Named("gc")}
+				t := &gcTuner{read: gcSampler(), set: debug.SetGCPercent, collect: debug.FreeOSMemory, cur: percent, limit: limit, logger: cfg.Logger.Named("gc")}
 				go t.run(cmd.Context())
 			}
 			srv, err := cluster.New(cfg)
