@@ -50,8 +50,10 @@ type checkpoints struct {
 }
 
 // take records checkpoint c from txn if the entry of index next, about to
-// be applied, is the first past c. It runs on the apply goroutine.
-func (cs *checkpoints) take(txn *memdb.Txn, next uint64) {
+// be applied, is the first past c; settle first brings txn to the state
+// the entries before next leave (FSM.settle). It runs on the apply
+// goroutine.
+func (cs *checkpoints) take(txn *memdb.Txn, next uint64, settle func(*memdb.Txn) error) {
 	if next < 2 {
 		return
 	}
@@ -68,8 +70,9 @@ func (cs *checkpoints) take(txn *memdb.Txn, next uint64) {
 		// The state has passed c already (it was restored past it).
 		return
 	}
-	// The snapshot reads the meta table: the staged values go there first.
-	if err := flushMeta(txn); err != nil {
+	// A batch defers some writes to its end (the audit log's trim, the
+	// meta values): the snapshot must hold them.
+	if err := settle(txn); err != nil {
 		panic(fmt.Sprintf("fsm: checkpoint %d: %v", c, err))
 	}
 	cs.list = append(cs.list, &checkpoint{at: c, txn: txn.Snapshot()})

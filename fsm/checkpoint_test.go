@@ -26,8 +26,31 @@ func checkpointLog(t *testing.T) (indexes []uint64, data [][]byte) {
 // TestCheckpointsAgreeAcrossBatching: replicas that apply the same log,
 // one entry at a time or in batches of any size, keep the same
 // checkpoints with the same hashes, and each is the hash of the state of
-// a replica that applied exactly the entries up to it.
+// a replica that applied exactly the entries up to it. With small limits
+// too, since a batch trims the audit log at its end (FSM.settle).
 func TestCheckpointsAgreeAcrossBatching(t *testing.T) {
+	for _, cfg := range []Config{{}, {HistoryLimit: 3, AuditLimit: 4}} {
+		t.Run(fmt.Sprintf("history-%d-audit-%d", cfg.HistoryLimit, cfg.AuditLimit), func(t *testing.T) {
+			checkpointsAgreeAcrossBatching(t, cfg)
+		})
+	}
+}
+
+func checkpointsAgreeAcrossBatching(t *testing.T, cfg Config) {
+	newTestFSM := func(t *testing.T, _ int) *FSM {
+		t.Helper()
+		f, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db, _ := f.current()
+		txn := db.Txn(true)
+		if err := setMeta(txn, metaActiveLevel, uint64(FeatureLevel)); err != nil {
+			t.Fatal(err)
+		}
+		txn.Commit()
+		return f
+	}
 	indexes, data := checkpointLog(t)
 	one := newTestFSM(t, 0)
 	for i := range indexes {

@@ -59,18 +59,27 @@ func (f *FSM) ApplyBatch(indexes []uint64, data [][]byte) []ApplyResult {
 	defer stageMeta(txn)()
 	out := make([]ApplyResult, len(data))
 	for i, d := range data {
-		f.cps.take(txn, indexes[i])
+		f.cps.take(txn, indexes[i], f.settle)
 		out[i] = f.applyLocked(txn, indexes[i], d)
 	}
-	if err := f.trimAudit(txn); err != nil {
-		panic(fmt.Sprintf("fsm: %v", err))
-	}
-	if err := flushMeta(txn); err != nil {
+	if err := f.settle(txn); err != nil {
 		panic(fmt.Sprintf("fsm: %v", err))
 	}
 	txn.Commit()
 	f.events.publish()
 	return out
+}
+
+// settle does what a batch defers to its end, so that txn holds the state
+// applying its commands one at a time leaves: it drops the audit records
+// beyond the limit (trimAudit) and writes the staged meta values
+// (flushMeta). The apply runs it before the commit and before a
+// checkpoint's snapshot.
+func (f *FSM) settle(txn *memdb.Txn) error {
+	if err := f.trimAudit(txn); err != nil {
+		return err
+	}
+	return flushMeta(txn)
 }
 
 // applyLocked applies one command in txn. Commands only ever run on the
@@ -115,7 +124,7 @@ func (f *FSM) ApplyNoop(index uint64) {
 	db, _ := f.current()
 	txn := db.Txn(true)
 	defer txn.Abort()
-	f.cps.take(txn, index)
+	f.cps.take(txn, index, f.settle)
 	f.touchIndex(txn, index)
 	txn.Commit()
 }
