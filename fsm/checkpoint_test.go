@@ -165,3 +165,28 @@ func TestCheckpointsAfterRestore(t *testing.T) {
 		t.Fatalf("after %d checkpoints: keeps %v", checkpointsKept+5, got)
 	}
 }
+
+// HashCost is what the last hash of a checkpoint took, and a hash already
+// made is not made again.
+func TestHashCostIsMeasured(t *testing.T) {
+	f := newTestFSM(t, 0)
+	if got := f.HashCost(); got != 0 {
+		t.Fatalf("HashCost before any hash: %v", got)
+	}
+	indexes, data := checkpointLog(t)
+	f.ApplyBatch(indexes, data)
+	if _, err := f.StateHashAt(16); err != nil {
+		t.Fatal(err)
+	}
+	first := f.HashCost()
+	if first <= 0 {
+		t.Fatalf("HashCost after a hash: %v", first)
+	}
+	f.cps.hashCost.Store(-1)
+	if _, err := f.StateHashAt(16); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.HashCost(); got != -1 {
+		t.Fatalf("HashCost changed to %v when the checkpoint's hash was at hand", got)
+	}
+}
