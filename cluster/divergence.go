@@ -37,15 +37,24 @@ import (
 // configuration has it as a voter at the address Raft gives; otherwise ""
 // and why not.
 func (s *Server) raftLeader() (id, note string) {
+	id, note, _ = s.raftLeaderIn()
+	return id, note
+}
+
+// raftLeaderIn is raftLeader, with the Raft configuration it checked the
+// leader in (empty when it found no leader to check).
+func (s *Server) raftLeaderIn() (id, note string, conf raft.Configuration) {
 	addr, lid := s.raft.LeaderWithID()
 	if lid == "" {
-		return "", "no cluster leader known: an election is in progress or a majority of servers is unreachable"
+		return "", "no cluster leader known: an election is in progress or a majority of servers is unreachable", conf
 	}
 	f := s.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
-		return "", fmt.Sprintf("cannot read the Raft configuration to check leader %s: %v", lid, err)
+		return "", fmt.Sprintf("cannot read the Raft configuration to check leader %s: %v", lid, err), conf
 	}
-	return verifyLeader(addr, lid, f.Configuration())
+	conf = f.Configuration()
+	id, note = verifyLeader(addr, lid, conf)
+	return id, note, conf
 }
 
 // verifyLeader accepts the leader Raft follows (addr, id) only if conf has
@@ -103,17 +112,13 @@ func healthCheckAgeFor(cost time.Duration, servers int) time.Duration {
 // whose state diverged from the leader's.
 func (s *Server) health(ctx context.Context) *api.Health {
 	st := s.self()
-	leader, note := s.raftLeader()
+	leader, note, conf := s.raftLeaderIn()
 	st.Leader = leader
 	if leader == "" {
 		st.Healthy, st.Message = false, note
 		return st
 	}
-	servers := 1
-	if f := s.raft.GetConfiguration(); f.Error() == nil {
-		servers = len(f.Configuration().Servers)
-	}
-	v := s.stateChecks(ctx, healthCheckAgeFor(s.fsm.HashCost(), servers), healthCheckTimeout)
+	v := s.stateChecks(ctx, healthCheckAgeFor(s.fsm.HashCost(), len(conf.Servers)), healthCheckTimeout)
 	for _, c := range v.checks {
 		if c.Result == api.StateDiverged {
 			st.Diverged = append(st.Diverged, *c)

@@ -37,20 +37,7 @@ func TestCheckpointsAgreeAcrossBatching(t *testing.T) {
 }
 
 func checkpointsAgreeAcrossBatching(t *testing.T, cfg Config) {
-	newTestFSM := func(t *testing.T, _ int) *FSM {
-		t.Helper()
-		f, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		db, _ := f.current()
-		txn := db.Txn(true)
-		if err := setMeta(txn, metaActiveLevel, uint64(FeatureLevel)); err != nil {
-			t.Fatal(err)
-		}
-		txn.Commit()
-		return f
-	}
+	newTestFSM := func(t *testing.T, _ int) *FSM { return newTestFSMWith(t, cfg) }
 	indexes, data := checkpointLog(t)
 	one := newTestFSM(t, 0)
 	for i := range indexes {

@@ -40,7 +40,13 @@ func mustEncode(t testing.TB, typ MessageType, req any) []byte {
 // entry for it: the tests' entries start at index 1.
 func newTestFSM(t testing.TB, limit int) *FSM {
 	t.Helper()
-	f, err := New(Config{HistoryLimit: limit})
+	return newTestFSMWith(t, Config{HistoryLimit: limit})
+}
+
+// newTestFSMWith is newTestFSM with the configuration cfg.
+func newTestFSMWith(t testing.TB, cfg Config) *FSM {
+	t.Helper()
+	f, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

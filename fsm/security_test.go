@@ -492,17 +492,15 @@ func TestSecurityStateSnapshot(t *testing.T) {
 	}
 }
 
-// The audit log is trimmed once a batch (trimAudit), so a batch of
-// commands must leave the state that applying them one at a time leaves,
-// whatever the batch boundaries: replicas batch the same log differently.
-func TestAuditTrimmedByBatchAsByCommand(t *testing.T) {
-	var cmds [][]byte
-	for i := range 23 {
-		cmds = append(cmds, mustEncode(t, PutIntentType, &PutIntentRequest{Intent: testIntent(fmt.Sprintf("web-%d", i%4), string(rune('a'+i))), Actor: alice}))
-	}
+// statesByBatches applies cmds to a new replica of cfg once for each
+// batch size in batches, in batches of that size, and fails unless each
+// leaves the state the first size does. check, if not nil, runs after
+// every batch and on each final state.
+func statesByBatches(t *testing.T, cfg Config, cmds [][]byte, batches []int, check func(a *applier, batch int, final bool)) {
+	t.Helper()
 	var want string
-	for _, batch := range []int{1, 2, 5, 23} {
-		a := newApplier(t, Config{AuditLimit: 4})
+	for n, batch := range batches {
+		a := newApplier(t, cfg)
 		for start := 0; start < len(cmds); start += batch {
 			end := min(start+batch, len(cmds))
 			idx := make([]uint64, 0, batch)
@@ -515,19 +513,37 @@ func TestAuditTrimmedByBatchAsByCommand(t *testing.T) {
 					t.Fatal(res.Err)
 				}
 			}
-			if recs, _ := a.f.Read().Audit(nil, AuditQuery{}); len(recs) > 4 {
-				t.Fatalf("batches of %d: %d audit records after the batch ending at %d, limit 4", batch, len(recs), a.idx)
+			if check != nil {
+				check(a, batch, false)
 			}
 		}
+		if check != nil {
+			check(a, batch, true)
+		}
 		got := a.state()
-		if batch == 1 {
+		if n == 0 {
 			want = got
 			continue
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("batches of %d: state differs from one command at a time (-want +got):\n%s", batch, diff)
+			t.Errorf("batches of %d: state differs from batches of %d (-want +got):\n%s", batch, batches[0], diff)
 		}
 	}
+}
+
+// The audit log is trimmed once a batch (trimAudit), so a batch of
+// commands must leave the state that applying them one at a time leaves,
+// whatever the batch boundaries: replicas batch the same log differently.
+func TestAuditTrimmedByBatchAsByCommand(t *testing.T) {
+	var cmds [][]byte
+	for i := range 23 {
+		cmds = append(cmds, mustEncode(t, PutIntentType, &PutIntentRequest{Intent: testIntent(fmt.Sprintf("web-%d", i%4), string(rune('a'+i))), Actor: alice}))
+	}
+	statesByBatches(t, Config{AuditLimit: 4}, cmds, []int{1, 2, 5, 23}, func(a *applier, batch int, _ bool) {
+		if recs, _ := a.f.Read().Audit(nil, AuditQuery{}); len(recs) > 4 {
+			t.Fatalf("batches of %d: %d audit records after the batch ending at %d, limit 4", batch, len(recs), a.idx)
+		}
+	})
 }
 
 // Replicas batch the same log differently: a batch must leave an intent's
@@ -543,32 +559,9 @@ func TestHistoryTrimmedByBatchAsByCommand(t *testing.T) {
 		}
 		cmds = append(cmds, mustEncode(t, PutIntentType, &PutIntentRequest{Intent: testIntent(name, fmt.Sprint(i)), Actor: alice}))
 	}
-	var want string
-	for _, batch := range []int{1, 2, 7, 41} {
-		a := newApplier(t, Config{HistoryLimit: 3})
-		for start := 0; start < len(cmds); start += batch {
-			end := min(start+batch, len(cmds))
-			idx := make([]uint64, 0, batch)
-			for range cmds[start:end] {
-				a.idx++
-				idx = append(idx, a.idx)
-			}
-			for _, res := range a.f.ApplyBatch(idx, cmds[start:end]) {
-				if res.Err != nil {
-					t.Fatal(res.Err)
-				}
-			}
-		}
-		got := a.state()
-		if !strings.Contains(got, `"dropped_from"`) {
+	statesByBatches(t, Config{HistoryLimit: 3}, cmds, []int{1, 2, 7, 41}, func(a *applier, batch int, final bool) {
+		if got := a.state(); final && !strings.Contains(got, `"dropped_from"`) {
 			t.Fatalf("batches of %d: no history was trimmed:\n%s", batch, got)
 		}
-		if batch == 1 {
-			want = got
-			continue
-		}
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("batches of %d: state differs from one command at a time (-want +got):\n%s", batch, diff)
-		}
-	}
+	})
 }
