@@ -373,8 +373,9 @@ func saveProfiles(ctx context.Context, cl *api.Client, dir string, n int) error 
 	for _, p := range []struct {
 		name string
 		q    url.Values
-	}{{"heap", url.Values{"gc": {"1"}}}, {"goroutine", nil}} {
-		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pb.gz", p.name, n)))
+		ext  string // pb.gz: for go tool pprof; txt: the text form, ending in runtime.MemStats
+	}{{"heap", url.Values{"gc": {"1"}}, "pb.gz"}, {"goroutine", nil, "pb.gz"}, {"heap", url.Values{"debug": {"1"}}, "txt"}} {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.%s", p.name, n, p.ext)))
 		if err != nil {
 			return err
 		}
