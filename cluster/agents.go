@@ -63,6 +63,9 @@ type agentServer struct {
 	// sync keeps the replica's records of the sessions here true.
 	sync *sessionSync
 
+	// watches follows each session's device (devicewatch.go).
+	watches *deviceWatches
+
 	// beforeRegister, if set, runs in a session's registration goroutine
 	// after the session is recorded and before it is registered for
 	// pushes. A test hook: it widens the window between Welcome and
@@ -176,6 +179,7 @@ func listenAgents(cfg *Config, deps agentDeps) (*agentServer, error) {
 		notifies:     newNotifyWindow(cfg.NotifyWindow, cfg.NotifyPullWait),
 		schedLatency: newSchedLatencies().next,
 	}
+	a.watches = newDeviceWatches(a)
 	a.sync = newSessionSync(cfg, deps.logger, deps.clock, deps.state, deps.records, &a.stats.rerecords)
 	pc := agentSocket(udp.(*net.UDPConn)) // what ListenPacket("udp") returns
 	if cfg.AgentPacketConn != nil {

@@ -1,26 +1,21 @@
 package cluster
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
-	"github.com/hashicorp/go-memdb"
-
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/fsm/acl"
-	"github.com/meteor-edge/meteor/scheduler"
 	"github.com/meteor-edge/meteor/wire"
 )
 
 // Device revocation at the servers (docs/security.md, "Device
 // revocation"). A revoked device's Hello is refused on every server whose
 // replica has the revocation, and every session of it is closed by its
-// own watcher (watchDevice) once the server's replica applies the
+// own watch (deviceWatch, devicewatch.go) once the server's replica applies the
 // revocation: a server partitioned during the revoke closes the session
 // when it catches up.
 
@@ -47,65 +42,6 @@ func (sess *agentSession) refuseRevoked(read *fsm.Read) error {
 	sess.logger.Info("refused a revoked device", "reason", rev.Reason)
 	sess.write(&wire.Reject{Code: wire.CodeUnauthorized, Reason: reason})
 	return flushAndClose(wire.CloseUnauthorized, reason)
-}
-
-// watchDevice follows the replica's record and revocation of the
-// session's device, and the configuration its settings come from, until
-// ctx (the connection's) ends. It closes the connection once the device
-// is revoked, re-evaluates the desired state when the labels the device
-// is selected by change, which takes no intent change and so does not
-// wake notifyLoop, and sends the settings again when they changed
-// (sendSettings). Level-based: it compares what the replica holds now
-// with what it saw or sent last.
-func (sess *agentSession) watchDevice(ctx context.Context) {
-	var last string
-	first := true
-	for {
-		ws := memdb.NewWatchSet()
-		read := sess.a.state.Read()
-		// A session whose device can no longer be watched is closed:
-		// it would otherwise outlive a revocation. The agent reconnects,
-		// with a watch of its own.
-		revoked, rev, err := read.DeviceRevoked(ws, sess.deviceID)
-		if err != nil {
-			sess.logger.Error("watch revocation: closing the session", "error", err)
-			sess.conn.CloseWithError(wire.CloseInternalError, "cannot watch the device's revocation")
-			return
-		}
-		if revoked {
-			sess.logger.Info("closing the session of a revoked device", "reason", rev.Reason)
-			sess.conn.CloseWithError(wire.CloseUnauthorized, revokedReason(sess.deviceID, rev))
-			return
-		}
-		if _, err := read.Device(ws, sess.deviceID); err != nil && !errors.Is(err, fsm.ErrNotFound) {
-			sess.logger.Error("watch device record: closing the session", "error", err)
-			sess.conn.CloseWithError(wire.CloseInternalError, "cannot watch the device's record")
-			return
-		}
-		labels := sess.selectionLabels(read)
-		key := labelsKey(labels)
-		if !first && key != last {
-			sess.logger.Debug("selection labels changed", "labels", labels)
-			sess.maybeNotify(read, map[string]*scheduler.DesiredState{})
-		}
-		last, first = key, false
-		// The settings follow the classes, the labels and the rest.
-		_, err = read.Classes(ws)
-		if err == nil {
-			_, err = read.Windows(ws)
-		}
-		if err != nil {
-			sess.logger.Error("watch the configuration: closing the session", "error", err)
-			sess.conn.CloseWithError(wire.CloseInternalError, "cannot watch the configuration")
-			return
-		}
-		if err := sess.sendSettings(read); err != nil {
-			sess.writeFailed("Settings", err)
-		}
-		if ws.WatchCtx(ctx) != nil {
-			return
-		}
-	}
 }
 
 // allowDevice checks that the request's principal may do a to a device

@@ -95,8 +95,11 @@ type agentSession struct {
 
 	// settingsMu guards the settings last sent (sendSettings): their
 	// encoding without Seq, and Seq.
-	settingsMu   sync.Mutex
-	welcomed     bool // the Welcome is written; guarded by settingsMu
+	settingsMu sync.Mutex
+	// welcomed is set once the Welcome is written, under settingsMu so
+	// that sendSettings sees it in order; read without it by the device
+	// watch (deviceWatch.sendSettings).
+	welcomed     atomic.Bool
 	settingsSent []byte
 	settingsSeq  uint64
 }
@@ -223,7 +226,7 @@ func (sess *agentSession) run(ctx context.Context, hello *wire.Hello, r *wire.Re
 	sess.logger = sess.logger.With("session", sessionString(sess.id))
 	// Labels given or taken by the control plane, and a revocation, reach
 	// the session through the replica's record of the device.
-	a.wg.Go(func() { sess.watchDevice(ctx) })
+	a.watches.join(ctx, sess)
 
 	// Never answer with a desired state older than what the agent holds.
 	if a.state.Read().Revision() < sess.acked && !a.waitForRevision(ctx, sess.acked) {
@@ -832,7 +835,7 @@ func (sess *agentSession) register(welcome *fsm.Read) {
 }
 
 // maybeNotify pushes Notify if the session's desired state changed as of
-// read. Called by notifyLoop, by watchDevice when the device's labels
+// read. Called by notifyLoop, by the device watch when the device's labels
 // change, and once by register.
 //
 // byLabels caches desired states by label set for one pass over the

@@ -18,7 +18,7 @@ import (
 // reconcile classes in effect, the device's control-plane labels, the
 // maintenance windows that select it and its time zone, and the lock
 // breaks operators asked for. A session sends it right after the Welcome, and its device watcher
-// (watchDevice) sends it again whenever the replica's version of it
+// (deviceWatch) sends it again whenever the replica's version of it
 // changes.
 
 // settingsFor returns the settings of the session's device as of read.
@@ -136,7 +136,8 @@ func maintenanceOf(d *fsm.DeviceRecord, labels map[string]string, windows map[st
 
 // sendSettings sends the device's settings as of read if the session
 // speaks 1.4, has sent its Welcome, and the agent does not hold them
-// already. Called after the Welcome and by watchDevice.
+// already. Called after the Welcome and by the device watch
+// (deviceWatch.sendSettings).
 func (sess *agentSession) sendSettings(read *fsm.Read) error {
 	if sess.minor < wire.MinorEdge {
 		return nil
@@ -144,7 +145,7 @@ func (sess *agentSession) sendSettings(read *fsm.Read) error {
 	s := sess.settingsFor(read)
 	sess.settingsMu.Lock()
 	defer sess.settingsMu.Unlock()
-	if !sess.welcomed || s.Seq < sess.settingsSeq {
+	if !sess.welcomed.Load() || s.Seq < sess.settingsSeq {
 		return nil
 	}
 	// Compare what the settings say, not the index they were read at.
@@ -166,6 +167,6 @@ func (sess *agentSession) sendSettings(read *fsm.Read) error {
 // welcomeSent marks the Welcome written: settings may follow.
 func (sess *agentSession) welcomeSent() {
 	sess.settingsMu.Lock()
-	sess.welcomed = true
+	sess.welcomed.Store(true)
 	sess.settingsMu.Unlock()
 }
