@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -21,14 +22,7 @@ func BenchmarkApplyPutIntent(b *testing.B) {
 			f := newTestFSM(b, 0)
 			cmds := make([][]byte, 1000)
 			for i := range cmds {
-				in := &intent.Intent{
-					Name:     fmt.Sprintf("bench-%04d", i),
-					Selector: map[string]string{"fleet": "bench"},
-					Resources: []intent.Resource{{ID: "cfg", Type: "file", Spec: map[string]any{
-						"path": "/etc/bench/" + fmt.Sprint(i), "content": strings.Repeat("x", 380),
-					}}},
-				}
-				cmds[i] = mustEncode(b, PutIntentType, &PutIntentRequest{Intent: in, Time: 1})
+				cmds[i] = mustEncode(b, PutIntentType, &PutIntentRequest{Intent: benchIntent(i), Time: 1})
 			}
 			// The same document again changes nothing; vary it so every
 			// apply writes a revision. Prepared before the timer starts.
@@ -56,6 +50,96 @@ func BenchmarkApplyPutIntent(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchIntent is the i-th intent BenchmarkApplyPutIntent writes: about
+// 512 bytes encoded, as bench/intents sends.
+func benchIntent(i int) *intent.Intent {
+	return &intent.Intent{
+		Name:     fmt.Sprintf("bench-%04d", i),
+		Selector: map[string]string{"fleet": "bench"},
+		Resources: []intent.Resource{{ID: "cfg", Type: "file", Spec: map[string]any{
+			"path": "/etc/bench/" + fmt.Sprint(i), "content": strings.Repeat("x", 380),
+		}}},
+	}
+}
+
+// BenchmarkPutIntentEncoding measures the parts of a put-intent command's
+// encoding and decoding that a compact binary command would change
+// (docs/performance.md, "The compact command, measured and left out"):
+//
+//   - proposer/json: what the proposer does today, json.Marshal of the
+//     request;
+//   - proposer/fixed-point: what it would do so that replicas could take
+//     the command's document as the intent's canonical form: Canonical,
+//     decoded as a replica decodes, Canonical again, compared (replicas
+//     decode numbers as float64, so the first canonical form is not
+//     always the one a replica would compute);
+//   - replica/envelope, replica/intent and replica/canonical: the three
+//     steps of applyPutIntent's decoding on every replica; a binary
+//     command with a trusted canonical document would save the first and
+//     the last.
+func BenchmarkPutIntentEncoding(b *testing.B) {
+	in := benchIntent(1)
+	cmd, err := json.Marshal(&PutIntentRequest{Intent: in, Time: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	doc, err := json.Marshal(in)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("proposer/json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(&PutIntentRequest{Intent: in, Time: 1}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("proposer/fixed-point", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			c1, err := in.Canonical()
+			if err != nil {
+				b.Fatal(err)
+			}
+			var d intent.Intent
+			if err := decodeCommand(c1, &d); err != nil {
+				b.Fatal(err)
+			}
+			c2, err := d.Canonical()
+			if err != nil || string(c1) != string(c2) {
+				b.Fatalf("not a fixed point: %v", err)
+			}
+		}
+	})
+	b.Run("replica/envelope", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var w putIntentWire
+			if err := decodeCommand(cmd, &w); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("replica/intent", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var d intent.Intent
+			if err := decodeCommand(doc, &d); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("replica/canonical", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := in.Canonical(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // BenchmarkApplyStatusBatch applies status batches of 512 transitions of
