@@ -51,9 +51,11 @@ const deviceWatchGroupSize = 8
 type deviceWatches struct {
 	a  *agentServer
 	mu sync.Mutex
-	// open holds the groups with room; a group that fills up leaves it
-	// and comes back once a member leaves. Guarded by mu, as are every
-	// group's members and done, and the counts.
+	// open holds the groups with room, and only those: a group that
+	// fills up leaves it and comes back once a member leaves, and one
+	// whose goroutine finds it empty leaves it for good, in the same
+	// critical section. Guarded by mu, as are every group's members and
+	// the counts.
 	open []*watchGroup
 	// groups counts the groups whose goroutine runs, members the
 	// sessions in them.
@@ -64,9 +66,6 @@ type deviceWatches struct {
 type watchGroup struct {
 	w       *deviceWatches
 	members []*deviceWatch
-	// done is set when the group's goroutine found it empty and returns:
-	// a new session then goes to another group.
-	done bool
 	// kick wakes the goroutine when a member joins (buffered, one).
 	kick chan struct{}
 }
@@ -95,13 +94,8 @@ func (w *deviceWatches) join(ctx context.Context, sess *agentSession) {
 	m := &deviceWatch{sess: sess, done: ctx.Done()}
 	w.mu.Lock()
 	var g *watchGroup
-	for len(w.open) > 0 && g == nil {
-		last := w.open[len(w.open)-1]
-		if last.done || len(last.members) >= deviceWatchGroupSize {
-			w.open = w.open[:len(w.open)-1]
-			continue
-		}
-		g = last
+	if n := len(w.open); n > 0 {
+		g = w.open[n-1]
 	}
 	start := g == nil
 	if start {
@@ -151,7 +145,6 @@ func (g *watchGroup) run() {
 		w.mu.Lock()
 		members = append(members[:0], g.members...)
 		if len(members) == 0 {
-			g.done = true
 			w.open = slices.DeleteFunc(w.open, func(o *watchGroup) bool { return o == g })
 			w.groups--
 			w.mu.Unlock()
@@ -260,26 +253,24 @@ func (m *deviceWatch) close(code quic.ApplicationErrorCode, reason string) {
 	m.sess.a.wg.Go(func() { m.sess.conn.CloseWithError(code, reason) })
 }
 
-// sendSettings hands the settings as of read to the session's
-// sendSettings, in a goroutine of its own (it may wait on the stream), if
-// they differ from those the last check handed over. Before the Welcome
-// it hands nothing: the Welcome sends the settings, and the session's
-// record commits soon after it, which fires the watch again.
+// sendSettings hands the settings as of read to the session
+// (sendSettingsOf), in a goroutine of its own (it may wait on the
+// stream), if they differ from those the last check handed over. Before
+// the Welcome it hands nothing: the Welcome sends the settings, and the
+// session's record commits soon after it, which fires the watch again.
 func (m *deviceWatch) sendSettings(read *fsm.Read) {
 	sess := m.sess
 	if sess.minor < wire.MinorEdge || !sess.welcomed.Load() {
 		return
 	}
 	s := sess.settingsFor(read)
-	s.Seq = 0
-	body := s.Append(nil)
+	body := settingsBody(s)
 	if bytes.Equal(body, m.settings) {
 		return
 	}
 	m.settings = body
 	sess.a.wg.Go(func() {
-		// A read of its own: read is the group's, in use meanwhile.
-		if err := sess.sendSettings(sess.a.state.Read()); err != nil {
+		if err := sess.sendSettingsOf(s, body); err != nil {
 			sess.writeFailed("Settings", err)
 		}
 	})

@@ -136,31 +136,43 @@ func maintenanceOf(d *fsm.DeviceRecord, labels map[string]string, windows map[st
 
 // sendSettings sends the device's settings as of read if the session
 // speaks 1.4, has sent its Welcome, and the agent does not hold them
-// already. Called after the Welcome and by the device watch
-// (deviceWatch.sendSettings).
+// already. Called after the Welcome; the device watch computes the
+// settings itself and calls sendSettingsOf.
 func (sess *agentSession) sendSettings(read *fsm.Read) error {
 	if sess.minor < wire.MinorEdge {
 		return nil
 	}
 	s := sess.settingsFor(read)
+	return sess.sendSettingsOf(s, settingsBody(s))
+}
+
+// settingsBody is what the settings say, for comparing: their encoding
+// without Seq, the index they were read at.
+func settingsBody(s *wire.Settings) []byte {
+	seq := s.Seq
+	s.Seq = 0
+	body := s.Append(nil)
+	s.Seq = seq
+	return body
+}
+
+// sendSettingsOf sends settings s, whose settingsBody is body, unless the
+// Welcome is not written yet, newer settings were sent, or the agent
+// holds these already.
+func (sess *agentSession) sendSettingsOf(s *wire.Settings, body []byte) error {
 	sess.settingsMu.Lock()
 	defer sess.settingsMu.Unlock()
 	if !sess.welcomed.Load() || s.Seq < sess.settingsSeq {
 		return nil
 	}
-	// Compare what the settings say, not the index they were read at.
-	seq := s.Seq
-	s.Seq = 0
-	body := s.Append(nil)
-	s.Seq = seq
 	if bytes.Equal(body, sess.settingsSent) {
 		return nil
 	}
 	if err := sess.write(s); err != nil {
 		return err
 	}
-	sess.settingsSent, sess.settingsSeq = body, seq
-	sess.logger.Debug("settings sent", "seq", seq)
+	sess.settingsSent, sess.settingsSeq = body, s.Seq
+	sess.logger.Debug("settings sent", "seq", s.Seq)
 	return nil
 }
 
