@@ -231,6 +231,10 @@ func (h *httpAPI) queryDevices(read *fsm.Read, dq *deviceQuery) (api.DeviceList,
 	if err != nil {
 		return out, err
 	}
+	memo, err := h.planner.Memo(read)
+	if err != nil {
+		return out, err
+	}
 	owners := h.owners.ownerCandidates()
 	groups := map[string]*api.DeviceGroup{}
 	today := wire.TrafficDay(h.clock.Now())
@@ -245,7 +249,7 @@ func (h *httpAPI) queryDevices(read *fsm.Read, dq *deviceQuery) (api.DeviceList,
 		var sum api.DeviceSummary
 		if dq.needsView() || dq.groupBy == "" {
 			var v scheduler.DeviceView
-			if sum, v, err = h.deviceView(read, rec, owners); err != nil {
+			if sum, v, err = h.deviceView(memo, rec, owners); err != nil {
 				return out, err
 			}
 			if dq.owner != "" && sum.Owner != dq.owner || !dq.viewMatch(read, rec, &sum, v, irec) {

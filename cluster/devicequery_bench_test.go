@@ -110,5 +110,15 @@ func BenchmarkDeviceQueries(b *testing.B) {
 		per := timeIt(3, func() { size = get("/v1/devices?stale=true&" + q.query) })
 		fmt.Printf("%-50s %12s %10d %11.1fx\n", q.what, per.Round(100*time.Microsecond), size, float64(sweep)/float64(per))
 	}
+	// The one look at the whole fleet, GET /v1/status: every intent's
+	// progress, each counted over every device it targets.
+	per := timeIt(3, func() {
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/status?stale=true", nil))
+		if w.Code != http.StatusOK {
+			b.Fatalf("GET /v1/status: %d %s", w.Code, w.Body)
+		}
+	})
+	fmt.Printf("%-50s %12s %10s %11.1fx\n", "the fleet at one look (GET /v1/status)", per.Round(100*time.Microsecond), "", float64(sweep)/float64(per))
 	fmt.Println("elections: 0 (one replica in process, no Raft)")
 }

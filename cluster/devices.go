@@ -51,9 +51,11 @@ func (c *Config) recordSelection(rec *fsm.DeviceRecord) map[string]string {
 	return rec.SelectionLabels(c.trustReported())
 }
 
-func (h *httpAPI) deviceView(read *fsm.Read, rec *fsm.DeviceRecord, owners []ownerCandidate) (api.DeviceSummary, scheduler.DeviceView, error) {
+// deviceView is rec's summary and view, its desired state from memo (one
+// for every device a request reads).
+func (h *httpAPI) deviceView(memo *scheduler.DesiredMemo, rec *fsm.DeviceRecord, owners []ownerCandidate) (api.DeviceSummary, scheduler.DeviceView, error) {
 	labels := h.cfg.recordSelection(rec)
-	desired, err := h.planner.Desired(read, rec.ID, labels)
+	desired, err := memo.Desired(rec.ID, labels)
 	if err != nil {
 		return api.DeviceSummary{}, scheduler.DeviceView{}, err
 	}
@@ -109,7 +111,12 @@ func (h *httpAPI) handleGetDevice(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	sum, v, err := h.deviceView(read, rec, h.owners.ownerCandidates())
+	memo, err := h.planner.Memo(read)
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	sum, v, err := h.deviceView(memo, rec, h.owners.ownerCandidates())
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return
@@ -130,7 +137,7 @@ func (h *httpAPI) handleGetDevice(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	// Each resource's status as the owner judges it, as of now.
-	desired, err := h.planner.Desired(read, rec.ID, h.cfg.recordSelection(rec))
+	desired, err := memo.Desired(rec.ID, h.cfg.recordSelection(rec))
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return

@@ -63,30 +63,37 @@ func (h *httpAPI) handleTimeline(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// viewCache computes each device's view once per request, however many
-// intents ask for it.
+// viewCache computes the view of each of a request's devices once,
+// however many intents ask for it, from desired states computed once for
+// all the devices that share them (scheduler.DesiredMemo).
 type viewCache struct {
-	cfg     *Config
-	planner *scheduler.Planner
-	read    *fsm.Read
-	views   map[string]scheduler.DeviceView
+	cfg  *Config
+	memo *scheduler.DesiredMemo
+	// views[i] is the view of the request's device i, once done[i].
+	views []scheduler.DeviceView
+	done  []bool
 }
 
-func (c *viewCache) view(d *fsm.DeviceRecord) (scheduler.DeviceView, error) {
-	if v, ok := c.views[d.ID]; ok {
-		return v, nil
+// view is the view of d, the request's device i.
+func (c *viewCache) view(i int, d *fsm.DeviceRecord) (scheduler.DeviceView, error) {
+	if c.done[i] {
+		return c.views[i], nil
 	}
-	desired, err := c.planner.Desired(c.read, d.ID, c.cfg.recordSelection(d))
+	desired, err := c.memo.Desired(d.ID, c.cfg.recordSelection(d))
 	if err != nil {
 		return scheduler.DeviceView{}, err
 	}
-	v := scheduler.Compare(desired, d)
-	c.views[d.ID] = v
-	return v, nil
+	c.views[i], c.done[i] = scheduler.Compare(desired, d), true
+	return c.views[i], nil
 }
 
-func (h *httpAPI) newViewCache(read *fsm.Read) *viewCache {
-	return &viewCache{cfg: h.cfg, planner: h.planner, read: read, views: map[string]scheduler.DeviceView{}}
+// newViewCache is a viewCache of the n devices a request read from read.
+func (h *httpAPI) newViewCache(read *fsm.Read, n int) (*viewCache, error) {
+	memo, err := h.planner.Memo(read)
+	if err != nil {
+		return nil, err
+	}
+	return &viewCache{cfg: h.cfg, memo: memo, views: make([]scheduler.DeviceView, n), done: make([]bool, n)}, nil
 }
 
 // intentProgress counts where the devices an intent's current revision
@@ -95,7 +102,7 @@ func (h *httpAPI) intentProgress(read *fsm.Read, views *viewCache, rec *fsm.Inte
 	out := api.IntentProgress{Name: rec.Name, Revision: rec.Revision, UpdatedAt: time.Unix(0, rec.UpdatedAt).UTC(), Index: read.Index()}
 	prefix := rec.Name + "/"
 	var targeted []*fsm.DeviceRecord
-	for _, d := range devices {
+	for i, d := range devices {
 		if !rec.Intent.Matches(h.cfg.recordSelection(d)) {
 			continue
 		}
@@ -103,7 +110,7 @@ func (h *httpAPI) intentProgress(read *fsm.Read, views *viewCache, rec *fsm.Inte
 		out.Targeted++
 		// A device the revision is not released to yet holds an earlier
 		// one: whatever it has converged on, it is not this revision.
-		assigned, since, err := read.Assignment(rec, d.ID)
+		assigned, since, err := views.memo.Assignment(rec, d.ID)
 		if err != nil {
 			return out, err
 		}
@@ -117,7 +124,7 @@ func (h *httpAPI) intentProgress(read *fsm.Read, views *viewCache, rec *fsm.Inte
 		if deviceStatus(d) == scheduler.StatusUnreachable {
 			out.Unreachable++
 		}
-		v, err := views.view(d)
+		v, err := views.view(i, d)
 		if err != nil {
 			return out, err
 		}
@@ -233,7 +240,12 @@ func (h *httpAPI) handleIntentProgress(w http.ResponseWriter, r *http.Request) {
 		writeError(w, toAPIError(err))
 		return
 	}
-	out, err := h.intentProgress(read, h.newViewCache(read), rec, devices, true)
+	views, err := h.newViewCache(read, len(devices))
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	out, err := h.intentProgress(read, views, rec, devices, true)
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return
@@ -255,7 +267,11 @@ func (h *httpAPI) handleFleetStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := api.FleetStatus{Revision: read.Revision(), Index: read.Index(), Devices: len(devices), ByStatus: statusCounts(devices)}
-	views := h.newViewCache(read)
+	views, err := h.newViewCache(read, len(devices))
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
 	for _, rec := range intents {
 		p, err := h.intentProgress(read, views, rec, devices, false)
 		if err != nil {

@@ -495,8 +495,12 @@ func (c *stateCollector) fleetResources(read *fsm.Read, devices []*fsm.DeviceRec
 	classes := c.s.config.effectiveClasses(read)
 	h := c.s.api
 	out := &resourceCounts{index: read.Index(), at: now, counts: map[classState]int{}}
+	memo, err := h.planner.Memo(read)
+	if err != nil {
+		return nil, fmt.Errorf("desired states: %w", err)
+	}
 	for _, d := range devices {
-		desired, err := h.planner.Desired(read, d.ID, h.cfg.recordSelection(d))
+		desired, err := memo.Desired(d.ID, h.cfg.recordSelection(d))
 		if err != nil {
 			return nil, fmt.Errorf("desired state of a device: %w", err)
 		}

@@ -51,10 +51,14 @@ func (h *httpAPI) plan(read *fsm.Read, docs []*intent.Intent) (api.Plan, error) 
 	if err != nil {
 		return api.Plan{}, err
 	}
+	memo, err := h.planner.Memo(read)
+	if err != nil {
+		return api.Plan{}, err
+	}
 	targets := make([]scheduler.PlanTarget, len(devices))
 	for i, d := range devices {
 		labels := h.cfg.recordSelection(d)
-		desired, err := h.planner.Desired(read, d.ID, labels)
+		desired, err := memo.Desired(d.ID, labels)
 		if err != nil {
 			return api.Plan{}, err
 		}

@@ -320,21 +320,34 @@ func (r *Read) AssignedRevision(rec *IntentRecord, device string) (uint64, error
 // (ReleaseRecord.DesiredRevision; 0 otherwise): an agent that acknowledged
 // less has not received it.
 func (r *Read) Assignment(rec *IntentRecord, device string) (rev, since uint64, err error) {
-	raw, err := r.txn.First(tableRollouts, "id", rec.Name)
-	if err != nil {
-		return 0, 0, fmt.Errorf("read rollout %q: %w", rec.Name, err)
-	}
-	if raw == nil {
-		return rec.Revision, 0, nil
-	}
-	rel, err := r.Release(rec.Name, device)
+	assign, err := r.Assigner(rec)
 	if err != nil {
 		return 0, 0, err
 	}
-	if rel != nil {
-		return rel.Revision, rel.DesiredRevision, nil
+	return assign(device)
+}
+
+// Assigner returns Assignment(rec, device) as a function of the device,
+// having read rec's rollout once: for the many devices of one read.
+func (r *Read) Assigner(rec *IntentRecord) (func(device string) (rev, since uint64, err error), error) {
+	raw, err := r.txn.First(tableRollouts, "id", rec.Name)
+	if err != nil {
+		return nil, fmt.Errorf("read rollout %q: %w", rec.Name, err)
 	}
-	return raw.(*RolloutRecord).Stable, 0, nil
+	if raw == nil {
+		return func(string) (uint64, uint64, error) { return rec.Revision, 0, nil }, nil
+	}
+	stable := raw.(*RolloutRecord).Stable
+	return func(device string) (uint64, uint64, error) {
+		rel, err := r.Release(rec.Name, device)
+		if err != nil {
+			return 0, 0, err
+		}
+		if rel != nil {
+			return rel.Revision, rel.DesiredRevision, nil
+		}
+		return stable, 0, nil
+	}, nil
 }
 
 // IntentDoc returns what intent rec said at revision rev (its current

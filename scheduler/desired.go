@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"encoding/binary"
+	"encoding/hex"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +25,18 @@ type Resource struct {
 	// to decide whether it holds this version.
 	Body   []byte
 	Digest wire.Digest
+	// DigestHex is Digest in hex, as agents report what they applied
+	// (the planner sets it once for every device that shares the
+	// resource); empty means not computed.
+	DigestHex string
+}
+
+// hexDigest is Digest in hex.
+func (r *Resource) hexDigest() string {
+	if r.DigestHex != "" {
+		return r.DigestHex
+	}
+	return hex.EncodeToString(r.Digest[:])
 }
 
 // DesiredState is everything a device should hold, at one cluster revision.
@@ -75,29 +89,64 @@ func (p *Planner) Desired(read *fsm.Read, device string, labels map[string]strin
 	if err != nil {
 		return nil, err
 	}
-	out := &DesiredState{Revision: read.Revision()}
+	picks := make([]pick, 0, len(recs))
 	for _, rec := range recs {
 		rev, since, err := read.Assignment(rec, device)
 		if err != nil {
 			return nil, err
 		}
-		if rev == 0 {
-			continue
-		}
-		if since != 0 {
-			if out.Since == nil {
-				out.Since = map[string]uint64{}
-			}
-			out.Since[rec.Name] = since
-		}
-		rs, err := p.Resources(read, rec, rev, labels)
+		pk, err := p.pick(read, rec, rev, since, labels, p.entry)
 		if err != nil {
 			return nil, err
 		}
-		out.Resources = append(out.Resources, rs...)
+		picks = append(picks, pk)
+	}
+	return assemble(read.Revision(), picks), nil
+}
+
+// pick is what one intent gives a device's desired state: the revision
+// the device is assigned (0: none) and since when (fsm.Read.Assignment),
+// and whether that revision's selector matches the device.
+type pick struct {
+	name       string
+	rev, since uint64
+	matched    bool
+	e          *cacheEntry
+}
+
+// pick reads intent rec's part of the desired state of a device with
+// labels that is assigned rev since since (fsm.Read.Assignment), the
+// encoded revision through entry.
+func (p *Planner) pick(read *fsm.Read, rec *fsm.IntentRecord, rev, since uint64, labels map[string]string, entry func(*fsm.Read, *fsm.IntentRecord, uint64) (*cacheEntry, error)) (pick, error) {
+	if rev == 0 {
+		return pick{}, nil
+	}
+	e, err := entry(read, rec, rev)
+	if err != nil {
+		return pick{}, err
+	}
+	return pick{name: rec.Name, rev: rev, since: since, matched: e.doc.Matches(labels), e: e}, nil
+}
+
+// assemble is the desired state at revision that picks make.
+func assemble(revision uint64, picks []pick) *DesiredState {
+	out := &DesiredState{Revision: revision}
+	for _, pk := range picks {
+		if pk.rev == 0 {
+			continue
+		}
+		if pk.since != 0 {
+			if out.Since == nil {
+				out.Since = map[string]uint64{}
+			}
+			out.Since[pk.name] = pk.since
+		}
+		if pk.matched {
+			out.Resources = append(out.Resources, pk.e.resources...)
+		}
 	}
 	slices.SortFunc(out.Resources, func(a, b *Resource) int { return strings.Compare(a.Key, b.Key) })
-	return out, nil
+	return out
 }
 
 // Resources returns the resources intent rec asks of a device with the
@@ -112,6 +161,102 @@ func (p *Planner) Resources(read *fsm.Read, rec *fsm.IntentRecord, rev uint64, l
 		return nil, nil
 	}
 	return e.resources, nil
+}
+
+// DesiredMemo computes the desired states of many devices from one read,
+// as Planner.Desired would, once for each distinct set of picks: the
+// devices that have the same revision of each intent assigned, and whose
+// labels each of those revisions' selectors matches or not alike, share
+// one desired state. A fleet has few such sets, so a pass over every
+// device (GET /v1/status, device queries, plans, metrics) computes a
+// handful of states and not one a device. The memo reads the intents once
+// and serves one goroutine.
+type DesiredMemo struct {
+	p    *Planner
+	read *fsm.Read
+	recs []*fsm.IntentRecord
+	// assign[i] is fsm.Read.Assigner of recs[i], byName its index.
+	assign  []func(string) (uint64, uint64, error)
+	byName  map[string]int
+	rev     uint64
+	entries map[cacheKey]*cacheEntry
+	states  map[string]*DesiredState
+	picks   []pick
+	key     []byte
+}
+
+// Memo returns a DesiredMemo of read.
+func (p *Planner) Memo(read *fsm.Read) (*DesiredMemo, error) {
+	recs, err := read.Intents(nil)
+	if err != nil {
+		return nil, err
+	}
+	m := &DesiredMemo{p: p, read: read, recs: recs, rev: read.Revision(), assign: make([]func(string) (uint64, uint64, error), len(recs)),
+		byName: make(map[string]int, len(recs)), entries: map[cacheKey]*cacheEntry{}, states: map[string]*DesiredState{}}
+	for i, rec := range recs {
+		if m.assign[i], err = read.Assigner(rec); err != nil {
+			return nil, err
+		}
+		m.byName[rec.Name] = i
+	}
+	return m, nil
+}
+
+// Assignment is fsm.Read.Assignment of the memo's read, for an intent
+// record of that read.
+func (m *DesiredMemo) Assignment(rec *fsm.IntentRecord, device string) (rev, since uint64, err error) {
+	if i, ok := m.byName[rec.Name]; ok && m.recs[i] == rec {
+		return m.assign[i](device)
+	}
+	return m.read.Assignment(rec, device)
+}
+
+// Desired is Planner.Desired of the memo's read. The state returned may
+// be another device's as well: do not modify any of it.
+func (m *DesiredMemo) Desired(device string, labels map[string]string) (*DesiredState, error) {
+	m.picks, m.key = m.picks[:0], m.key[:0]
+	for i, rec := range m.recs {
+		rev, since, err := m.assign[i](device)
+		if err != nil {
+			return nil, err
+		}
+		pk, err := m.p.pick(m.read, rec, rev, since, labels, m.entry)
+		if err != nil {
+			return nil, err
+		}
+		m.picks = append(m.picks, pk)
+		if pk.rev == 0 {
+			continue
+		}
+		m.key = binary.AppendUvarint(m.key, uint64(i))
+		m.key = binary.AppendUvarint(m.key, pk.rev)
+		m.key = binary.AppendUvarint(m.key, pk.since)
+		if pk.matched {
+			m.key = append(m.key, 1)
+		} else {
+			m.key = append(m.key, 0)
+		}
+	}
+	if d, ok := m.states[string(m.key)]; ok {
+		return d, nil
+	}
+	d := assemble(m.rev, m.picks)
+	m.states[string(m.key)] = d
+	return d, nil
+}
+
+// entry is Planner.entry, kept in the memo.
+func (m *DesiredMemo) entry(read *fsm.Read, rec *fsm.IntentRecord, rev uint64) (*cacheEntry, error) {
+	k := cacheKey{rec.Name, rev}
+	if e, ok := m.entries[k]; ok {
+		return e, nil
+	}
+	e, err := m.p.entry(read, rec, rev)
+	if err != nil {
+		return nil, err
+	}
+	m.entries[k] = e
+	return e, nil
 }
 
 // cacheEntry is one intent revision, encoded.
@@ -144,9 +289,10 @@ func (p *Planner) entry(read *fsm.Read, rec *fsm.IntentRecord, rev uint64) (*cac
 		if err != nil {
 			return nil, err
 		}
+		dg := wire.DigestOf(body)
 		e.resources = append(e.resources, &Resource{
 			Key: b.Key(), Intent: rec.Name, Revision: rev,
-			Resource: r, Body: body, Digest: wire.DigestOf(body),
+			Resource: r, Body: body, Digest: dg, DigestHex: hex.EncodeToString(dg[:]),
 		})
 	}
 	p.mu.Lock()

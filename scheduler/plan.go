@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -224,7 +223,7 @@ func changes(name string, asks []*Resource, t PlanTarget) []ResourceChange {
 	if t.Desired != nil {
 		for _, r := range t.Desired.Resources {
 			if r.Intent == name {
-				desired[r.Key] = hex.EncodeToString(r.Digest[:])
+				desired[r.Key] = r.hexDigest()
 			}
 		}
 	}
@@ -240,7 +239,7 @@ func changes(name string, asks []*Resource, t PlanTarget) []ResourceChange {
 	}
 	var out []ResourceChange
 	for _, r := range asks {
-		to := hex.EncodeToString(r.Digest[:])
+		to := r.hexDigest()
 		from, ok := applied[r.Key]
 		delete(applied, r.Key)
 		switch {

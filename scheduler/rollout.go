@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"slices"
@@ -89,7 +88,7 @@ func Judge(intentName string, want []*Resource, rec *fsm.DeviceRecord, acked boo
 		switch {
 		case rep == nil:
 			converged = false
-		case rep.AppliedDigest == hex.EncodeToString(r.Digest[:]):
+		case rep.AppliedDigest == r.hexDigest():
 			switch rep.Effective {
 			case "ok":
 			case "mismatch":

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"encoding/hex"
 	"slices"
 	"strings"
 
@@ -40,23 +39,17 @@ type DeviceView struct {
 
 // Compare builds the view of a device from its desired state and record.
 func Compare(d *DesiredState, rec *fsm.DeviceRecord) DeviceView {
-	reported := map[string]*fsm.ResourceStatus{}
-	for i := range rec.Resources {
-		reported[rec.Resources[i].Key] = &rec.Resources[i]
-	}
 	v := DeviceView{DesiredRevision: d.Revision, Counts: map[string]int{}}
-	for _, r := range d.Resources {
-		rv := ResourceView{Key: r.Key, IntendedDigest: hex.EncodeToString(r.Digest[:]), IntendedRevision: r.Revision, Reported: reported[r.Key]}
-		// A revision released by a rollout reaches the agent with the
-		// desired state of the release, not with the intent's revision.
-		rv.State = resourceState(rv, rec.AckedRevision, max(r.Revision, d.Since[r.Intent]))
-		delete(reported, r.Key)
-		v.Resources = append(v.Resources, rv)
+	if len(d.Resources) > 0 {
+		v.Resources = make([]ResourceView, 0, len(d.Resources))
 	}
-	for key, rep := range reported {
-		v.Resources = append(v.Resources, ResourceView{Key: key, Reported: rep, State: StateRemoving})
+	if reportedSorted(rec.Resources) {
+		// Both lists are sorted by key, as a record's resources always
+		// are (fsm.MergeResources): walk them side by side.
+		v.Resources = compareSorted(v.Resources, d, rec)
+	} else {
+		v.Resources = compareByMap(v.Resources, d, rec)
 	}
-	slices.SortFunc(v.Resources, func(a, b ResourceView) int { return strings.Compare(a.Key, b.Key) })
 	v.Converged = true
 	for _, r := range v.Resources {
 		v.Counts[r.State]++
@@ -65,6 +58,68 @@ func Compare(d *DesiredState, rec *fsm.DeviceRecord) DeviceView {
 		}
 	}
 	return v
+}
+
+// intendedView is the view of r, intended by d, as rec reports rep.
+func intendedView(d *DesiredState, rec *fsm.DeviceRecord, r *Resource, rep *fsm.ResourceStatus) ResourceView {
+	rv := ResourceView{Key: r.Key, IntendedDigest: r.hexDigest(), IntendedRevision: r.Revision, Reported: rep}
+	// A revision released by a rollout reaches the agent with the
+	// desired state of the release, not with the intent's revision.
+	rv.State = resourceState(rv, rec.AckedRevision, max(r.Revision, d.Since[r.Intent]))
+	return rv
+}
+
+// heldView is the view of a resource rec holds and d no longer intends.
+func heldView(rep *fsm.ResourceStatus) ResourceView {
+	return ResourceView{Key: rep.Key, Reported: rep, State: StateRemoving}
+}
+
+// compareSorted appends to out the views of d's resources and rec's,
+// both sorted by key, each key once.
+func compareSorted(out []ResourceView, d *DesiredState, rec *fsm.DeviceRecord) []ResourceView {
+	i, j := 0, 0
+	for i < len(d.Resources) || j < len(rec.Resources) {
+		switch {
+		case j == len(rec.Resources) || i < len(d.Resources) && d.Resources[i].Key < rec.Resources[j].Key:
+			out = append(out, intendedView(d, rec, d.Resources[i], nil))
+			i++
+		case i == len(d.Resources) || rec.Resources[j].Key < d.Resources[i].Key:
+			out = append(out, heldView(&rec.Resources[j]))
+			j++
+		default:
+			out = append(out, intendedView(d, rec, d.Resources[i], &rec.Resources[j]))
+			i, j = i+1, j+1
+		}
+	}
+	return out
+}
+
+// compareByMap is compareSorted for a record whose resources are in any
+// order (the last of a key counts).
+func compareByMap(out []ResourceView, d *DesiredState, rec *fsm.DeviceRecord) []ResourceView {
+	reported := map[string]*fsm.ResourceStatus{}
+	for i := range rec.Resources {
+		reported[rec.Resources[i].Key] = &rec.Resources[i]
+	}
+	for _, r := range d.Resources {
+		out = append(out, intendedView(d, rec, r, reported[r.Key]))
+		delete(reported, r.Key)
+	}
+	for _, rep := range reported {
+		out = append(out, heldView(rep))
+	}
+	slices.SortFunc(out, func(a, b ResourceView) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// reportedSorted reports whether rs is sorted by key, each key once.
+func reportedSorted(rs []fsm.ResourceStatus) bool {
+	for i := 1; i < len(rs); i++ {
+		if rs[i-1].Key >= rs[i].Key {
+			return false
+		}
+	}
+	return true
 }
 
 func resourceState(rv ResourceView, acked, sent uint64) string {
