@@ -320,34 +320,36 @@ func (r *Read) AssignedRevision(rec *IntentRecord, device string) (uint64, error
 // (ReleaseRecord.DesiredRevision; 0 otherwise): an agent that acknowledged
 // less has not received it.
 func (r *Read) Assignment(rec *IntentRecord, device string) (rev, since uint64, err error) {
-	assign, err := r.Assigner(rec)
+	ro, err := rolloutOf(r.txn, rec.Name)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("read rollout %q: %w", rec.Name, err)
 	}
-	return assign(device)
+	return r.assigned(rec, ro, device)
 }
 
 // Assigner returns Assignment(rec, device) as a function of the device,
 // having read rec's rollout once: for the many devices of one read.
 func (r *Read) Assigner(rec *IntentRecord) (func(device string) (rev, since uint64, err error), error) {
-	raw, err := r.txn.First(tableRollouts, "id", rec.Name)
+	ro, err := rolloutOf(r.txn, rec.Name)
 	if err != nil {
 		return nil, fmt.Errorf("read rollout %q: %w", rec.Name, err)
 	}
-	if raw == nil {
-		return func(string) (uint64, uint64, error) { return rec.Revision, 0, nil }, nil
+	return func(device string) (uint64, uint64, error) { return r.assigned(rec, ro, device) }, nil
+}
+
+// assigned is Assignment(rec, device), rec's rollout being ro (nil: none).
+func (r *Read) assigned(rec *IntentRecord, ro *RolloutRecord, device string) (rev, since uint64, err error) {
+	if ro == nil {
+		return rec.Revision, 0, nil
 	}
-	stable := raw.(*RolloutRecord).Stable
-	return func(device string) (uint64, uint64, error) {
-		rel, err := r.Release(rec.Name, device)
-		if err != nil {
-			return 0, 0, err
-		}
-		if rel != nil {
-			return rel.Revision, rel.DesiredRevision, nil
-		}
-		return stable, 0, nil
-	}, nil
+	rel, err := r.Release(rec.Name, device)
+	if err != nil {
+		return 0, 0, err
+	}
+	if rel != nil {
+		return rel.Revision, rel.DesiredRevision, nil
+	}
+	return ro.Stable, 0, nil
 }
 
 // IntentDoc returns what intent rec said at revision rev (its current
