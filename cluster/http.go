@@ -61,6 +61,8 @@ type httpAPI struct {
 	waiting atomic.Int64
 	// metrics serves GET /metrics (metrics.go); nil serves a 404.
 	metrics http.Handler
+	// fleet is the last answer of GET /v1/status (handleFleetStatus).
+	fleet fleetStatusCache
 
 	leaveOnce sync.Once
 }
