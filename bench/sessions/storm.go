@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quic-go/quic-go"
 
 	"github.com/meteor-edge/meteor/bench/internal/benchkit"
 	"github.com/meteor-edge/meteor/bench/internal/wiredev"
@@ -734,9 +737,14 @@ func probeSession(ctx context.Context, sd *stormDev, wait time.Duration) (int, s
 		return probeClosed, err.Error()
 	}
 	_, err := waitFor[*wire.Pong](s)
+	var reset *quic.StatelessResetError
 	switch {
 	case err == nil:
 		return probeAnswered, "Pong: the server holds the session"
+	case errors.As(err, &reset):
+		// The stream's read can report the reset before the
+		// connection's context ends (seen on a loaded host).
+		return probeClosed, fmt.Sprintf("closed: %v", err)
 	case context.Cause(sd.conn.Context()) != nil:
 		return probeClosed, fmt.Sprintf("closed: %v", context.Cause(sd.conn.Context()))
 	case ctx.Err() != nil:
