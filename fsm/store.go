@@ -143,6 +143,18 @@ func (f *FSM) Read() *Read {
 // restore).
 func (r *Read) Replaced() <-chan struct{} { return r.abandonCh }
 
+// StateID names the state a Read sees: two reads with equal StateIDs see
+// the same state. The index alone does not say so: a snapshot restore can
+// put another state at the index a replica had.
+type StateID struct {
+	index    uint64
+	replaced <-chan struct{}
+}
+
+// StateID returns the ID of the state this view reads, for keeping what
+// was computed from it (an answer served again while it is the same).
+func (r *Read) StateID() StateID { return StateID{index: r.Index(), replaced: r.abandonCh} }
+
 // watch adds ch and the abandon channel to ws, if ws is non-nil.
 func (r *Read) watch(ws memdb.WatchSet, ch <-chan struct{}) {
 	if ws != nil {
