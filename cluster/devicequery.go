@@ -257,7 +257,7 @@ func (h *httpAPI) queryDevices(read *fsm.Read, dq *deviceQuery) (api.DeviceList,
 			}
 		} else {
 			sum = api.DeviceSummary{ID: rec.ID, Labels: labels, Connected: rec.Connected, Server: rec.Server,
-				Owner: ownerOf(rec.ID, rec.Labels["region"], owners), AckedRevision: rec.AckedRevision, Status: deviceStatus(rec)}
+				Owner: deviceOwner(rec, owners), AckedRevision: rec.AckedRevision, Status: deviceStatus(rec)}
 			if dq.owner != "" && sum.Owner != dq.owner {
 				continue
 			}

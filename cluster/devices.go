@@ -63,7 +63,7 @@ func (h *httpAPI) deviceView(memo *scheduler.DesiredMemo, rec *fsm.DeviceRecord,
 	sum := api.DeviceSummary{
 		// The labels the device is selected by; its reported ones are
 		// facts (GET /v1/devices/{id}/labels).
-		ID: rec.ID, Labels: labels, Connected: rec.Connected, Server: rec.Server, Owner: ownerOf(rec.ID, rec.Labels["region"], owners),
+		ID: rec.ID, Labels: labels, Connected: rec.Connected, Server: rec.Server, Owner: deviceOwner(rec, owners),
 		DesiredRevision: desired.Revision, AckedRevision: rec.AckedRevision,
 		Converged: v.Converged, Resources: len(desired.Resources), Counts: v.Counts,
 		Status: deviceStatus(rec), StatusReason: rec.StatusReason,

@@ -230,9 +230,10 @@ func (sess *agentSession) refuseDraining() error {
 }
 
 // redirectsFor lists the other servers' agent addresses for a device
-// leaving this server: the server that owns it among them first (so that
-// the sessions of a stopping server spread as the devices' ownership
-// does, each to its own region's servers), then the others as redirects
+// leaving this server: its home owner among them first (so that the
+// sessions of a stopping server spread as the devices' home ownership
+// does, each to its own region's servers; there the device's session
+// makes that server its owner too), then the others as redirects
 // orders them.
 func (a *agentServer) redirectsFor(deviceID string, labels map[string]string) []string {
 	var cands []ownerCandidate
@@ -241,7 +242,7 @@ func (a *agentServer) redirectsFor(deviceID string, labels map[string]string) []
 		if m.AgentAddr == "" || m.ID == a.cfg.NodeID || m.State != memberlist.StateAlive || m.Leaving || m.Draining {
 			continue
 		}
-		cands = append(cands, ownerCandidate{ID: m.ID, Region: m.Region})
+		cands = append(cands, ownerCandidate{ID: m.ID, Region: m.Region, PeerAPI: m.PeerAPI})
 		addr[m.ID] = m.AgentAddr
 	}
 	out := a.redirects()

@@ -37,7 +37,9 @@ type nodeMeta struct {
 	// PeerAPI is the level of the server-to-server API the server serves:
 	// from peerAPIBatch on it takes forwarded commands in batches
 	// (forwardbatch.go), from peerAPIReportBatch forwarded reports too
-	// (reportbatch.go). Servers from before the field say nothing (0).
+	// (reportbatch.go), and from peerAPISessionOwner it takes a device's
+	// session server for its owner (ownership.go). Servers from before
+	// the field say nothing (0).
 	PeerAPI uint16 `json:"peer_api,omitempty"`
 	// Leaving is set just before a graceful leave, so that others can
 	// tell a server that left from one that failed: memberlist's leave

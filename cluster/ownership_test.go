@@ -3,12 +3,15 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/meteor-edge/meteor/fsm"
 )
 
 func TestOwnerOfProperties(t *testing.T) {
-	servers := []ownerCandidate{{"eu-1", "eu"}, {"eu-2", "eu"}, {"us-1", "us"}, {"us-2", "us"}, {"ap-1", "ap"}}
+	servers := []ownerCandidate{{ID: "eu-1", Region: "eu"}, {ID: "eu-2", Region: "eu"}, {ID: "us-1", Region: "us"}, {ID: "us-2", Region: "us"}, {ID: "ap-1", Region: "ap"}}
 	const n = 3000
 	devices := make([]struct{ id, region string }, n)
 	for i := range devices {
@@ -49,6 +52,55 @@ func TestOwnerOfProperties(t *testing.T) {
 	}
 	if ownerOf("x", "eu", nil) != "" {
 		t.Fatal("an owner without servers")
+	}
+}
+
+// TestDeviceOwnerFollowsTheSession: a device in session is owned by the
+// server holding it when that server is a candidate of its region (or its
+// region has none) and every candidate follows sessions; any other device
+// by its home owner.
+func TestDeviceOwnerFollowsTheSession(t *testing.T) {
+	servers := []ownerCandidate{
+		{ID: "eu-1", Region: "eu", PeerAPI: peerAPISessionOwner},
+		{ID: "eu-2", Region: "eu", PeerAPI: peerAPISessionOwner},
+		{ID: "us-1", Region: "us", PeerAPI: peerAPISessionOwner},
+	}
+	// A device whose home owner is eu-1, so that following the session
+	// to eu-2 shows.
+	id := ""
+	for i := 0; id == ""; i++ {
+		if d := fmt.Sprintf("dev-%d", i); ownerOf(d, "eu", servers) == "eu-1" {
+			id = d
+		}
+	}
+	older := slices.Clone(servers)
+	older[2].PeerAPI = peerAPIReportBatch
+	for _, tc := range []struct {
+		name      string
+		region    string
+		connected bool
+		server    string
+		servers   []ownerCandidate
+		want      string
+	}{
+		{"in session in its region", "eu", true, "eu-2", servers, "eu-2"},
+		{"in session on its home owner", "eu", true, "eu-1", servers, "eu-1"},
+		{"disconnected", "eu", false, "eu-2", servers, "eu-1"},
+		{"connected with no server named", "eu", true, "", servers, "eu-1"},
+		{"in session outside its region", "eu", true, "us-1", servers, "eu-1"},
+		{"in session on a server that cannot own", "eu", true, "eu-3", servers, "eu-1"},
+		{"in session, its region without servers", "sa", true, "us-1", servers, "us-1"},
+		{"a candidate of an earlier release", "eu", true, "eu-2", older, "eu-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &fsm.DeviceRecord{ID: id, Labels: map[string]string{"region": tc.region}, Connected: tc.connected, Server: tc.server}
+			if got := deviceOwner(rec, tc.servers); got != tc.want {
+				t.Errorf("owner %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if got := deviceOwner(&fsm.DeviceRecord{ID: id, Connected: true, Server: "eu-1"}, nil); got != "" {
+		t.Errorf("owner %q without servers", got)
 	}
 }
 

@@ -23,7 +23,9 @@ import (
 // TestReportsGoToTheirOwnersInBatches: reports handed at once to the
 // owners of their devices from a server that is not their owner reach the
 // owners in fewer requests than reports, and each is committed in its
-// device's record before its caller hears so.
+// device's record before its caller hears so. The devices' records say
+// they are in session on their home owners, as when a device's session
+// has moved to s and its record has not yet: their owners are those.
 func TestReportsGoToTheirOwnersInBatches(t *testing.T) {
 	c := newTestCluster(t, 3, func(cfg *Config) { cfg.ClusterSecret = []byte("0123456789abcdef0123456789abcdef") })
 	leader := c.waitLeader()
@@ -41,17 +43,18 @@ func TestReportsGoToTheirOwnersInBatches(t *testing.T) {
 		return nil
 	})
 
-	// Devices owned by the other servers, with a session on s.
+	// Devices owned by the other servers, recorded in session there.
 	const n = 300
 	var devices []string
 	var sessions []fsm.DeviceSessionRequest
 	for i := 0; len(devices) < n; i++ {
 		id := fmt.Sprintf("kiosk-%d", i)
-		if s.OwnerOf(id, eu) == s.config.NodeID {
+		home := s.OwnerOf(id, eu)
+		if home == s.config.NodeID {
 			continue
 		}
 		devices = append(devices, id)
-		sessions = append(sessions, fsm.DeviceSessionRequest{ID: id, Labels: eu, SessionID: "s-" + id, Server: s.config.NodeID, Conn: "c", Connected: true, Time: 1})
+		sessions = append(sessions, fsm.DeviceSessionRequest{ID: id, Labels: eu, SessionID: "s-" + id, Server: home, Conn: "c", Connected: true, Time: 1})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

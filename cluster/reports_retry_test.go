@@ -107,7 +107,9 @@ func (h hangReports) RoundTrip(r *http.Request) (*http.Response, error) {
 // TestPullAnsweredWhileAnOwnerHangs: a report handed to an owner that
 // does not answer holds the session's read loop for reportFirstTry at
 // most, not for as long as a forward may take (minutes): the agent's
-// Pull behind it is answered, and the report is left to the retries.
+// Pull behind it is answered, and the report is left to the retries. s1
+// is of another region than the device, so its owner is another server
+// though s1 holds its session.
 func TestPullAnsweredWhileAnOwnerHangs(t *testing.T) {
 	pki := newTestPKI(t)
 	hang := hangReports{next: http.DefaultTransport, taken: make(chan struct{}, 1)}
@@ -115,6 +117,7 @@ func TestPullAnsweredWhileAnOwnerHangs(t *testing.T) {
 		pki.withAgents(t)(cfg)
 		if cfg.NodeID == "s1" {
 			cfg.PeerClient = &http.Client{Transport: hang}
+			cfg.Region = "us"
 		}
 	})
 	c.propose(fileIntentN("store", 1, "v0"))

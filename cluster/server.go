@@ -167,7 +167,7 @@ func New(cfg Config) (*Server, error) {
 	if s.gossip, err = startGossip(&cfg, s.logger.Named("gossip"), s.clock, nodeMeta{
 		ID: cfg.NodeID, Region: cfg.Region, RaftAddr: s.raftAddr, HTTPAddr: s.httpAddr, AgentAddr: s.agentAddr,
 		BootstrapExpect: cfg.BootstrapExpect, Version: Version, WireMinor: cfg.wireMinor(), Features: cfg.featureLevel(),
-		PeerAPI: peerAPIReportBatch,
+		PeerAPI: peerAPISessionOwner,
 	}, s.eventCh, s.bootstrapCh); err != nil {
 		return nil, err
 	}

@@ -631,7 +631,7 @@ func (o *statusOwner) evaluate(now time.Time) error {
 	mine := map[string]bool{}
 	var judged, passed uint64
 	for _, rec := range recs {
-		if ownerOf(rec.ID, rec.Labels["region"], owners) != o.self {
+		if deviceOwner(rec, owners) != o.self {
 			continue
 		}
 		mine[rec.ID] = true
