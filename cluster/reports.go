@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/hashicorp/go-memdb"
+
 	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/wire"
 )
 
@@ -30,7 +33,7 @@ type forwardedReport struct {
 // has made them durable (or found they change nothing). The session
 // server acknowledges the report to the agent only then.
 func (s *Server) deliverReport(ctx context.Context, device string, labels map[string]string, acked uint64, rep *wire.Report) error {
-	owner := s.OwnerOf(device, labels)
+	owner := s.reportOwner(ctx, device, labels)
 	if owner == "" || owner == s.config.NodeID {
 		return s.status.ingest(ctx, device, acked, rep)
 	}
@@ -43,6 +46,42 @@ func (s *Server) deliverReport(ctx context.Context, device string, labels map[st
 		return s.reportFwd.report(ctx, owner, m.HTTPAddr, fr)
 	}
 	return s.peers.report(ctx, owner, m.HTTPAddr, fr)
+}
+
+// reportOwner returns the owner that a report of a device in session on
+// this server goes to. When this server would own the device once its
+// replica records the session here (deviceOwner), and the replica does not
+// yet, it waits for that record, up to recordWait: the owner it would be
+// forwarded to meanwhile waits for the device's record too
+// (statusOwner.waitRecorded), so the report loses no time, and it is then
+// committed here with no forward. That is the case of a device's first
+// report after it connects or moves here. If the record does not come in
+// time (its commit is being retried through an election), the report goes
+// to the owner the replica names.
+func (s *Server) reportOwner(ctx context.Context, device string, labels map[string]string) string {
+	self := s.config.NodeID
+	cands := s.gossip.ownerCandidates()
+	ws := memdb.NewWatchSet()
+	rec, err := s.fsm.Read().Device(ws, device)
+	if err == nil && rec.Connected && rec.Server == self {
+		return deviceOwner(rec, cands)
+	}
+	here := fsm.DeviceRecord{ID: device, Labels: labels, Connected: true, Server: self}
+	if err == nil {
+		here.Labels = rec.Labels
+	}
+	if deviceOwner(&here, cands) != self {
+		return s.OwnerOf(device, labels)
+	}
+	wait, cancel := context.WithTimeout(ctx, recordWait)
+	defer cancel()
+	for ws.WatchCtx(wait) == nil {
+		ws = memdb.NewWatchSet()
+		if rec, err := s.fsm.Read().Device(ws, device); err == nil && rec.Connected && rec.Server == self {
+			return deviceOwner(rec, s.gossip.ownerCandidates())
+		}
+	}
+	return s.OwnerOf(device, labels)
 }
 
 // reportFor returns rep as an owner speaking agent protocol minor takes

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/wire"
 )
 
@@ -107,5 +108,54 @@ func TestReportsCommittedWhereTheSessionIs(t *testing.T) {
 	}
 	if !holds(home) {
 		t.Errorf("the home owner %s does not judge %s once its session ended", home.ID(), dev)
+	}
+}
+
+// TestFirstReportWaitsForTheSessionRecord: a report of a device in session
+// on a server that will own it, sent before the replicas record the
+// session (a device's first report after it connects), waits for that
+// record and is committed by the session server, not forwarded to the
+// device's home owner.
+func TestFirstReportWaitsForTheSessionRecord(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.ClusterSecret = []byte("0123456789abcdef0123456789abcdef") })
+	leader := c.waitLeader()
+	f := c.follower()
+	eu := map[string]string{"region": "eu"}
+	var dev string
+	for i := 0; dev == ""; i++ {
+		if id := fmt.Sprintf("kiosk-%d", i); f.OwnerOf(id, eu) != f.ID() {
+			dev = id
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	forwarded := f.reportFwd.reports.Load()
+	done := make(chan error, 1)
+	go func() {
+		done <- f.deliverReport(ctx, dev, eu, 0, &wire.Report{Seq: 1, Full: true, Status: "converged", States: true, Resources: []wire.ResourceReport{
+			{Key: "app/cfg", AppliedDigest: [32]byte{1}, AppliedRevision: 1, Effective: wire.EffectiveOK, State: wire.StateConverged},
+		}})
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the report was answered before the device had a record: %v", err)
+	case <-time.After(100 * time.Millisecond):
+		// Time for the report to reach its wait; it cannot be answered
+		// before the record exists, whichever server takes it.
+	}
+	sess := fsm.DeviceSessionRequest{ID: dev, Labels: eu, SessionID: "s-" + dev, Server: f.ID(), Conn: "c", Connected: true, Time: 1}
+	if res, _, err := applied(ctx, leader, fsm.DeviceSessionType, &sess); err != nil || res.Err != nil {
+		t.Fatalf("record the session: %v %v", err, res.Err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := f.reportFwd.reports.Load() - forwarded; n != 0 {
+		t.Errorf("%s forwarded %d reports of a device whose session it holds", f.ID(), n)
+	}
+	// Answered only once committed: the leader, whose answer f waited
+	// for, has applied it.
+	if rec := deviceRecord(t, leader, dev); rec.ReportSeq != 1 || rec.StatusOwner != f.ID() {
+		t.Errorf("report %d, status committed by %q; want report 1 committed by %s", rec.ReportSeq, rec.StatusOwner, f.ID())
 	}
 }
