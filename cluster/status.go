@@ -371,7 +371,7 @@ func (o *statusOwner) ingest(ctx context.Context, device string, acked uint64, r
 	d.rec.LastSeen = now.UnixNano()
 	d.rec.Connected = true
 	d.heard = o.clock.Mono()
-	q, err := o.classifyLocked(d, read, o.cfg.effectiveClasses(read), now, contentChanged, func(tr *fsm.StatusTransition) {
+	q, err := o.classifyLocked(d, read, nil, o.cfg.effectiveClasses(read), now, contentChanged, func(tr *fsm.StatusTransition) {
 		tr.Seq, tr.Full, tr.Resources = rep.Seq, rep.Full, res
 		tr.AgentStatus, tr.BlockedReason = rep.Status, rep.BlockedReason
 		tr.Traffic = traffic
@@ -402,9 +402,17 @@ func (o *statusOwner) ingest(ctx context.Context, device string, acked uint64, r
 // or a resource's status changed, or if force is set (the report changed
 // what is applied even though no status moved, as when a rollout's new
 // version lands between two reports). classes are the replica's effective
-// classes (Config.effectiveClasses of read). fill adds the report to it.
-func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, classes scheduler.Classes, now time.Time, force bool, fill func(*fsm.StatusTransition)) (*queuedTransition, error) {
-	desired, err := o.planner.Desired(read, d.rec.ID, o.cfg.recordSelection(&d.rec))
+// classes (Config.effectiveClasses of read). memo, if not nil, is read's
+// (Planner.Memo): an evaluation judges many devices by one read, and the
+// devices alike share their desired state. fill adds the report to it.
+func (o *statusOwner) classifyLocked(d *ownedDevice, read *fsm.Read, memo *scheduler.DesiredMemo, classes scheduler.Classes, now time.Time, force bool, fill func(*fsm.StatusTransition)) (*queuedTransition, error) {
+	var desired *scheduler.DesiredState
+	var err error
+	if memo != nil {
+		desired, err = memo.Desired(d.rec.ID, o.cfg.recordSelection(&d.rec))
+	} else {
+		desired, err = o.planner.Desired(read, d.rec.ID, o.cfg.recordSelection(&d.rec))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -624,6 +632,10 @@ func (o *statusOwner) evaluate(now time.Time) error {
 	if err != nil {
 		return err
 	}
+	memo, err := o.planner.Memo(read)
+	if err != nil {
+		return err
+	}
 	// Set again once every device is judged: a failed classification
 	// leaves it nil, so the next evaluation reads every record again.
 	o.records = nil
@@ -639,7 +651,7 @@ func (o *statusOwner) evaluate(now time.Time) error {
 			passed++
 			continue
 		}
-		if err := o.judgeLocked(rec, read, classes, alive, now); err != nil {
+		if err := o.judgeLocked(rec, read, memo, classes, alive, now); err != nil {
 			return err
 		}
 		judged++
@@ -675,10 +687,14 @@ func (o *statusOwner) evaluateDueLocked(read *fsm.Read, classes scheduler.Classe
 		} // else let go, or rescheduled since
 	}
 	var judged uint64
+	var memo *scheduler.DesiredMemo
 	for _, id := range ids {
 		rec, err := read.Device(nil, id)
+		if err == nil && memo == nil {
+			memo, err = o.planner.Memo(read)
+		}
 		if err == nil {
-			err = o.judgeLocked(rec, read, classes, alive, now)
+			err = o.judgeLocked(rec, read, memo, classes, alive, now)
 		}
 		if err != nil {
 			o.records = nil // read them all next time
@@ -693,14 +709,14 @@ func (o *statusOwner) evaluateDueLocked(read *fsm.Read, classes scheduler.Classe
 
 // judgeLocked classifies the owned device whose replica record is rec at
 // now, and notes whether the judgement settled it. Called with o.mu held.
-func (o *statusOwner) judgeLocked(rec *fsm.DeviceRecord, read *fsm.Read, classes scheduler.Classes, alive map[string]bool, now time.Time) error {
+func (o *statusOwner) judgeLocked(rec *fsm.DeviceRecord, read *fsm.Read, memo *scheduler.DesiredMemo, classes scheduler.Classes, alive map[string]bool, now time.Time) error {
 	d := o.ownedLocked(rec.ID, read)
 	if d.rec.Connected && !alive[d.rec.Server] {
 		// Its session server failed without recording the disconnect:
 		// the device is not connected anywhere we know of.
 		d.rec.Connected = false
 	}
-	q, err := o.classifyLocked(d, read, classes, now, false, nil)
+	q, err := o.classifyLocked(d, read, memo, classes, now, false, nil)
 	if err != nil {
 		return fmt.Errorf("classify %s: %w", d.rec.ID, err)
 	}
