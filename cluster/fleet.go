@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-memdb"
+
 	"github.com/meteor-edge/meteor/cluster/api"
 	"github.com/meteor-edge/meteor/fsm"
 	"github.com/meteor-edge/meteor/scheduler"
@@ -100,58 +102,16 @@ func (h *httpAPI) newViewCache(read *fsm.Read, n int) (*viewCache, error) {
 // intentProgress counts where the devices an intent's current revision
 // targets are with it, and builds the series from their timelines.
 func (h *httpAPI) intentProgress(read *fsm.Read, views *viewCache, rec *fsm.IntentRecord, devices []*fsm.DeviceRecord, series bool) (api.IntentProgress, error) {
-	out := api.IntentProgress{Name: rec.Name, Revision: rec.Revision, UpdatedAt: time.Unix(0, rec.UpdatedAt).UTC(), Index: read.Index()}
-	prefix := rec.Name + "/"
+	out := newIntentProgress(read, rec)
 	var targeted []*fsm.DeviceRecord
 	for i, d := range devices {
-		if !rec.Intent.Matches(h.cfg.recordSelection(d)) {
-			continue
-		}
-		targeted = append(targeted, d)
-		out.Targeted++
-		// A device the revision is not released to yet holds an earlier
-		// one: whatever it has converged on, it is not this revision.
-		assigned, since, err := views.memo.Assignment(rec, d.ID)
+		part, err := h.progressPartOf(views, rec, i, d)
 		if err != nil {
 			return out, err
 		}
-		if assigned != rec.Revision {
-			continue
-		}
-		out.Released++
-		if d.AckedRevision >= max(rec.Revision, since) {
-			out.Acknowledged++
-		}
-		if deviceStatus(d) == scheduler.StatusUnreachable {
-			out.Unreachable++
-		}
-		v, err := views.view(i, d)
-		if err != nil {
-			return out, err
-		}
-		converged, failed, drifted := true, false, false
-		for _, r := range v.Resources {
-			if !strings.HasPrefix(r.Key, prefix) {
-				continue
-			}
-			switch r.State {
-			case scheduler.StateConverged:
-				continue
-			case scheduler.StateFailed:
-				failed = true
-			case scheduler.StateDrifted:
-				drifted = true
-			}
-			converged = false
-		}
-		if converged {
-			out.Converged++
-		}
-		if failed {
-			out.Failed++
-		}
-		if drifted {
-			out.Drifted++
+		part.addTo(&out)
+		if part&partTargeted != 0 {
+			targeted = append(targeted, d)
 		}
 	}
 	if series {
@@ -162,6 +122,89 @@ func (h *httpAPI) intentProgress(read *fsm.Read, views *viewCache, rec *fsm.Inte
 		out.Series = pts
 	}
 	return out, nil
+}
+
+func newIntentProgress(read *fsm.Read, rec *fsm.IntentRecord) api.IntentProgress {
+	return api.IntentProgress{Name: rec.Name, Revision: rec.Revision, UpdatedAt: time.Unix(0, rec.UpdatedAt).UTC(), Index: read.Index()}
+}
+
+// progressPart is what a device counts for in an intent's progress
+// (api.IntentProgress), as flags.
+type progressPart uint8
+
+const (
+	partTargeted progressPart = 1 << iota
+	partReleased
+	partAcknowledged
+	partUnreachable
+	partConverged
+	partFailed
+	partDrifted
+)
+
+// progressPartOf is what d, the request's device i, counts for in the
+// progress of the intent whose current revision is rec.
+func (h *httpAPI) progressPartOf(views *viewCache, rec *fsm.IntentRecord, i int, d *fsm.DeviceRecord) (progressPart, error) {
+	if !rec.Intent.Matches(h.cfg.recordSelection(d)) {
+		return 0, nil
+	}
+	part := partTargeted
+	// A device the revision is not released to yet holds an earlier
+	// one: whatever it has converged on, it is not this revision.
+	assigned, since, err := views.memo.Assignment(rec, d.ID)
+	if err != nil {
+		return 0, err
+	}
+	if assigned != rec.Revision {
+		return part, nil
+	}
+	part |= partReleased
+	if d.AckedRevision >= max(rec.Revision, since) {
+		part |= partAcknowledged
+	}
+	if deviceStatus(d) == scheduler.StatusUnreachable {
+		part |= partUnreachable
+	}
+	v, err := views.view(i, d)
+	if err != nil {
+		return 0, err
+	}
+	prefix := rec.Name + "/"
+	converged := true
+	for _, r := range v.Resources {
+		if !strings.HasPrefix(r.Key, prefix) {
+			continue
+		}
+		switch r.State {
+		case scheduler.StateConverged:
+			continue
+		case scheduler.StateFailed:
+			part |= partFailed
+		case scheduler.StateDrifted:
+			part |= partDrifted
+		}
+		converged = false
+	}
+	if converged {
+		part |= partConverged
+	}
+	return part, nil
+}
+
+// addTo counts the part in out.
+func (p progressPart) addTo(out *api.IntentProgress) {
+	count := func(flag progressPart, n *int) {
+		if p&flag != 0 {
+			*n++
+		}
+	}
+	count(partTargeted, &out.Targeted)
+	count(partReleased, &out.Released)
+	count(partAcknowledged, &out.Acknowledged)
+	count(partUnreachable, &out.Unreachable)
+	count(partConverged, &out.Converged)
+	count(partFailed, &out.Failed)
+	count(partDrifted, &out.Drifted)
 }
 
 // progressSeries replays the targeted devices' timelines since the
@@ -260,10 +303,29 @@ func (h *httpAPI) handleIntentProgress(w http.ResponseWriter, r *http.Request) {
 // replica has applied nothing since, it is the answer again: a dashboard
 // polling a quiet fleet of 100,000 devices does not cost its server 0.1 s
 // of CPU a poll. Concurrent requests wait for one computation.
+//
+// It also keeps what each device counted for in each intent's progress
+// (progressPart). A device's part follows from its own record and from
+// what devices are judged by beside it (fsm.Read.WatchJudgement: intents,
+// their history, rollouts, classes, the revision), so while the latter
+// stands, a device whose record is the very one the last computation read
+// counts for the same again: during a change, when the owners' commits
+// move the records of some hundreds of devices between two polls, only
+// those are compared again.
 type fleetStatusCache struct {
 	mu    sync.Mutex
 	state fsm.StateID      // guarded by mu
 	last  *api.FleetStatus // nil: none yet; guarded by mu
+	// What the last computation read, guarded by mu: world fires once
+	// anything devices are judged by beside their records changes (or
+	// the state is restored), index is its read's, intents and devices
+	// (sorted by ID) what it read, and parts[j][i] what device i counted
+	// for in intent j's progress.
+	world   memdb.WatchSet
+	index   uint64
+	intents []*fsm.IntentRecord
+	devices []*fsm.DeviceRecord
+	parts   [][]progressPart
 }
 
 func (h *httpAPI) handleFleetStatus(w http.ResponseWriter, r *http.Request) {
@@ -278,7 +340,9 @@ func (h *httpAPI) handleFleetStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 // fleetStatus is GET /v1/status's answer as of read: the last one if the
-// replica has applied nothing since (fleetStatusCache).
+// replica has applied nothing since, and otherwise computed again with the
+// parts of the devices whose records have not changed since taken from the
+// last computation (fleetStatusCache).
 func (h *httpAPI) fleetStatus(read *fsm.Read) (*api.FleetStatus, error) {
 	c := &h.fleet
 	c.mu.Lock()
@@ -286,6 +350,11 @@ func (h *httpAPI) fleetStatus(read *fsm.Read) (*api.FleetStatus, error) {
 	state := read.StateID()
 	if c.last != nil && c.state == state {
 		return c.last, nil
+	}
+	// Watched before reading: a change from here on fires it.
+	world := memdb.NewWatchSet()
+	if err := read.WatchJudgement(world); err != nil {
+		return nil, err
 	}
 	devices, err := read.Devices(nil)
 	if err != nil {
@@ -295,18 +364,45 @@ func (h *httpAPI) fleetStatus(read *fsm.Read) (*api.FleetStatus, error) {
 	if err != nil {
 		return nil, err
 	}
+	// prior[i] is device i's place in the last computation, if its record
+	// is the one read then and nothing it is judged by has changed since
+	// (a read no older than that one, and the watch not fired); else -1.
+	var prior []int
+	if c.world != nil && read.Index() >= c.index && !fired(c.world) && slices.Equal(intents, c.intents) {
+		prior = make([]int, len(devices))
+		k := 0
+		for i, d := range devices {
+			for k < len(c.devices) && c.devices[k].ID < d.ID {
+				k++
+			}
+			prior[i] = -1
+			if k < len(c.devices) && c.devices[k] == d {
+				prior[i] = k
+			}
+		}
+	}
 	out := &api.FleetStatus{Revision: read.Revision(), Index: read.Index(), Devices: len(devices), ByStatus: statusCounts(devices)}
 	views, err := h.newViewCache(read, len(devices))
 	if err != nil {
 		return nil, err
 	}
-	for _, rec := range intents {
-		p, err := h.intentProgress(read, views, rec, devices, false)
-		if err != nil {
-			return nil, err
+	parts := make([][]progressPart, len(intents))
+	for j, rec := range intents {
+		p := newIntentProgress(read, rec)
+		parts[j] = make([]progressPart, len(devices))
+		for i, d := range devices {
+			var part progressPart
+			if prior != nil && prior[i] >= 0 {
+				part = c.parts[j][prior[i]]
+			} else if part, err = h.progressPartOf(views, rec, i, d); err != nil {
+				return nil, err
+			}
+			parts[j][i] = part
+			part.addTo(&p)
 		}
 		out.Intents = append(out.Intents, p)
 	}
 	c.state, c.last = state, out
+	c.world, c.index, c.intents, c.devices, c.parts = world, read.Index(), intents, devices, parts
 	return out, nil
 }

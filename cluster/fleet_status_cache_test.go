@@ -2,14 +2,19 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/meteor-edge/meteor/cluster/api"
+	"github.com/meteor-edge/meteor/scheduler"
 )
 
 // TestFleetStatusServedAgainUntilTheReplicaMoves: GET /v1/status is
@@ -99,5 +104,75 @@ func TestFleetStatusServedAgainUntilTheReplicaMoves(t *testing.T) {
 	}
 	if answer() == kept {
 		t.Fatal("the answer kept served after a restore")
+	}
+}
+
+// TestFleetStatusComputedAgainIsFresh: GET /v1/status computed again from
+// the parts of the devices whose records have not changed is the answer
+// computed afresh, through changes of records alone (some devices
+// reporting, failing, acknowledging), of intents, and of rollouts.
+func TestFleetStatusComputedAgainIsFresh(t *testing.T) {
+	const n = 60
+	r := newRolloutRig(t, n, func(i int) map[string]string {
+		return map[string]string{"region": []string{"eu", "us"}[i%2], "site-type": []string{"store", "store", "kiosk"}[i%3]}
+	})
+	failing := map[string]bool{}
+	r.fleet.behave = func(device string, res *scheduler.Resource) (bool, string, string) {
+		if failing[device] {
+			return false, "", "disk full"
+		}
+		return true, "ok", ""
+	}
+	h := r.api()
+	check := func(step string) {
+		t.Helper()
+		read := r.p.state.Read()
+		got, err := h.fleetStatus(read)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := r.api().fleetStatus(read)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("%s: computed again against afresh (-fresh +again):\n%s", step, diff)
+		}
+	}
+	rng := rand.New(rand.NewPCG(7, 12))
+	value := 0
+	put := func(rollout map[string]any) {
+		value++
+		r.put(netIntent(fmt.Sprintf("v%d", value), rollout))
+	}
+	put(nil)
+	check("first intent")
+	r.fleet.react()
+	check("converged")
+	for step := range 40 {
+		switch rng.IntN(5) {
+		case 0:
+			put(nil)
+		case 1:
+			put(map[string]any{"waves": []any{
+				map[string]any{"name": "pilot", "count": int64(3)},
+				map[string]any{"name": "rest", "percent": "100%"},
+			}})
+		case 2:
+			if err := r.w.pass(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			// A few devices change what they report; the others keep
+			// their records.
+			for range 3 {
+				id := r.fleet.ids[rng.IntN(n)]
+				failing[id] = !failing[id]
+			}
+		}
+		check(fmt.Sprintf("step %d, before the fleet acts", step))
+		r.fleet.react()
+		r.clock.advance(time.Second)
+		check(fmt.Sprintf("step %d", step))
 	}
 }
