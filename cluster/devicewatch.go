@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 
@@ -81,8 +82,18 @@ type deviceWatch struct {
 	// labels is the key of the selection labels the last check found.
 	labels string
 	// settings is the encoding (Seq aside) of the settings the last
-	// check handed to sendSettings; nil before the Welcome.
+	// check handed to sendSettings; nil before the Welcome. rec is the
+	// device record they were computed from, and config fires once the
+	// classes or maintenance windows they follow change: while neither
+	// has, and the record's part in them is the same (sameSettingsOf),
+	// they are the same, and a check does not compute them again (most
+	// checks are of a record that a status commit moved).
 	settings []byte
+	rec      *fsm.DeviceRecord
+	config   memdb.WatchSet
+	// setLabels is the key of the selection labels they were computed
+	// with.
+	setLabels string
 	// ended: the connection ended, or the check closed it.
 	ended bool
 }
@@ -220,7 +231,8 @@ func (m *deviceWatch) check(read *fsm.Read) {
 		m.close(wire.CloseUnauthorized, revokedReason(sess.deviceID, rev))
 		return
 	}
-	if _, err := read.Device(ws, sess.deviceID); err != nil && !errors.Is(err, fsm.ErrNotFound) {
+	rec, err := read.Device(ws, sess.deviceID)
+	if err != nil && !errors.Is(err, fsm.ErrNotFound) {
 		sess.logger.Error("watch device record: closing the session", "error", err)
 		m.close(wire.CloseInternalError, "cannot watch the device's record")
 		return
@@ -233,17 +245,35 @@ func (m *deviceWatch) check(read *fsm.Read) {
 	}
 	m.labels = key
 	// The settings follow the classes, the labels and the rest.
-	_, err = read.Classes(ws)
+	config := memdb.NewWatchSet()
+	_, err = read.Classes(config)
 	if err == nil {
-		_, err = read.Windows(ws)
+		_, err = read.Windows(config)
 	}
 	if err != nil {
 		sess.logger.Error("watch the configuration: closing the session", "error", err)
 		m.close(wire.CloseInternalError, "cannot watch the configuration")
 		return
 	}
-	m.sendSettings(read)
+	for ch := range config {
+		ws.Add(ch)
+	}
+	m.sendSettings(read, rec, key, config)
 	m.ws = ws
+}
+
+// sameSettingsOf reports whether two records of a device say the same in
+// what its settings take from its record (settingsFor): its labels and
+// their source, and its lock-break orders.
+func sameSettingsOf(a, b *fsm.DeviceRecord) bool {
+	if a == b {
+		return true
+	}
+	if a == nil || b == nil {
+		return false
+	}
+	return a.LabelsControlled == b.LabelsControlled && maps.Equal(a.Labels, b.Labels) &&
+		maps.Equal(a.ReportedLabels, b.ReportedLabels) && slices.Equal(a.Unlocks, b.Unlocks)
 }
 
 // close ends the member and closes its connection, in a goroutine of its
@@ -258,11 +288,16 @@ func (m *deviceWatch) close(code quic.ApplicationErrorCode, reason string) {
 // stream), if they differ from those the last check handed over. Before
 // the Welcome it hands nothing: the Welcome sends the settings, and the
 // session's record commits soon after it, which fires the watch again.
-func (m *deviceWatch) sendSettings(read *fsm.Read) {
+func (m *deviceWatch) sendSettings(read *fsm.Read, rec *fsm.DeviceRecord, labels string, config memdb.WatchSet) {
 	sess := m.sess
 	if sess.minor < wire.MinorEdge || !sess.welcomed.Load() {
 		return
 	}
+	if m.settings != nil && m.config != nil && !fired(m.config) && labels == m.setLabels && sameSettingsOf(m.rec, rec) {
+		m.rec, m.config = rec, config
+		return
+	}
+	m.rec, m.config, m.setLabels = rec, config, labels
 	s := sess.settingsFor(read)
 	body := settingsBody(s)
 	if bytes.Equal(body, m.settings) {
