@@ -115,7 +115,7 @@ bench-report: ## Gather the summary rows of bench/results/*.json into bench/resu
 	$(GO) run ./bench/report
 
 .PHONY: bench-fanout
-bench-fanout: build ## 10,000 devices, one change: 99 % applied and 99 % reported and durable, Meteor vs Mosquitto with TLS and persistence (and plaintext), clean and 5% loss (installs mosquitto if missing; loss rows and UDP buffer sizing need root)
+bench-fanout: build ## 10,000 devices, three changes (the median is the row): 99 % applied and 99 % reported and durable, Meteor vs Mosquitto with TLS and persistence (and plaintext), clean and 5% loss (installs mosquitto if missing; loss rows and UDP buffer sizing need root)
 	$(GO) run ./bench/fanout -meteor-bin $(BIN)
 
 .PHONY: bench-fleet

@@ -40,6 +40,7 @@ type config struct {
 	concurrency  int
 	timeout      time.Duration
 	settle       time.Duration
+	changes      int // measured per system and loss level; the median is its row
 	mosquittoBin string
 	install      bool
 	benchkit.Flags
@@ -65,6 +66,7 @@ bench/results/fanout.{json,md}.`, errOut)
 	fs.IntVar(&c.concurrency, "dial-concurrency", 64, "devices connecting at once")
 	fs.DurationVar(&c.timeout, "timeout", 3*time.Minute, "bound on each measured change, and on connecting the fleet")
 	fs.DurationVar(&c.settle, "settle", 3*time.Second, "quiet time before each measured change")
+	fs.IntVar(&c.changes, "changes", 3, "changes measured per system and loss level, one after the other on the same fleet; each row is the median change by 99 % applied, the others in its notes")
 	fs.StringVar(&c.mosquittoBin, "mosquitto-bin", "", "mosquitto binary (default: mosquitto on PATH or /usr/sbin/mosquitto)")
 	fs.BoolVar(&c.install, "install-mosquitto", true, "install Debian's mosquitto with bench/install-mosquitto.sh if it is missing (root only)")
 	c.Register(fs, "PKI, data, server logs, broker config")
@@ -96,6 +98,8 @@ bench/results/fanout.{json,md}.`, errOut)
 		return nil, errors.New("-sockets and -dial-concurrency must be positive")
 	case c.timeout <= 0 || c.settle < 0:
 		return nil, errors.New("-timeout must be positive, -settle not negative")
+	case c.changes < 1 || c.changes > 9:
+		return nil, errors.New("-changes: between 1 and 9")
 	}
 	return c, nil
 }

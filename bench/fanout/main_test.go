@@ -116,6 +116,14 @@ func TestRunTinyFleet(t *testing.T) {
 		if r.AppliedP99s == nil || *r.AppliedP99s > *r.P99s {
 			t.Errorf("%s: applied p99 %s after reported p99 %s", r.System, fmtS(r.AppliedP99s), fmtS(r.P99s))
 		}
+		// The median of three changes, the other two beside it.
+		if len(r.Others) != 2 || r.Others[0].AppliedP99s == nil || r.Others[1].AppliedP99s == nil ||
+			min(*r.Others[0].AppliedP99s, *r.Others[1].AppliedP99s) > *r.AppliedP99s || max(*r.Others[0].AppliedP99s, *r.Others[1].AppliedP99s) < *r.AppliedP99s {
+			t.Errorf("%s: applied p99 %s is not the median of its changes %+v", r.System, fmtS(r.AppliedP99s), r.Others)
+		}
+	}
+	if !strings.Contains(rep.Summary[0].Note, "median of 3 changes") {
+		t.Errorf("the summary row does not say it is a median: %q", rep.Summary[0].Note)
 	}
 	m := find(rep.Results, sysMeteor, 0)
 	if m == nil || m.Server == nil || m.Server.Targeted != 20 || m.Server.Converged != 20 || m.Server.Acknowledged != 20 {
@@ -148,6 +156,21 @@ func TestRunTinyFleet(t *testing.T) {
 	}
 	if !strings.Contains(string(md), "| meteor | clean link | 20 | 20 |") || !strings.Contains(string(md), "| mosquitto | clean link | 20 | 20 |") || !strings.Contains(string(md), "| mosquitto-tls | clean link | 20 | 20 |") {
 		t.Errorf("markdown lacks the rows:\n%s", md)
+	}
+}
+
+// TestMedianChange: the median by 99 % applied, a change that did not
+// reach 99 % counting as the slowest, the others kept in order.
+func TestMedianChange(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	a, b, c := &levelResult{AppliedP99s: f(3)}, &levelResult{AppliedP99s: nil}, &levelResult{AppliedP99s: f(1)}
+	m := medianChange([]*levelResult{a, b, c})
+	if m != a || len(m.Others) != 2 || m.Others[0].AppliedP99s != nil || *m.Others[1].AppliedP99s != 1 {
+		t.Errorf("median %+v, others %+v; want the 3 s change, then the others in order", m, m.Others)
+	}
+	one := &levelResult{AppliedP99s: f(2)}
+	if m := medianChange([]*levelResult{one}); m != one || m.Others != nil {
+		t.Errorf("a single change: %+v", m)
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -74,7 +75,8 @@ type electionCounter interface {
 	commitIndex(ctx context.Context) (uint64, error)
 }
 
-// levelResult is one measured change.
+// levelResult is one measured change: the median of a loss level's
+// changes, with the others' figures in Others (medianChange).
 type levelResult struct {
 	System  string `json:"system"`
 	LossPct int    `json:"loss_pct"`
@@ -125,6 +127,9 @@ type levelResult struct {
 	// submitting the change until the last device was durable (or the
 	// timeout): the intent, the status batches, the session batches.
 	RaftEntries *uint64 `json:"raft_entries,omitempty"`
+	// Others are the figures of the loss level's other changes, in the
+	// order measured, when more than one was (-changes).
+	Others []changeFigures `json:"other_changes,omitempty"`
 	// NotifyDeltas and PulledDeltas count the Deltas Meteor's devices took
 	// during the change: from the Notify itself (protocol 1.5), and
 	// answering a Pull.
@@ -322,4 +327,41 @@ func waitAll(ctx context.Context, logs []*benchkit.TargetLog, target uint64, tim
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// changeFigures are the headline figures of one measured change.
+type changeFigures struct {
+	AppliedP99s *float64 `json:"applied_p99_s"`
+	P99s        *float64 `json:"p99_s"`
+	DurableP99s *float64 `json:"durable_p99_s,omitempty"`
+	ServerCPUs  float64  `json:"server_cpu_s"`
+}
+
+// medianChange returns the median of a loss level's changes by 99 %
+// applied (a change that did not reach 99 % counts as the slowest), with
+// the others' figures in its Others. A single change is its own median.
+// One change's figures against the peer's one change swing with this
+// shared machine by up to a factor of two between runs of one build
+// (docs/performance.md); the median of a few is a steadier row.
+func medianChange(changes []*levelResult) *levelResult {
+	sorted := slices.Clone(changes)
+	slices.SortStableFunc(sorted, func(a, b *levelResult) int {
+		switch {
+		case a.AppliedP99s == nil && b.AppliedP99s == nil:
+			return 0
+		case a.AppliedP99s == nil:
+			return 1
+		case b.AppliedP99s == nil:
+			return -1
+		}
+		return cmp.Compare(*a.AppliedP99s, *b.AppliedP99s)
+	})
+	m := sorted[(len(sorted)-1)/2]
+	m.Others = nil
+	for _, c := range changes {
+		if c != m {
+			m.Others = append(m.Others, changeFigures{AppliedP99s: c.AppliedP99s, P99s: c.P99s, DurableP99s: c.DurableP99s, ServerCPUs: c.ServerCPUs})
+		}
+	}
+	return m
 }

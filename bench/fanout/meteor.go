@@ -190,7 +190,8 @@ func (s *meteorSide) serverCounts(ctx context.Context) (*api.IntentProgress, err
 }
 
 // runMeteor starts the cluster, connects the fleet, converges it on
-// version 1, and measures one change per loss level.
+// version 1, and measures cfg.changes changes per loss level, of which
+// the median is the level's result (medianChange).
 func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir string, lossy *lossTable, levels []int, rep *report, out, log io.Writer) ([]*levelResult, string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", err
@@ -268,27 +269,32 @@ func runMeteor(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir str
 	rep.UDPBuffers.read(ctx, mc.AgentPorts(), fl.Ports(), log)
 
 	var results []*levelResult
-	for i, loss := range levels {
-		if _, err := mc.Rest(ctx, cfg.settle); err != nil {
-			return nil, "", err
+	version := 1
+	for _, loss := range levels {
+		var changes []*levelResult
+		for range cfg.changes {
+			if _, err := mc.Rest(ctx, cfg.settle); err != nil {
+				return nil, "", err
+			}
+			version++
+			res, err := measure(ctx, s, sysMeteor, version, loss, lossy, cfg.timeout, log)
+			if err != nil {
+				return nil, "", err
+			}
+			// Cross-check with the cluster's own records once the last
+			// commits are in.
+			if _, err := mc.Rest(ctx, 0); err != nil {
+				return nil, "", err
+			}
+			p, err := s.serverCounts(ctx)
+			if err != nil {
+				return nil, "", err
+			}
+			res.Server = &serverCounts{Revision: p.Revision, Targeted: p.Targeted, Acknowledged: p.Acknowledged, Converged: p.Converged}
+			resultRow(out, res)
+			changes = append(changes, res)
 		}
-		version := i + 2
-		res, err := measure(ctx, s, sysMeteor, version, loss, lossy, cfg.timeout, log)
-		if err != nil {
-			return nil, "", err
-		}
-		// Cross-check with the cluster's own records once the last
-		// commits are in.
-		if _, err := mc.Rest(ctx, 0); err != nil {
-			return nil, "", err
-		}
-		p, err := s.serverCounts(ctx)
-		if err != nil {
-			return nil, "", err
-		}
-		res.Server = &serverCounts{Revision: p.Revision, Targeted: p.Targeted, Acknowledged: p.Acknowledged, Converged: p.Converged}
-		resultRow(out, res)
-		results = append(results, res)
+		results = append(results, medianChange(changes))
 	}
 	rep.Elections.Record(ctx, "fanout: meteor", mc.MeteorCluster)
 	return results, mc.Version, nil

@@ -445,18 +445,24 @@ func runMosquitto(ctx context.Context, cfg *config, g *benchkit.Group, bin, dir,
 	fmt.Fprintf(log, "%s: %d devices connected and converged on version 1 in %.1f s\n", system, n, time.Since(t0).Seconds())
 
 	var results []*levelResult
-	for i, loss := range levels {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(cfg.settle):
+	version := 1
+	for _, loss := range levels {
+		var changes []*levelResult
+		for range cfg.changes {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(cfg.settle):
+			}
+			version++
+			res, err := measure(ctx, f, system, version, loss, lossy, cfg.timeout, log)
+			if err != nil {
+				return nil, err
+			}
+			resultRow(out, res)
+			changes = append(changes, res)
 		}
-		res, err := measure(ctx, f, system, i+2, loss, lossy, cfg.timeout, log)
-		if err != nil {
-			return nil, err
-		}
-		resultRow(out, res)
-		results = append(results, res)
+		results = append(results, medianChange(changes))
 	}
 	if p.Exited() {
 		return nil, fmt.Errorf("the broker exited (%v); last log lines:\n%s", p.Err(), p.LogTail(20))

@@ -301,6 +301,9 @@ func summaryRows(rep *report) []benchkit.Row {
 				durable.Met = benchkit.MetGoal(rd != nil && *rd <= goalDurable)
 			}
 		}
+		if m != nil && len(m.Others) > 0 || peer != nil && len(peer.Others) > 0 {
+			common = append(common, othersNote(m, peer))
+		}
 		if loss == 0 && peerSys != sysMosquittoTLS {
 			common = append(common, "the goal is against Mosquitto with TLS and persistence, which was not measured")
 		}
@@ -473,4 +476,28 @@ func orNA(s string) string {
 		return "(not measured)"
 	}
 	return s
+}
+
+// othersNote says that a row is the median of its level's changes and
+// gives the other changes' figures.
+func othersNote(m, peer *levelResult) string {
+	list := func(others []changeFigures, fig func(changeFigures) *float64) string {
+		var out []string
+		for _, o := range others {
+			out = append(out, fmtS(fig(o)))
+		}
+		return strings.Join(out, ", ")
+	}
+	applied := func(o changeFigures) *float64 { return o.AppliedP99s }
+	var parts []string
+	n := 1
+	if m != nil && len(m.Others) > 0 {
+		n = len(m.Others) + 1
+		parts = append(parts, fmt.Sprintf("Meteor's others: applied %s, reported and durable %s", list(m.Others, applied), list(m.Others, func(o changeFigures) *float64 { return o.DurableP99s })))
+	}
+	if peer != nil && len(peer.Others) > 0 {
+		n = len(peer.Others) + 1
+		parts = append(parts, fmt.Sprintf("the peer's others: applied %s, reported %s", list(peer.Others, applied), list(peer.Others, func(o changeFigures) *float64 { return o.P99s })))
+	}
+	return fmt.Sprintf("each system's figure is the median of %d changes by 99 %% applied; %s", n, strings.Join(parts, "; "))
 }
