@@ -3,6 +3,7 @@ package fsm
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -183,4 +184,60 @@ func BenchmarkApplyStatusBatch(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/batch, "ns/transition")
+}
+
+// BenchmarkDeviceMemoryThroughChanges measures what a fleet's status
+// costs a replica's heap as it goes through changes: 10,000 devices, each
+// change committing two transitions a device (progressing, then
+// converged, each with a resource state, as owners do), in batches of 512.
+// It reports the heap above the fleet's first records, per device, after
+// 4 and after 12 changes: the device records, their timelines (up to
+// TimelineLimit entries a device) and the old record versions that the
+// state checkpoints pin (checkpoint.go). Run it with -benchtime 1x.
+func BenchmarkDeviceMemoryThroughChanges(b *testing.B) {
+	const devices = 10000
+	for b.Loop() {
+		f := newTestFSM(b, 0)
+		idx := uint64(1)
+		var sessions []DeviceSessionRequest
+		for i := range devices {
+			sessions = append(sessions, DeviceSessionRequest{ID: fmt.Sprintf("dev-%05d", i), Labels: map[string]string{"region": "eu"}, SessionID: "s", Server: "s1", Connected: true, Time: 1})
+		}
+		if res := f.Apply(idx, mustEncode(b, DeviceSessionBatchType, &DeviceSessionBatchRequest{Sessions: sessions})); res.Err != nil {
+			b.Fatal(res.Err)
+		}
+		heap := func() float64 {
+			runtime.GC()
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			return float64(m.HeapAlloc)
+		}
+		base, seq := heap(), uint64(0)
+		for change := 1; change <= 12; change++ {
+			for _, st := range []string{"progressing", "converged"} {
+				seq++
+				for start := 0; start < devices; start += 512 {
+					req := &StatusBatchRequest{Owner: "s1"}
+					for i := start; i < min(start+512, devices); i++ {
+						tr := StatusTransition{Device: fmt.Sprintf("dev-%05d", i), Seq: seq, Full: true, Time: int64(seq), Revision: uint64(change),
+							Status: st, Reason: "1 of 1 resources " + st, ResourceStates: map[string]string{"app/cfg": st}, LastSeen: int64(seq)}
+						tr.Resources = []ResourceStatus{{Key: "app/cfg", AppliedDigest: strings.Repeat(fmt.Sprintf("%02x", change), 32),
+							AppliedRevision: uint64(change), Effective: "ok", State: st, UpdatedAt: int64(seq)}}
+						req.Transitions = append(req.Transitions, tr)
+					}
+					idx++
+					if res := f.Apply(idx, mustEncode(b, StatusBatchType, req)); res.Err != nil {
+						b.Fatal(res.Err)
+					}
+				}
+			}
+			switch change {
+			case 4:
+				b.ReportMetric((heap()-base)/devices, "B/device@4")
+			case 12:
+				b.ReportMetric((heap()-base)/devices, "B/device@12")
+			}
+		}
+		runtime.KeepAlive(f)
+	}
 }

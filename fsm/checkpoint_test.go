@@ -8,19 +8,35 @@ import (
 	"testing"
 )
 
-// checkpointLog is a log of 70 commands at indexes 1..100 with gaps where
-// Raft had configuration entries and no-ops the FSM never sees, some at
-// checkpoint indexes (16, 48, 64, 80).
+// logSpan is the last index of checkpointLog: six checkpoints and a bit.
+const logSpan = 100 * CheckpointInterval / 16
+
+// checkpointLog is a log of commands at indexes 1..logSpan with gaps where
+// Raft had configuration entries and no-ops the FSM never sees, at every
+// seventh index and at every checkpoint index but the second.
 func checkpointLog(t *testing.T) (indexes []uint64, data [][]byte) {
 	t.Helper()
-	for i := uint64(1); i <= 100; i++ {
-		if i%CheckpointInterval == 0 && i != 32 || i%7 == 0 {
+	for i := uint64(1); i <= logSpan; i++ {
+		if i%CheckpointInterval == 0 && i != 2*CheckpointInterval || i%7 == 0 {
 			continue
 		}
 		indexes = append(indexes, i)
 		data = append(data, mustEncode(t, PutIntentType, &PutIntentRequest{Intent: testIntent(fmt.Sprintf("i%d", i%5), fmt.Sprint(i)), Time: int64(i)}))
 	}
 	return indexes, data
+}
+
+// lastCheckpoints returns the checkpoints a replica that applied
+// checkpointLog keeps, of those after index from: the newest
+// checkpointsKept multiples of CheckpointInterval up to logSpan.
+func lastCheckpoints(from uint64) []uint64 {
+	var out []uint64
+	for c := uint64(CheckpointInterval); c <= logSpan; c += CheckpointInterval {
+		if c > from {
+			out = append(out, c)
+		}
+	}
+	return out[max(0, len(out)-checkpointsKept):]
 }
 
 // TestCheckpointsAgreeAcrossBatching: replicas that apply the same log,
@@ -48,7 +64,10 @@ func checkpointsAgreeAcrossBatching(t *testing.T, cfg Config) {
 		hi := min(lo+9, len(indexes))
 		batched.ApplyBatch(indexes[lo:hi], data[lo:hi])
 	}
-	want := []uint64{16, 32, 48, 64, 80, 96}
+	want := lastCheckpoints(0)
+	if len(want) < 2 {
+		t.Fatalf("checkpoints %v: the log spans too few", want)
+	}
 	if got := one.Checkpoints(); !slices.Equal(got, want) {
 		t.Fatalf("checkpoints %v, want %v", got, want)
 	}
@@ -90,12 +109,19 @@ func checkpointsAgreeAcrossBatching(t *testing.T, cfg Config) {
 func TestCheckpointsShowAnInjectedEntry(t *testing.T) {
 	indexes, data := checkpointLog(t)
 	good, bad := newTestFSM(t, 0), newTestFSM(t, 0)
+	kept := lastCheckpoints(0)
+	// An index of the log between the oldest two checkpoints kept.
+	i, _ := slices.BinarySearch(indexes, kept[0]+CheckpointInterval/2)
+	evil := indexes[i]
 	for i := range indexes {
 		good.Apply(indexes[i], data[i])
-		if indexes[i] == 50 {
-			bad.Apply(50, mustEncode(t, PutIntentType, &PutIntentRequest{Intent: testIntent("evil", "/bin/sh"), Time: 50}))
+		if indexes[i] == evil {
+			bad.Apply(evil, mustEncode(t, PutIntentType, &PutIntentRequest{Intent: testIntent("evil", "/bin/sh"), Time: int64(evil)}))
 		}
 		bad.Apply(indexes[i], data[i])
+	}
+	if got := good.Checkpoints(); !slices.Equal(got, kept) {
+		t.Fatalf("checkpoints %v, want %v", got, kept)
 	}
 	for _, at := range good.Checkpoints() {
 		g, _ := good.StateHashAt(at)
@@ -103,7 +129,7 @@ func TestCheckpointsShowAnInjectedEntry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if (at < 50) != (g == b) {
+		if (at < evil) != (g == b) {
 			t.Fatalf("checkpoint %d: good %s, bad %s", at, g.Hash, b.Hash)
 		}
 	}
@@ -115,15 +141,17 @@ func TestCheckpointsShowAnInjectedEntry(t *testing.T) {
 func TestCheckpointsAfterRestore(t *testing.T) {
 	indexes, data := checkpointLog(t)
 	leader, follower := newTestFSM(t, 0), newTestFSM(t, 0)
+	// The snapshot is taken between the third and fourth checkpoints.
+	at := uint64(3*CheckpointInterval + 7*CheckpointInterval/16)
 	var snap bytes.Buffer
 	for i := range indexes {
 		leader.Apply(indexes[i], data[i])
-		if indexes[i] == 55 {
+		if indexes[i] == at {
 			if _, err := leader.Snapshot().WriteTo(&snap); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if indexes[i] < 20 {
+		if indexes[i] < CheckpointInterval+CheckpointInterval/4 {
 			follower.Apply(indexes[i], data[i])
 		}
 	}
@@ -131,9 +159,9 @@ func TestCheckpointsAfterRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range indexes {
-		follower.Apply(indexes[i], data[i]) // the entries up to 55 are skipped
+		follower.Apply(indexes[i], data[i]) // the entries up to the snapshot's are skipped
 	}
-	if got, want := follower.Checkpoints(), []uint64{64, 80, 96}; !slices.Equal(got, want) {
+	if got, want := follower.Checkpoints(), lastCheckpoints(at); !slices.Equal(got, want) || len(want) == 0 {
 		t.Fatalf("restored follower keeps %v, want %v", got, want)
 	}
 	for _, at := range follower.Checkpoints() {
@@ -162,7 +190,8 @@ func TestHashCostIsMeasured(t *testing.T) {
 	}
 	indexes, data := checkpointLog(t)
 	f.ApplyBatch(indexes, data)
-	if _, err := f.StateHashAt(16); err != nil {
+	at := lastCheckpoints(0)[0]
+	if _, err := f.StateHashAt(at); err != nil {
 		t.Fatal(err)
 	}
 	first := f.HashCost()
@@ -170,7 +199,7 @@ func TestHashCostIsMeasured(t *testing.T) {
 		t.Fatalf("HashCost after a hash: %v", first)
 	}
 	f.cps.hashCost.Store(-1)
-	if _, err := f.StateHashAt(16); err != nil {
+	if _, err := f.StateHashAt(at); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.HashCost(); got != -1 {
