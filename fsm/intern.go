@@ -1,5 +1,10 @@
 package fsm
 
+import (
+	"slices"
+	"strings"
+)
+
 // Interner shares one copy of the strings that the records of a fleet
 // repeat: every device under an intent reports the same resource keys,
 // the same applied digests once it has converged, the same states and
@@ -20,9 +25,17 @@ package fsm
 // An Interner is not safe for concurrent use; its owner's lock guards it.
 type Interner struct {
 	cur, prev map[string]string
+	// Small maps are shared whole (Map), in generations of their own:
+	// those of one entry by the entry, the others by a key of their
+	// sorted entries.
+	one, prevOne   map[[2]string]map[string]string
+	many, prevMany map[string]map[string]string
 	// Limit bounds each generation; 0 means DefaultInternLimit.
 	Limit int
 }
+
+// maxSharedMap is the most entries a map Map shares whole may have.
+const maxSharedMap = 4
 
 // DefaultInternLimit is the size of an Interner's generation unless its
 // Limit says otherwise: enough for the keys, digests and reasons of a few
@@ -46,10 +59,7 @@ func (in *Interner) String(s string) string {
 }
 
 func (in *Interner) add(s string) {
-	limit := in.Limit
-	if limit <= 0 {
-		limit = DefaultInternLimit
-	}
+	limit := in.limit()
 	if in.cur == nil || len(in.cur) >= limit {
 		in.prev, in.cur = in.cur, make(map[string]string, min(limit, 1024))
 	}
@@ -73,16 +83,78 @@ func (in *Interner) Resources(rs []ResourceStatus) {
 }
 
 // Map returns m with its keys and values interned: m itself when it is
-// empty, else a copy (a map's keys cannot be replaced in place).
+// empty, else a copy (a map's keys cannot be replaced in place). A map of
+// at most maxSharedMap entries is shared whole: Map returns the copy it
+// returned for an equal map lately, if any. A change's transitions name
+// the same resource states on every device (a timeline entry's map, about
+// 320 bytes, is most of what the entry costs beside the index: "What a
+// device's record costs a server" in docs/performance.md), and a stored
+// record is never changed, so what Map returns must not be either.
 func (in *Interner) Map(m map[string]string) map[string]string {
-	if len(m) == 0 {
+	switch {
+	case len(m) == 0:
 		return m
+	case len(m) == 1:
+		var key [2]string
+		for k, v := range m {
+			key = [2]string{k, v}
+		}
+		if v, ok := in.one[key]; ok {
+			return v
+		}
+		out, ok := in.prevOne[key]
+		if !ok {
+			out = in.copyMap(m)
+		}
+		if in.one == nil || len(in.one) >= in.limit() {
+			in.prevOne, in.one = in.one, make(map[[2]string]map[string]string)
+		}
+		in.one[key] = out
+		return out
+	case len(m) <= maxSharedMap:
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		var b strings.Builder
+		for _, k := range keys {
+			b.WriteString(k)
+			b.WriteByte(0)
+			b.WriteString(m[k])
+			b.WriteByte(0)
+		}
+		key := b.String()
+		if v, ok := in.many[key]; ok {
+			return v
+		}
+		out, ok := in.prevMany[key]
+		if !ok {
+			out = in.copyMap(m)
+		}
+		if in.many == nil || len(in.many) >= in.limit() {
+			in.prevMany, in.many = in.many, make(map[string]map[string]string)
+		}
+		in.many[key] = out
+		return out
 	}
+	return in.copyMap(m)
+}
+
+// copyMap returns a copy of m with its keys and values interned.
+func (in *Interner) copyMap(m map[string]string) map[string]string {
 	out := make(map[string]string, len(m))
 	for k, v := range m {
 		out[in.String(k)] = in.String(v)
 	}
 	return out
+}
+
+func (in *Interner) limit() int {
+	if in.Limit <= 0 {
+		return DefaultInternLimit
+	}
+	return in.Limit
 }
 
 // transition interns the strings of tr that its device's record and

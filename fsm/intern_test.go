@@ -2,6 +2,8 @@ package fsm
 
 import (
 	"fmt"
+	"maps"
+	"reflect"
 	"strings"
 	"testing"
 	"unsafe"
@@ -131,5 +133,48 @@ func TestStatusBatchSharesRepeatedStrings(t *testing.T) {
 	c, _ := g.Read().Device(nil, "dev-c")
 	if c == nil || len(c.Resources) != 1 || !same(c.Resources[0].AppliedDigest, a.Resources[0].AppliedDigest) {
 		t.Error("a record applied after the restore keeps its own copy of the restored records' digest")
+	}
+}
+
+// TestInternerSharesSmallMaps: equal maps of up to maxSharedMap entries
+// come back as one map, equal to them and none of them; unequal ones as
+// different maps; larger ones as copies of their own; and a map shared
+// from the older generation is carried into the newer.
+func TestInternerSharesSmallMaps(t *testing.T) {
+	in := &Interner{}
+	for _, n := range []int{1, 2, maxSharedMap} {
+		mk := func(state string) map[string]string {
+			m := map[string]string{}
+			for i := range n {
+				m[fmt.Sprintf("app/r%d", i)] = state
+			}
+			return m
+		}
+		a, b, c := mk("converged"), mk("converged"), mk("failed")
+		ia, ib, ic := in.Map(a), in.Map(b), in.Map(c)
+		if !maps.Equal(ia, a) || !maps.Equal(ic, c) {
+			t.Fatalf("%d entries: interned %v and %v, from %v and %v", n, ia, ic, a, c)
+		}
+		if reflect.ValueOf(ia).Pointer() != reflect.ValueOf(ib).Pointer() {
+			t.Errorf("%d entries: equal maps not shared", n)
+		}
+		if reflect.ValueOf(ia).Pointer() == reflect.ValueOf(a).Pointer() || reflect.ValueOf(ia).Pointer() == reflect.ValueOf(ic).Pointer() {
+			t.Errorf("%d entries: the caller's map, or an unequal one's, returned", n)
+		}
+	}
+	big := map[string]string{}
+	for i := range maxSharedMap + 1 {
+		big[fmt.Sprint(i)] = "x"
+	}
+	if x, y := in.Map(big), in.Map(big); !maps.Equal(x, big) || reflect.ValueOf(x).Pointer() == reflect.ValueOf(y).Pointer() {
+		t.Errorf("a map above maxSharedMap entries shared, or changed")
+	}
+
+	small := &Interner{Limit: 2}
+	first := small.Map(map[string]string{"k": "0"})
+	small.Map(map[string]string{"k": "1"})
+	small.Map(map[string]string{"k": "2"}) // a new generation: "0" is in the older
+	if again := small.Map(map[string]string{"k": "0"}); reflect.ValueOf(again).Pointer() != reflect.ValueOf(first).Pointer() {
+		t.Error("a map of the older generation not shared")
 	}
 }
