@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -932,19 +930,7 @@ func (sess *agentSession) placementLabels(read *fsm.Read) map[string]string {
 
 // labelsKey is a canonical string of a label set.
 func labelsKey(labels map[string]string) string {
-	keys := make([]string, 0, len(labels))
-	for k := range labels {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		b.WriteString(k)
-		b.WriteByte(0)
-		b.WriteString(labels[k])
-		b.WriteByte(0)
-	}
-	return b.String()
+	return fsm.MapKey(labels)
 }
 
 // recordedHere reports whether the replica's record of the device names

@@ -1,10 +1,5 @@
 package fsm
 
-import (
-	"slices"
-	"strings"
-)
-
 // Interner shares one copy of the strings that the records of a fleet
 // repeat: every device under an intent reports the same resource keys,
 // the same applied digests once it has converged, the same states and
@@ -112,19 +107,7 @@ func (in *Interner) Map(m map[string]string) map[string]string {
 		in.one[key] = out
 		return out
 	case len(m) <= maxSharedMap:
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		var b strings.Builder
-		for _, k := range keys {
-			b.WriteString(k)
-			b.WriteByte(0)
-			b.WriteString(m[k])
-			b.WriteByte(0)
-		}
-		key := b.String()
+		key := MapKey(m)
 		if v, ok := in.many[key]; ok {
 			return v
 		}

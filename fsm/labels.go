@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 
 	"github.com/hashicorp/go-memdb"
 
@@ -125,4 +127,23 @@ func reportLabels(rec *DeviceRecord, reported map[string]string) (changed bool) 
 	}
 	rec.Labels = maps.Clone(reported)
 	return true
+}
+
+// MapKey is a canonical string of a string map, such as a label set: the
+// same for equal maps, different for different ones (keys and values
+// cannot hold the NUL byte that separates them).
+func MapKey(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(m[k])
+		b.WriteByte(0)
+	}
+	return b.String()
 }
