@@ -51,13 +51,15 @@ func (s *Server) deliverReport(ctx context.Context, device string, labels map[st
 // reportOwner returns the owner that a report of a device in session on
 // this server goes to. When this server would own the device once its
 // replica records the session here (deviceOwner), and the replica does not
-// yet, it waits for that record, up to recordWait: the owner it would be
-// forwarded to meanwhile waits for the device's record too
-// (statusOwner.waitRecorded), so the report loses no time, and it is then
+// yet, it waits for that record, up to recordWait, and the report is then
 // committed here with no forward. That is the case of a device's first
-// report after it connects or moves here. If the record does not come in
-// time (its commit is being retried through an election), the report goes
-// to the owner the replica names.
+// report after it connects or moves here. For a device new to the
+// cluster the owner it would otherwise go to waits for its record too
+// (statusOwner.waitRecorded); for one whose session moved here the wait
+// is the commit of the session record, normally milliseconds behind the
+// Welcome. If the record does not come in time (its commit is being
+// retried through an election), the report goes to the owner the replica
+// names.
 func (s *Server) reportOwner(ctx context.Context, device string, labels map[string]string) string {
 	self := s.config.NodeID
 	cands := s.gossip.ownerCandidates()
