@@ -120,7 +120,7 @@ func BenchmarkDeviceQueries(b *testing.B) {
 		return func() {
 			if forget {
 				h.fleet.mu.Lock()
-				h.fleet.last, h.fleet.world = nil, nil
+				h.fleet.last = nil
 				h.fleet.mu.Unlock()
 			}
 			w := httptest.NewRecorder()

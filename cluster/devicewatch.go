@@ -85,15 +85,13 @@ type deviceWatch struct {
 	// check handed to sendSettings; nil before the Welcome. rec is the
 	// device record they were computed from, and config fires once the
 	// classes or maintenance windows they follow change: while neither
-	// has, and the record's part in them is the same (sameSettingsOf),
-	// they are the same, and a check does not compute them again (most
-	// checks are of a record that a status commit moved).
+	// has, and the record's part in them is the same (sameSettingsOf,
+	// which covers the selection labels too), they are the same, and a
+	// check does not compute them again (most checks are of a record that
+	// a status commit moved).
 	settings []byte
 	rec      *fsm.DeviceRecord
 	config   memdb.WatchSet
-	// setLabels is the key of the selection labels they were computed
-	// with.
-	setLabels string
 	// ended: the connection ended, or the check closed it.
 	ended bool
 }
@@ -258,13 +256,14 @@ func (m *deviceWatch) check(read *fsm.Read) {
 	for ch := range config {
 		ws.Add(ch)
 	}
-	m.sendSettings(read, rec, key, config)
+	m.sendSettings(read, rec, config)
 	m.ws = ws
 }
 
 // sameSettingsOf reports whether two records of a device say the same in
 // what its settings take from its record (settingsFor): its labels and
-// their source, and its lock-break orders.
+// their source (and so its selection labels, Config.selectionLabels), and
+// its lock-break orders.
 func sameSettingsOf(a, b *fsm.DeviceRecord) bool {
 	if a == b {
 		return true
@@ -288,16 +287,16 @@ func (m *deviceWatch) close(code quic.ApplicationErrorCode, reason string) {
 // stream), if they differ from those the last check handed over. Before
 // the Welcome it hands nothing: the Welcome sends the settings, and the
 // session's record commits soon after it, which fires the watch again.
-func (m *deviceWatch) sendSettings(read *fsm.Read, rec *fsm.DeviceRecord, labels string, config memdb.WatchSet) {
+func (m *deviceWatch) sendSettings(read *fsm.Read, rec *fsm.DeviceRecord, config memdb.WatchSet) {
 	sess := m.sess
 	if sess.minor < wire.MinorEdge || !sess.welcomed.Load() {
 		return
 	}
-	if m.settings != nil && m.config != nil && !fired(m.config) && labels == m.setLabels && sameSettingsOf(m.rec, rec) {
-		m.rec, m.config = rec, config
+	same := m.settings != nil && m.config != nil && !fired(m.config) && sameSettingsOf(m.rec, rec)
+	m.rec, m.config = rec, config
+	if same {
 		return
 	}
-	m.rec, m.config, m.setLabels = rec, config, labels
 	s := sess.settingsFor(read)
 	body := settingsBody(s)
 	if bytes.Equal(body, m.settings) {

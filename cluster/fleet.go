@@ -318,11 +318,10 @@ type fleetStatusCache struct {
 	last  *api.FleetStatus // nil: none yet; guarded by mu
 	// What the last computation read, guarded by mu: world fires once
 	// anything devices are judged by beside their records changes (or
-	// the state is restored), index is its read's, intents and devices
-	// (sorted by ID) what it read, and parts[j][i] what device i counted
-	// for in intent j's progress.
+	// the state is restored), intents and devices (sorted by ID) what it
+	// read, and parts[j][i] what device i counted for in intent j's
+	// progress.
 	world   memdb.WatchSet
-	index   uint64
 	intents []*fsm.IntentRecord
 	devices []*fsm.DeviceRecord
 	parts   [][]progressPart
@@ -368,7 +367,7 @@ func (h *httpAPI) fleetStatus(read *fsm.Read) (*api.FleetStatus, error) {
 	// is the one read then and nothing it is judged by has changed since
 	// (a read no older than that one, and the watch not fired); else -1.
 	var prior []int
-	if c.world != nil && read.Index() >= c.index && !fired(c.world) && slices.Equal(intents, c.intents) {
+	if c.last != nil && read.Index() >= c.state.Index() && !fired(c.world) && slices.Equal(intents, c.intents) {
 		prior = make([]int, len(devices))
 		k := 0
 		for i, d := range devices {
@@ -403,6 +402,6 @@ func (h *httpAPI) fleetStatus(read *fsm.Read) (*api.FleetStatus, error) {
 		out.Intents = append(out.Intents, p)
 	}
 	c.state, c.last = state, out
-	c.world, c.index, c.intents, c.devices, c.parts = world, read.Index(), intents, devices, parts
+	c.world, c.intents, c.devices, c.parts = world, intents, devices, parts
 	return out, nil
 }

@@ -429,10 +429,10 @@ const defaultResourcesMaxAge = 30 * time.Second
 type classState struct{ class, state string }
 
 // resourceCounts are the resources by class and state as of one state of
-// the replica (its index, which meteor_fleet_resources_index shows, and
-// fsm.Read.StateID), and when (on the monotonic clock) they were counted.
+// the replica (fsm.Read.StateID; its index is what
+// meteor_fleet_resources_index shows), and when (on the monotonic clock)
+// they were counted.
 type resourceCounts struct {
-	index  uint64
 	state  fsm.StateID
 	at     time.Time
 	counts map[classState]int
@@ -466,7 +466,7 @@ func (c *stateCollector) collectFleet(ch chan<- prometheus.Metric, read *fsm.Rea
 	if err != nil {
 		return err
 	}
-	ch <- gauge(c.resourcesIndex, float64(rc.index))
+	ch <- gauge(c.resourcesIndex, float64(rc.state.Index()))
 	left := maps.Clone(rc.counts)
 	for _, cl := range slices.Sorted(maps.Keys(c.s.config.effectiveClasses(read))) {
 		for _, st := range resourceStates {
@@ -497,7 +497,7 @@ func (c *stateCollector) fleetResources(read *fsm.Read, devices []*fsm.DeviceRec
 	}
 	classes := c.s.config.effectiveClasses(read)
 	h := c.s.api
-	out := &resourceCounts{index: read.Index(), state: read.StateID(), at: now, counts: map[classState]int{}}
+	out := &resourceCounts{state: read.StateID(), at: now, counts: map[classState]int{}}
 	memo, err := h.planner.Memo(read)
 	if err != nil {
 		return nil, fmt.Errorf("desired states: %w", err)

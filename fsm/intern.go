@@ -19,14 +19,39 @@ package fsm
 //
 // An Interner is not safe for concurrent use; its owner's lock guards it.
 type Interner struct {
-	cur, prev map[string]string
+	strs generations[string, string]
 	// Small maps are shared whole (Map), in generations of their own:
-	// those of one entry by the entry, the others by a key of their
-	// sorted entries.
-	one, prevOne   map[[2]string]map[string]string
-	many, prevMany map[string]map[string]string
+	// those of one entry by the entry, the others by MapKey.
+	one  generations[[2]string, map[string]string]
+	many generations[string, map[string]string]
 	// Limit bounds each generation; 0 means DefaultInternLimit.
 	Limit int
+}
+
+// generations keeps values by key in two generations of at most a limit
+// each: a key is found in either, and one found in the older is carried
+// into the newer; once the newer is full it becomes the older, and the
+// older is let go.
+type generations[K comparable, V any] struct{ cur, prev map[K]V }
+
+// find returns the value kept for key, if any.
+func (g *generations[K, V]) find(key K, limit int) (V, bool) {
+	if v, ok := g.cur[key]; ok {
+		return v, true
+	}
+	v, ok := g.prev[key]
+	if ok {
+		g.keep(key, v, limit)
+	}
+	return v, ok
+}
+
+// keep keeps v for key in the newer generation.
+func (g *generations[K, V]) keep(key K, v V, limit int) {
+	if g.cur == nil || len(g.cur) >= limit {
+		g.prev, g.cur = g.cur, make(map[K]V, min(limit, 1024))
+	}
+	g.cur[key] = v
 }
 
 // maxSharedMap is the most entries a map Map shares whole may have.
@@ -42,23 +67,11 @@ func (in *Interner) String(s string) string {
 	if s == "" {
 		return s
 	}
-	if v, ok := in.cur[s]; ok {
+	if v, ok := in.strs.find(s, in.limit()); ok {
 		return v
 	}
-	if v, ok := in.prev[s]; ok {
-		in.add(v)
-		return v
-	}
-	in.add(s)
+	in.strs.keep(s, s, in.limit())
 	return s
-}
-
-func (in *Interner) add(s string) {
-	limit := in.limit()
-	if in.cur == nil || len(in.cur) >= limit {
-		in.prev, in.cur = in.cur, make(map[string]string, min(limit, 1024))
-	}
-	in.cur[s] = s
 }
 
 // Resources interns the strings of rs in place.
@@ -94,34 +107,22 @@ func (in *Interner) Map(m map[string]string) map[string]string {
 		for k, v := range m {
 			key = [2]string{k, v}
 		}
-		if v, ok := in.one[key]; ok {
-			return v
-		}
-		out, ok := in.prevOne[key]
-		if !ok {
-			out = in.copyMap(m)
-		}
-		if in.one == nil || len(in.one) >= in.limit() {
-			in.prevOne, in.one = in.one, make(map[[2]string]map[string]string)
-		}
-		in.one[key] = out
-		return out
+		return shareMap(in, &in.one, key, m)
 	case len(m) <= maxSharedMap:
-		key := MapKey(m)
-		if v, ok := in.many[key]; ok {
-			return v
-		}
-		out, ok := in.prevMany[key]
-		if !ok {
-			out = in.copyMap(m)
-		}
-		if in.many == nil || len(in.many) >= in.limit() {
-			in.prevMany, in.many = in.many, make(map[string]map[string]string)
-		}
-		in.many[key] = out
-		return out
+		return shareMap(in, &in.many, MapKey(m), m)
 	}
 	return in.copyMap(m)
+}
+
+// shareMap returns the map g keeps for key, or keeps and returns an
+// interned copy of m.
+func shareMap[K comparable](in *Interner, g *generations[K, map[string]string], key K, m map[string]string) map[string]string {
+	if v, ok := g.find(key, in.limit()); ok {
+		return v
+	}
+	out := in.copyMap(m)
+	g.keep(key, out, in.limit())
+	return out
 }
 
 // copyMap returns a copy of m with its keys and values interned.

@@ -37,7 +37,7 @@ func TestInternerSharesAndAges(t *testing.T) {
 	if b := in.String(beta); !same(b, beta) {
 		t.Fatal("beta outlived two generations unasked for")
 	}
-	if n := len(in.cur) + len(in.prev); n > 2*in.Limit {
+	if n := len(in.strs.cur) + len(in.strs.prev); n > 2*in.Limit {
 		t.Fatalf("%d strings held, limit %d a generation", n, in.Limit)
 	}
 }

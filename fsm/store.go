@@ -155,6 +155,9 @@ type StateID struct {
 // was computed from it (an answer served again while it is the same).
 func (r *Read) StateID() StateID { return StateID{index: r.Index(), replaced: r.abandonCh} }
 
+// Index is the Raft index of the state.
+func (s StateID) Index() uint64 { return s.index }
+
 // watch adds ch and the abandon channel to ws, if ws is non-nil.
 func (r *Read) watch(ws memdb.WatchSet, ch <-chan struct{}) {
 	if ws != nil {
