@@ -123,7 +123,7 @@ func run(ctx context.Context, cfg *config, out, log io.Writer) (err error) {
 		Versions: versionInfo{MQTTClient: pahoVersion()},
 		Params: paramInfo{
 			Devices: cfg.devices, Groups: cfg.groups, Loss: cfg.loss, BodyBytes: cfg.bodySize,
-			Sockets: cfg.sockets, Concurrency: cfg.concurrency, TimeoutSec: cfg.timeout.Seconds(), SettleSec: cfg.settle.Seconds(),
+			Sockets: cfg.sockets, Concurrency: cfg.concurrency, TimeoutSec: cfg.timeout.Seconds(), SettleSec: cfg.settle.Seconds(), Changes: cfg.changes,
 		},
 	}
 	// Children inherit the limit: the broker needs a descriptor per

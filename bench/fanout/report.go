@@ -81,7 +81,10 @@ type paramInfo struct {
 	Concurrency int     `json:"dials_in_flight"`
 	TimeoutSec  float64 `json:"timeout_s"`
 	SettleSec   float64 `json:"settle_s"`
-	NoFile      uint64  `json:"open_files_limit"`
+	// Changes is how many changes each system measured at each loss
+	// level; each result is their median (medianChange).
+	Changes int    `json:"changes"`
+	NoFile  uint64 `json:"open_files_limit"`
 }
 
 // ratio compares Meteor with one Mosquitto system at one loss level:
@@ -301,8 +304,8 @@ func summaryRows(rep *report) []benchkit.Row {
 				durable.Met = benchkit.MetGoal(rd != nil && *rd <= goalDurable)
 			}
 		}
-		if m != nil && len(m.Others) > 0 || peer != nil && len(peer.Others) > 0 {
-			common = append(common, othersNote(m, peer))
+		if rep.Params.Changes > 1 {
+			common = append(common, othersNote(rep.Params.Changes, m, peer))
 		}
 		if loss == 0 && peerSys != sysMosquittoTLS {
 			common = append(common, "the goal is against Mosquitto with TLS and persistence, which was not measured")
@@ -478,9 +481,9 @@ func orNA(s string) string {
 	return s
 }
 
-// othersNote says that a row is the median of its level's changes and
+// othersNote says that a row is the median of its level's n changes and
 // gives the other changes' figures.
-func othersNote(m, peer *levelResult) string {
+func othersNote(n int, m, peer *levelResult) string {
 	list := func(others []changeFigures, fig func(changeFigures) *float64) string {
 		var out []string
 		for _, o := range others {
@@ -490,13 +493,10 @@ func othersNote(m, peer *levelResult) string {
 	}
 	applied := func(o changeFigures) *float64 { return o.AppliedP99s }
 	var parts []string
-	n := 1
 	if m != nil && len(m.Others) > 0 {
-		n = len(m.Others) + 1
 		parts = append(parts, fmt.Sprintf("Meteor's others: applied %s, reported and durable %s", list(m.Others, applied), list(m.Others, func(o changeFigures) *float64 { return o.DurableP99s })))
 	}
 	if peer != nil && len(peer.Others) > 0 {
-		n = len(peer.Others) + 1
 		parts = append(parts, fmt.Sprintf("the peer's others: applied %s, reported %s", list(peer.Others, applied), list(peer.Others, func(o changeFigures) *float64 { return o.P99s })))
 	}
 	return fmt.Sprintf("each system's figure is the median of %d changes by 99 %% applied; %s", n, strings.Join(parts, "; "))
