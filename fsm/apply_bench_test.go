@@ -191,9 +191,10 @@ func BenchmarkApplyStatusBatch(b *testing.B) {
 // change committing two transitions a device (progressing, then
 // converged, each with a resource state, as owners do), in batches of 512.
 // It reports the heap above the fleet's first records, per device, after
-// 4 and after 12 changes: the device records, their timelines (up to
-// TimelineLimit entries a device) and the old record versions that the
-// state checkpoints pin (checkpoint.go). Run it with -benchtime 1x.
+// 4, 12 and 32 changes (by then each device's timeline holds the 64
+// entries DefaultTimelineLimit keeps): the device records, their
+// timelines and the old record versions that the state checkpoints pin
+// (checkpoint.go). Run it with -benchtime 1x.
 func BenchmarkDeviceMemoryThroughChanges(b *testing.B) {
 	const devices = 10000
 	for b.Loop() {
@@ -213,7 +214,7 @@ func BenchmarkDeviceMemoryThroughChanges(b *testing.B) {
 			return float64(m.HeapAlloc)
 		}
 		base, seq := heap(), uint64(0)
-		for change := 1; change <= 12; change++ {
+		for change := 1; change <= 32; change++ {
 			for _, st := range []string{"progressing", "converged"} {
 				seq++
 				for start := 0; start < devices; start += 512 {
@@ -236,6 +237,8 @@ func BenchmarkDeviceMemoryThroughChanges(b *testing.B) {
 				b.ReportMetric((heap()-base)/devices, "B/device@4")
 			case 12:
 				b.ReportMetric((heap()-base)/devices, "B/device@12")
+			case 32:
+				b.ReportMetric((heap()-base)/devices, "B/device@32")
 			}
 		}
 		runtime.KeepAlive(f)

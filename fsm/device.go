@@ -209,12 +209,8 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 			if tr.Edge {
 				rec.Locks = tr.Locks
 			}
-			if err := f.recordUnlocked(txn, index, &rec, tr.Unlocked, tr.Time, req.Owner); err != nil {
-				return ApplyResult{}, err
-			}
-			if err := f.recordRecovery(txn, index, &rec, tr.Recovery, tr.Time, req.Owner); err != nil {
-				return ApplyResult{}, err
-			}
+			f.recordUnlocked(index, &rec, tr.Unlocked, tr.Time, req.Owner)
+			f.recordRecovery(index, &rec, tr.Recovery, tr.Time, req.Owner)
 		}
 		rec.LastSeen = max(rec.LastSeen, tr.LastSeen)
 		rec.ProgressAt = max(rec.ProgressAt, tr.ProgressAt)
@@ -255,9 +251,7 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 					}
 				}
 			}
-			if err := f.appendTimeline(txn, &rec, entry); err != nil {
-				return ApplyResult{}, err
-			}
+			f.appendTimeline(&rec, entry)
 			f.emitStatus(index, req.Owner, &tr, corrected)
 		}
 		if err := txn.Insert(tableDevices, &rec); err != nil {
@@ -267,24 +261,41 @@ func (f *FSM) applyStatusBatch(txn *memdb.Txn, index uint64, body []byte) (Apply
 	return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
 }
 
-// appendTimeline numbers entry as rec's next timeline entry, stores it,
-// and drops the oldest entry past the timeline limit.
-func (f *FSM) appendTimeline(txn *memdb.Txn, rec *DeviceRecord, entry *TimelineEntry) error {
+// appendTimeline numbers entry as rec's next timeline entry and gives rec
+// a timeline with it, less the entry that falls out of the timeline limit.
+//
+// A timeline is its entries by sequence number, one entry a number, as
+// when each entry was a memdb row of its own, and this changes it exactly
+// as that did, so that replicas of either release agree: the entry
+// replaces one of the same number (a record replaced whole by a label
+// upsert of the first release numbers from 1 again), and only the entry
+// the limit leaves behind at this number is dropped (after a lower limit,
+// older ones stay).
+func (f *FSM) appendTimeline(rec *DeviceRecord, entry *TimelineEntry) {
 	rec.TimelineSeq++
 	entry.Device, entry.Seq = rec.ID, rec.TimelineSeq
-	if err := txn.Insert(tableTimeline, entry); err != nil {
-		return err
-	}
+	var drop uint64 // none: sequence numbers start at 1
 	if rec.TimelineSeq > uint64(f.timelineLimit) {
-		old, err := txn.First(tableTimeline, "id", rec.ID, rec.TimelineSeq-uint64(f.timelineLimit))
-		if err != nil {
-			return err
-		}
-		if old != nil {
-			return txn.Delete(tableTimeline, old)
-		}
+		drop = rec.TimelineSeq - uint64(f.timelineLimit)
 	}
-	return nil
+	entries := make([]*TimelineEntry, 0, len(rec.Timeline)+1)
+	added := false
+	for _, e := range rec.Timeline {
+		switch {
+		case e.Seq == drop:
+			continue
+		case !added && e.Seq >= entry.Seq:
+			entries, added = append(entries, entry), true
+			if e.Seq == entry.Seq {
+				continue
+			}
+		}
+		entries = append(entries, e)
+	}
+	if !added {
+		entries = append(entries, entry)
+	}
+	rec.Timeline = entries
 }
 
 // ResourceCorrected marks, in a timeline entry's resources, a resource

@@ -1,12 +1,18 @@
 package fsm
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/go-memdb"
 )
 
 func TestDeviceSessionAndReports(t *testing.T) {
@@ -260,4 +266,191 @@ func TestStaleOwnerTransitionIsRefused(t *testing.T) {
 	if diff := cmp.Diff([]string{"s3:converged", "s1:progressing"}, got); diff != "" {
 		t.Fatalf("timeline (-want +got):\n%s", diff)
 	}
+}
+
+// TestTimelineInTheRecord: a device's timeline is kept in its record and
+// written to a snapshot an entry a line, in the order a row an entry gave,
+// so snapshots and their hashes stay the same across releases; a restore
+// gathers the lines into their records however they come, and refuses one
+// of a device it has no record of; after a lowered limit the entries go
+// as a row an entry did; and a reader's watch does not fire on another
+// device's entries.
+func TestTimelineInTheRecord(t *testing.T) {
+	f := newTestFSMWith(t, Config{TimelineLimit: 3})
+	apply := mustApplier(t, f)
+	for _, id := range []string{"d2", "d1", "d3"} {
+		apply(DeviceSessionType, &DeviceSessionRequest{ID: id, SessionID: "s", Server: "a", Connected: true, Time: 1})
+	}
+	status := func(id string, seq int) {
+		apply(StatusBatchType, &StatusBatchRequest{Owner: "a", Transitions: []StatusTransition{{Device: id, Seq: uint64(seq), Time: int64(10 + seq), Revision: 1,
+			Status: []string{"pending", "progressing", "converged"}[seq%3], ResourceStates: map[string]string{"k": fmt.Sprint(seq)}}}})
+	}
+	for seq := 1; seq <= 5; seq++ {
+		status("d1", seq)
+		status("d2", seq)
+	}
+	ws := memdb.NewWatchSet()
+	if _, err := f.Read().Timeline(ws, "d1"); err != nil {
+		t.Fatal(err)
+	}
+	status("d2", 6)
+	if !ws.Watch(closedChan()) {
+		t.Fatal("another device's timeline entry fired the watch of d1's")
+	}
+	status("d1", 6)
+	if ws.Watch(time.After(10 * time.Second)) {
+		t.Fatal("d1's timeline entry did not fire the watch of its timeline")
+	}
+
+	// The snapshot's timeline lines: every kept entry, by device, then by
+	// sequence, as a row an entry was read from memdb's index.
+	var want []string
+	for _, id := range []string{"d1", "d2"} {
+		tl, err := f.Read().Timeline(nil, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tl) != 3 || tl[0].Seq != 4 || tl[2].Seq != 6 {
+			t.Fatalf("timeline of %s: %d entries from %d, want 3 from 4", id, len(tl), tl[0].Seq)
+		}
+		for _, e := range tl {
+			b, err := json.Marshal(&snapshotEntry{Timeline: e})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, string(b))
+		}
+	}
+	snap := snapshotBytes(t, f)
+	var got []string
+	for line := range strings.Lines(string(snap)) {
+		if strings.HasPrefix(line, `{"timeline":`) {
+			got = append(got, strings.TrimSuffix(line, "\n"))
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("timeline lines of the snapshot (-want +got):\n%s", diff)
+	}
+	if tl, _ := f.Read().Timeline(nil, "d3"); len(tl) != 0 {
+		t.Fatalf("d3 has %d timeline entries, want none", len(tl))
+	}
+
+	// Lines that come apart, out of order, or twice are gathered into
+	// their device's record in sequence order, the later line of a
+	// sequence number kept.
+	lines := strings.SplitAfter(strings.TrimSuffix(string(snap), "\n"), "\n")
+	var tlLines, other []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, `{"timeline":`) {
+			tlLines = append(tlLines, l)
+		} else {
+			other = append(other, l)
+		}
+	}
+	again := strings.Replace(tlLines[1], `"owner":"a"`, `"owner":"b"`, 1)
+	if again == tlLines[1] {
+		t.Fatalf("no owner in the line %s", tlLines[1])
+	}
+	shuffled := append(append([]string{}, other...), tlLines[2], tlLines[3], tlLines[1], tlLines[5], tlLines[0], tlLines[4], again)
+	g := newTestFSMWith(t, Config{TimelineLimit: 3})
+	if err := g.Restore(strings.NewReader(strings.Join(shuffled, ""))); err != nil {
+		t.Fatal(err)
+	}
+	tl, err := g.Read().Timeline(nil, "d1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []string
+	for _, e := range tl {
+		seqs = append(seqs, fmt.Sprintf("%d:%s", e.Seq, e.Owner))
+	}
+	if diff := cmp.Diff([]string{"4:a", "5:b", "6:a"}, seqs); diff != "" {
+		t.Fatalf("restored timeline of d1 (-want +got):\n%s", diff)
+	}
+
+	orphan := strings.Replace(tlLines[0], `"device":"d1"`, `"device":"d9"`, 1)
+	err = newTestFSM(t, 0).Restore(strings.NewReader(strings.Join(append(append([]string{}, other...), orphan), "")))
+	if err == nil || !strings.Contains(err.Error(), `timeline entry 4 of device "d9", which it holds no record of`) {
+		t.Fatalf("restore of a timeline entry without its device: %v", err)
+	}
+
+	// A replica restarted with a lower limit drops the entry that limit
+	// leaves behind at each new one, as a row an entry did; older ones
+	// stay.
+	h := newTestFSMWith(t, Config{TimelineLimit: 2})
+	if err := h.Restore(bytes.NewReader(snap)); err != nil {
+		t.Fatal(err)
+	}
+	if res := h.Apply(100, mustEncode(t, StatusBatchType, &StatusBatchRequest{Owner: "a", Transitions: []StatusTransition{{Device: "d2", Seq: 7, Time: 17, Revision: 1, Status: "failed"}}})); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	seqs = nil
+	tl, _ = h.Read().Timeline(nil, "d2")
+	for _, e := range tl {
+		seqs = append(seqs, fmt.Sprint(e.Seq))
+	}
+	if diff := cmp.Diff([]string{"4", "6", "7"}, seqs); diff != "" {
+		t.Fatalf("timeline of d2 after an entry under a limit of 2 (-want +got):\n%s", diff)
+	}
+}
+
+// TestTimelineAsARowAnEntry: through random logs, label upserts that
+// replace a record whole (and so number its entries from 1 again)
+// included, every device's timeline is what the rules of a row an entry
+// give: the new entry replaces any of its number, and the entry the
+// limit leaves behind at that number goes.
+func TestTimelineAsARowAnEntry(t *testing.T) {
+	for _, limit := range []int{1, 3} {
+		for seed := uint64(1); seed <= 4; seed++ {
+			f := newTestFSMWith(t, Config{TimelineLimit: limit})
+			model := map[string]map[uint64]*TimelineEntry{}
+			seqs := map[string]uint64{}
+			for i, cmd := range randomLog(t, seed, 800) {
+				f.Apply(uint64(i+1), cmd)
+				for n := range 20 {
+					id := fmt.Sprintf("dev-%d", n)
+					rec, err := f.Read().Device(nil, id)
+					if err != nil {
+						continue
+					}
+					tl, err := f.Read().Timeline(nil, id)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if rec.TimelineSeq > seqs[id] {
+						// One entry an apply here: the newest.
+						e := tl[slices.IndexFunc(tl, func(e *TimelineEntry) bool { return e.Seq == rec.TimelineSeq })]
+						if model[id] == nil {
+							model[id] = map[uint64]*TimelineEntry{}
+						}
+						model[id][e.Seq] = e
+						if e.Seq > uint64(limit) {
+							delete(model[id], e.Seq-uint64(limit))
+						}
+					}
+					seqs[id] = rec.TimelineSeq
+					want := slices.Sorted(maps.Keys(model[id]))
+					var got []uint64
+					for _, e := range tl {
+						got = append(got, e.Seq)
+						if model[id][e.Seq] != e {
+							t.Fatalf("limit %d, seed %d, entry %d: %s's entry %d is not the one added last", limit, seed, i, id, e.Seq)
+						}
+					}
+					if !slices.Equal(want, got) {
+						t.Fatalf("limit %d, seed %d, entry %d: %s's timeline %v, want %v", limit, seed, i, id, got, want)
+					}
+				}
+			}
+			if got := snapshotBytes(t, restored(t, f)); !bytes.Equal(got, snapshotBytes(t, f)) {
+				t.Fatalf("limit %d, seed %d: the restored state's snapshot differs", limit, seed)
+			}
+		}
+	}
+}
+
+func closedChan() chan time.Time {
+	ch := make(chan time.Time)
+	close(ch)
+	return ch
 }

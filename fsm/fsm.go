@@ -387,7 +387,9 @@ func (f *FSM) applyUpsertDevice(txn *memdb.Txn, index uint64, body []byte) (Appl
 		if maps.Equal(cur.Labels, req.Labels) {
 			return ApplyResult{Revision: metaValue(txn, metaRevision)}, nil
 		}
-		rec.CreateIndex = cur.CreateIndex
+		// The record is replaced whole, its timeline's numbering too, but
+		// not the entries kept so far.
+		rec.CreateIndex, rec.Timeline = cur.CreateIndex, cur.Timeline
 	}
 	rev, err := nextRevision(txn)
 	if err != nil {

@@ -137,6 +137,13 @@ type DeviceRecord struct {
 	StatusIndex uint64 `json:"status_index,omitempty"`
 	// TimelineSeq numbers the device's timeline entries.
 	TimelineSeq uint64 `json:"timeline_seq,omitempty"`
+	// Timeline is the device's retained status transitions (Read.Timeline),
+	// oldest first, one entry a sequence number. Kept in the record rather
+	// than a row an entry, which cost memdb's index about 500 bytes an
+	// entry; written to snapshots apart from the record, an entry a line
+	// (snapshot.go). Shared between versions of the record: never changed,
+	// only replaced (appendTimeline).
+	Timeline []*TimelineEntry `json:"-"`
 	// Traffic is the agent's count of its own traffic that the latest
 	// report carrying one brought (agents of protocol 1.3); nil before.
 	Traffic *DeviceTraffic `json:"traffic,omitempty"`
@@ -239,15 +246,6 @@ func schema() *memdb.DBSchema {
 			Name: tableDevices,
 			Indexes: map[string]*memdb.IndexSchema{
 				"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "ID"}},
-			},
-		},
-		tableTimeline: {
-			Name: tableTimeline,
-			Indexes: map[string]*memdb.IndexSchema{
-				"id": {Name: "id", Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
-					&memdb.StringFieldIndex{Field: "Device"},
-					&memdb.UintFieldIndex{Field: "Seq"},
-				}}},
 			},
 		},
 		tableTokens: {

@@ -2,10 +2,12 @@ package fsm
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 
 	"github.com/hashicorp/go-memdb"
@@ -210,6 +212,12 @@ func (s *Snapshot) write(w io.Writer, hdr snapshotHeader) (int64, error) {
 		return cw.n, fmt.Errorf("write snapshot header: %w", err)
 	}
 	for _, table := range snapshotTables {
+		if table == tableTimeline {
+			if err := writeTimelines(s.txn, enc); err != nil {
+				return cw.n, err
+			}
+			continue
+		}
 		it, err := s.txn.Get(table, "id")
 		if err != nil {
 			return cw.n, fmt.Errorf("snapshot %s: %w", table, err)
@@ -223,8 +231,6 @@ func (s *Snapshot) write(w io.Writer, hdr snapshotHeader) (int64, error) {
 				e.History = r
 			case *DeviceRecord:
 				e.Device = r
-			case *TimelineEntry:
-				e.Timeline = r
 			case *TokenRecord:
 				e.Token = r
 			case *AuditRecord:
@@ -349,6 +355,9 @@ func (f *FSM) Restore(r io.Reader) error {
 	// The records read share their repeated strings as applied ones do
 	// (intern.go); the applies that follow take the table over.
 	var intern Interner
+	// The records restored, by ID, for the timeline entries that follow
+	// them.
+	devices := map[string]*DeviceRecord{}
 	for n := 0; ; n++ {
 		var e snapshotEntry
 		err := dec.Decode(&e)
@@ -369,11 +378,21 @@ func (f *FSM) Restore(r io.Reader) error {
 			intern.Resources(e.Device.Resources)
 			e.Device.Status, e.Device.StatusReason = intern.String(e.Device.Status), intern.String(e.Device.StatusReason)
 			e.Device.AgentStatus, e.Device.StatusOwner = intern.String(e.Device.AgentStatus), intern.String(e.Device.StatusOwner)
+			e.Device.Timeline = nil
+			devices[e.Device.ID] = e.Device
 			table, obj = tableDevices, e.Device
 		case e.Timeline != nil:
 			e.Timeline.Resources = intern.Map(e.Timeline.Resources)
 			e.Timeline.Status, e.Timeline.Reason = intern.String(e.Timeline.Status), intern.String(e.Timeline.Reason)
-			table, obj = tableTimeline, e.Timeline
+			e.Timeline.Owner = intern.String(e.Timeline.Owner)
+			rec := devices[e.Timeline.Device]
+			if rec == nil {
+				return fmt.Errorf("restore snapshot: entry %d: timeline entry %d of device %q, which it holds no record of", n, e.Timeline.Seq, e.Timeline.Device)
+			}
+			// The record is the one inserted above, not yet seen by
+			// anyone: its timeline is filled in place.
+			rec.Timeline = append(rec.Timeline, e.Timeline)
+			continue
 		case e.Token != nil:
 			table, obj = tableTokens, e.Token
 		case e.Audit != nil:
@@ -399,6 +418,9 @@ func (f *FSM) Restore(r io.Reader) error {
 		if err := txn.Insert(table, obj); err != nil {
 			return fmt.Errorf("restore snapshot: entry %d: %w", n, err)
 		}
+	}
+	for _, rec := range devices {
+		rec.Timeline = timelineBySeq(rec.Timeline)
 	}
 	if err := setMeta(txn, metaAuditCount, audits); err != nil {
 		return err
@@ -460,4 +482,41 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// writeTimelines writes every device's timeline entries, an entry a line,
+// by device and then by sequence number: as the rows of a timeline table
+// keyed by both were written before timelines moved into the records, so
+// that a state's snapshot, and its hash, is the same on every release.
+func writeTimelines(txn *memdb.Txn, enc *json.Encoder) error {
+	it, err := txn.Get(tableDevices, "id")
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", tableTimeline, err)
+	}
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		for _, e := range raw.(*DeviceRecord).Timeline {
+			if err := enc.Encode(&snapshotEntry{Timeline: e}); err != nil {
+				return fmt.Errorf("write snapshot %s: %w", tableTimeline, err)
+			}
+		}
+	}
+	return nil
+}
+
+// timelineBySeq returns a restored timeline in sequence order, one entry a
+// number (the later line of a number), whatever order a snapshot gave.
+func timelineBySeq(entries []*TimelineEntry) []*TimelineEntry {
+	if len(entries) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(entries, func(a, b *TimelineEntry) int { return cmp.Compare(a.Seq, b.Seq) })
+	kept := entries[:0]
+	for _, e := range entries {
+		if n := len(kept); n > 0 && kept[n-1].Seq == e.Seq {
+			kept[n-1] = e
+			continue
+		}
+		kept = append(kept, e)
+	}
+	return slices.Clip(kept)
 }

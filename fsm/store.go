@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/hashicorp/go-memdb"
@@ -181,7 +182,7 @@ func (r *Read) WatchRevision(ws memdb.WatchSet) uint64 { return r.watchMeta(ws, 
 func (r *Read) WatchIndex(ws memdb.WatchSet) uint64 { return r.watchMeta(ws, metaIndex) }
 
 // judgementTables are the tables WatchJudgement watches whole: all but
-// tableDevices, tableTimeline, tableAudit and tableMeta (of which it
+// tableDevices, tableAudit and tableMeta (of which it
 // watches two keys). A new table is in this list unless it only records
 // devices' own state (TestWatchJudgementCoversTheSchema).
 var judgementTables = []string{tableIntents, tableHistory, tableTokens, tableRevoked, tableRollouts,
@@ -353,20 +354,17 @@ func (r *Read) IntentsFor(ws memdb.WatchSet, labels map[string]string) ([]*Inten
 	return out, nil
 }
 
-// Timeline returns a device's retained status transitions, oldest first.
+// Timeline returns a device's retained status transitions, oldest first;
+// none for an unknown device. The watch fires on any change of the
+// device's record.
 func (r *Read) Timeline(ws memdb.WatchSet, device string) ([]*TimelineEntry, error) {
-	it, err := r.txn.LowerBound(tableTimeline, "id", device, uint64(0))
+	ch, raw, err := r.txn.FirstWatch(tableDevices, "id", device)
 	if err != nil {
 		return nil, fmt.Errorf("read timeline of %q: %w", device, err)
 	}
-	r.watch(ws, it.WatchCh())
-	var out []*TimelineEntry
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		e := raw.(*TimelineEntry)
-		if e.Device != device {
-			break
-		}
-		out = append(out, e)
+	r.watch(ws, ch)
+	if raw == nil {
+		return nil, nil
 	}
-	return out, nil
+	return slices.Clone(raw.(*DeviceRecord).Timeline), nil
 }

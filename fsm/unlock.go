@@ -103,12 +103,10 @@ func (f *FSM) applyDeviceUnlock(txn *memdb.Txn, index uint64, body []byte) (Appl
 	if req.Reason != "" {
 		summary += ": " + req.Reason
 	}
-	if err := f.appendTimeline(txn, &rec, &TimelineEntry{
+	f.appendTimeline(&rec, &TimelineEntry{
 		Time: req.Time, Index: index, Revision: rec.StatusRevision, Status: rec.Status, Owner: req.Actor.String(),
 		Reason: "operator ordered: " + summary,
-	}); err != nil {
-		return ApplyResult{}, err
-	}
+	})
 	rec.ModifyIndex = index
 	if err := txn.Insert(tableDevices, &rec); err != nil {
 		return ApplyResult{}, err
@@ -119,7 +117,7 @@ func (f *FSM) applyDeviceUnlock(txn *memdb.Txn, index uint64, body []byte) (Appl
 
 // recordUnlocked records an agent's outcomes on the orders of rec, each
 // once, with a timeline entry.
-func (f *FSM) recordUnlocked(txn *memdb.Txn, index uint64, rec *DeviceRecord, results []UnlockResult, t int64, owner string) error {
+func (f *FSM) recordUnlocked(index uint64, rec *DeviceRecord, results []UnlockResult, t int64, owner string) {
 	for _, r := range results {
 		i := -1
 		for j := range rec.Unlocks {
@@ -133,15 +131,12 @@ func (f *FSM) recordUnlocked(txn *memdb.Txn, index uint64, rec *DeviceRecord, re
 		rec.Unlocks = append([]UnlockRecord(nil), rec.Unlocks...)
 		u := &rec.Unlocks[i]
 		u.Outcome, u.OutcomeAt = r.Outcome, r.At
-		if err := f.appendTimeline(txn, rec, &TimelineEntry{
+		f.appendTimeline(rec, &TimelineEntry{
 			Time: t, Index: index, Revision: rec.StatusRevision, Status: rec.Status, Owner: owner,
 			Reason: fmt.Sprintf("the device reports lock %s %s (order of %s)", u.Lock, u.Outcome, u.Actor.String()),
-		}); err != nil {
-			return err
-		}
+		})
 		f.emit(index, Event{Kind: KindDevice, Action: "unlocked", Time: t, Device: rec.ID, Message: fmt.Sprintf("lock %s %s", u.Lock, u.Outcome)})
 	}
-	return nil
 }
 
 // DeviceRecovery is how a device's agent recovered at its latest start
@@ -190,15 +185,12 @@ func (r *DeviceRecovery) Story() string {
 
 // recordRecovery takes a recovery a transition carries if it is newer
 // than the record's, with a timeline entry telling it.
-func (f *FSM) recordRecovery(txn *memdb.Txn, index uint64, rec *DeviceRecord, r *DeviceRecovery, t int64, owner string) error {
+func (f *FSM) recordRecovery(index uint64, rec *DeviceRecord, r *DeviceRecovery, t int64, owner string) {
 	if r == nil || rec.Recovery != nil && r.At <= rec.Recovery.At {
-		return nil
+		return
 	}
 	rec.Recovery = r
 	story := r.Story()
-	if err := f.appendTimeline(txn, rec, &TimelineEntry{Time: t, Index: index, Revision: rec.StatusRevision, Status: rec.Status, Owner: owner, Reason: story}); err != nil {
-		return err
-	}
+	f.appendTimeline(rec, &TimelineEntry{Time: t, Index: index, Revision: rec.StatusRevision, Status: rec.Status, Owner: owner, Reason: story})
 	f.emit(index, Event{Kind: KindDevice, Action: "recovered", Time: t, Device: rec.ID, Message: story})
-	return nil
 }
