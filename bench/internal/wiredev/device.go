@@ -28,11 +28,12 @@ type Device struct {
 	Applied map[string]wire.AppliedResource
 
 	seq     uint64       // the last report's seq
-	unacked []sentReport // reports sent and not yet acknowledged
+	unacked []sentReport // reports sent and not yet acknowledged, by seq
 }
 
 type sentReport struct {
 	seq, revision uint64
+	report        *wire.Report // as sent: a resend sends it again
 }
 
 // NewDevice returns a device without a session. Devices may share labels (the
@@ -124,8 +125,21 @@ func (d *Device) Report() *wire.Report {
 			Effective: wire.EffectiveOK, UpdatedAtUnixNano: now,
 		})
 	}
-	d.unacked = append(d.unacked, sentReport{seq: d.seq, revision: d.Acked})
+	d.unacked = append(d.unacked, sentReport{seq: d.seq, revision: d.Acked, report: r})
 	return r
+}
+
+// Unacknowledged returns the reports sent and not yet acknowledged, oldest
+// first, as they were sent. A resend sends these again, seq and all, as
+// the agent resends its journal's pending reports: the server applies a
+// seq once and only acknowledges it again, so a resend while the first
+// send's commit is slow adds no commit of its own.
+func (d *Device) Unacknowledged() []*wire.Report {
+	out := make([]*wire.Report, len(d.unacked))
+	for i, r := range d.unacked {
+		out[i] = r.report
+	}
+	return out
 }
 
 // Acknowledged drops the reports up to seq and returns the highest

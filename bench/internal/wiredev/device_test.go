@@ -74,11 +74,24 @@ func TestDeviceReportsCountUntilAcknowledged(t *testing.T) {
 	if rev := d.Acknowledged(0); rev != 0 || !d.Unacked() {
 		t.Errorf("ReportAck 0 confirmed revision %d", rev)
 	}
+	// A resend is the reports as sent, seqs and all: the server applies a
+	// seq once, and a new seq a resend would be a report of its own.
+	again := d.Unacknowledged()
+	if len(again) != 2 || again[0] != r || again[0].Seq != 1 || again[1].Seq != 2 || again[1].DesiredRevision != 7 {
+		t.Fatalf("unacknowledged %+v, want reports 1 and 2 as sent", again)
+	}
+	if r := d.Report(); r.Seq != 3 {
+		t.Fatalf("the report after a resend has seq %d, want 3", r.Seq)
+	}
+	d.Acknowledged(0)
 	if rev := d.Acknowledged(1); rev != 5 || !d.Unacked() {
 		t.Errorf("ReportAck 1 confirmed revision %d, unacked %v", rev, d.Unacked())
 	}
-	if rev := d.Acknowledged(2); rev != 7 || d.Unacked() {
-		t.Errorf("ReportAck 2 confirmed revision %d, unacked %v", rev, d.Unacked())
+	if again := d.Unacknowledged(); len(again) != 2 || again[0].Seq != 2 {
+		t.Fatalf("unacknowledged after ReportAck 1: %+v", again)
+	}
+	if rev := d.Acknowledged(3); rev != 7 || d.Unacked() || len(d.Unacknowledged()) != 0 {
+		t.Errorf("ReportAck 3 confirmed revision %d, unacked %v", rev, d.Unacked())
 	}
 }
 

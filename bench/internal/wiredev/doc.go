@@ -10,9 +10,10 @@
 // Fleet runs many devices for as long as a benchmark needs them, as the
 // agent would (a Notify that carries a Delta on the set the device holds
 // is taken as is, another makes the device pull; a complete Delta is taken,
-// acknowledged and reported; an unacknowledged report is sent again after
-// 1 s doubling to 60 s; a lost connection is dialled again with the
-// agent's jittered backoff), sharing a few UDP sockets, one quic.Transport
+// acknowledged and reported; an unacknowledged report is sent again, with
+// the seq it was sent with, after 1 s doubling to 60 s and after the next
+// Welcome; a lost connection is dialled again with the agent's jittered
+// backoff), sharing a few UDP sockets, one quic.Transport
 // each, so that 100,000 of them fit in one process beside the servers:
 // bench/fanout and the scale part of bench/fleet use it. The full agents
 // of agent/sim remain the realistic devices (bench/fleet's retail part).

@@ -435,8 +435,8 @@ func (f *Fleet) open(ctx context.Context, m *member, conn *quic.Conn, server int
 		m.pulling = true
 	}
 	if d.Unacked() {
-		// Coalesce what is unacknowledged into one report with a new seq.
-		if err := l.send(d.Report()); err != nil {
+		// What the cluster does not hold goes again, as it was sent.
+		if err := m.resendLocked(l); err != nil {
 			return nil, err
 		}
 		m.armResendLocked(l, f.cfg, true)
@@ -585,12 +585,23 @@ func (m *member) armResendLocked(l *link, cfg Config, fresh bool) {
 		if m.l != l || !m.d.Unacked() {
 			return
 		}
-		if err := l.send(m.d.Report()); err != nil {
+		if err := m.resendLocked(l); err != nil {
 			l.conn.CloseWithError(wire.CloseNormal, "")
 			return
 		}
 		m.armResendLocked(l, cfg, false)
 	})
+}
+
+// resendLocked sends the device's unacknowledged reports on l again, each
+// with the seq it was sent with.
+func (m *member) resendLocked(l *link) error {
+	for _, r := range m.d.Unacknowledged() {
+		if err := l.send(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // drop ends the session on l: its timers stop.
