@@ -236,7 +236,7 @@ func (m *deviceWatch) check(read *fsm.Read) {
 		return
 	}
 	labels := sess.selectionLabels(read)
-	key := labelsKey(labels)
+	key := fsm.MapKey(labels)
 	if m.ws != nil && key != m.labels {
 		sess.logger.Debug("selection labels changed", "labels", labels)
 		sess.maybeNotify(read, map[string]*scheduler.DesiredState{})

@@ -853,7 +853,7 @@ func (sess *agentSession) maybeNotify(read *fsm.Read, byLabels map[string]*sched
 	}
 	// Devices with the same labels and the same rollout releases have the
 	// same desired state.
-	key := labelsKey(labels) + "\x00" + assigned
+	key := fsm.MapKey(labels) + "\x00" + assigned
 	desired, ok := byLabels[key]
 	if !ok {
 		if desired, err = sess.a.planner.Desired(read, sess.deviceID, labels); err != nil {
@@ -926,11 +926,6 @@ func (sess *agentSession) placementLabels(read *fsm.Read) map[string]string {
 		return rec.Labels
 	}
 	return sess.labels
-}
-
-// labelsKey is a canonical string of a label set.
-func labelsKey(labels map[string]string) string {
-	return fsm.MapKey(labels)
 }
 
 // recordedHere reports whether the replica's record of the device names

@@ -378,7 +378,6 @@ func (f *FSM) Restore(r io.Reader) error {
 			intern.Resources(e.Device.Resources)
 			e.Device.Status, e.Device.StatusReason = intern.String(e.Device.Status), intern.String(e.Device.StatusReason)
 			e.Device.AgentStatus, e.Device.StatusOwner = intern.String(e.Device.AgentStatus), intern.String(e.Device.StatusOwner)
-			e.Device.Timeline = nil
 			devices[e.Device.ID] = e.Device
 			table, obj = tableDevices, e.Device
 		case e.Timeline != nil:
