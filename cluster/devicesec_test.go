@@ -54,7 +54,7 @@ func deviceRecord(t *testing.T, s *Server, id string) *fsm.DeviceRecord {
 	return rec
 }
 
-// waitRecorded waits until every alive server has a record of the device
+// waitRecordedAs waits until every alive server has a record of the device
 // that satisfies ok.
 func waitRecordedAs(t *testing.T, c *testCluster, id string, ok func(*fsm.DeviceRecord) error) {
 	t.Helper()

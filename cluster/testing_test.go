@@ -189,14 +189,21 @@ func (c *testCluster) waitConverged() string {
 	return hash
 }
 
-// waitCaughtUp waits until every live server has applied the leader's
-// log as it stands now. Unlike waitConverged it does not chase a log
+// waitCaughtUp waits until every live server has applied every entry
+// committed by now. Unlike waitConverged it does not chase a log
 // that writes keep extending: with a write every few milliseconds a
 // follower is, at any instant, often one entry behind, and on a busy
 // host it may be at every poll.
 func (c *testCluster) waitCaughtUp() {
 	c.t.Helper()
-	want := c.waitLeader().raft.LastIndex()
+	c.waitLeader()
+	// The highest commit index any server knows: every entry committed by
+	// now is at or below it, even one committed by a leader that has
+	// since been deposed (whose last index may be behind its successor's).
+	var want uint64
+	for _, s := range c.alive() {
+		want = max(want, s.raft.CommitIndex())
+	}
 	waitFor(c.t, 20*time.Second, func() error {
 		for _, s := range c.alive() {
 			if got := s.raft.AppliedIndex(); got < want {
