@@ -125,6 +125,25 @@ func TestStatusOwnerPassesOverSettledDevices(t *testing.T) {
 		})
 		evaluate("one record changed", 1)
 
+		// A device enrolls: it moves the cluster revision, and only the
+		// new device is judged (a fleet connecting enrolls thousands).
+		newcomer := ""
+		for i := 0; newcomer == ""; i++ {
+			if id := fmt.Sprintf("newcomer-%d", i); ownerOf(id, "eu", owners.ownerCandidates()) == "s1" {
+				newcomer = id
+			}
+		}
+		rev := p.state.Read().Revision()
+		p.mustApply(t, fsm.DeviceSessionType, &fsm.DeviceSessionRequest{
+			ID: newcomer, Labels: map[string]string{"region": "eu"}, SessionID: "n", Server: "s2", Conn: "c", Connected: true, Time: time.Now().UnixNano(),
+		})
+		if p.state.Read().Revision() == rev {
+			t.Fatal("enrolling a device did not move the cluster revision")
+		}
+		ids = append(ids, newcomer)
+		mine++
+		evaluate("a device enrolled", 1)
+
 		// A class changes what every device is judged by.
 		def := intent.BuiltinClasses()[scheduler.DefaultClass]
 		def.UnreachableAfter = time.Minute

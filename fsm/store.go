@@ -191,9 +191,20 @@ var judgementTables = []string{tableIntents, tableHistory, tableTokens, tableRev
 // WatchJudgement adds to ws channels that fire when anything a device's
 // status is judged by may change, other than the device's own record:
 // every table but the devices' records and what only records them (their
-// timelines and the audit log), the cluster revision and the feature
-// level, and a restore. Conservative: some changes it reports change no
-// judgement (an enrollment token issued, say).
+// timelines and the audit log), the feature level, and a restore.
+// Conservative: some changes it reports change no judgement (an
+// enrollment token issued, say).
+//
+// Not the cluster revision: a device's judgement does not depend on it
+// (the revisions it compares are its resources', from the intents, their
+// history and the rollouts' releases), and every command that moves it
+// also writes a watched table (an intent, a rollout) or a device's own
+// record (a device enrolled, or its labels changed), which judges that
+// device again and no other. Watching it made every evaluation while a
+// fleet connects judge every owned device again, each new device having
+// moved the revision: work that grew with the fleet at every
+// evaluation (docs/performance.md, "Connecting cost more a device the
+// larger the fleet").
 func (r *Read) WatchJudgement(ws memdb.WatchSet) error {
 	for _, table := range judgementTables {
 		it, err := r.txn.Get(table, "id")
@@ -202,7 +213,6 @@ func (r *Read) WatchJudgement(ws memdb.WatchSet) error {
 		}
 		r.watch(ws, it.WatchCh())
 	}
-	r.watchMeta(ws, metaRevision)
 	r.watchMeta(ws, metaActiveLevel)
 	return nil
 }

@@ -54,10 +54,21 @@ func TestWatchJudgement(t *testing.T) {
 	}
 
 	ws := watch()
+	rev := f.Read().Revision()
 	apply(DeviceSessionType, &DeviceSessionRequest{ID: "d1", SessionID: "s", Server: "srv1", Connected: true, AckedRevision: 1, Time: 2})
 	apply(StatusBatchType, &StatusBatchRequest{Owner: "srv1", Transitions: []StatusTransition{{Device: "d1", Seq: 1, Status: "converged", Time: 3}}})
 	if fired(ws) {
 		t.Fatal("a device's own session and status fired the judgement watch")
+	}
+	// A device enrolled and another's labels changed move the cluster
+	// revision, and change no other device's judgement.
+	apply(DeviceSessionType, &DeviceSessionRequest{ID: "d2", Labels: map[string]string{"region": "eu"}, SessionID: "s2", Server: "srv1", Connected: true, Time: 3})
+	apply(DeviceSessionType, &DeviceSessionRequest{ID: "d1", Labels: map[string]string{"region": "us"}, SessionID: "s", Server: "srv1", Connected: true, Time: 3})
+	if f.Read().Revision() != rev+2 {
+		t.Fatalf("revision %d after a device enrolled and another relabelled, want %d", f.Read().Revision(), rev+2)
+	}
+	if fired(ws) {
+		t.Fatal("a device enrolled, or another's labels changed, fired the judgement watch")
 	}
 	np := intent.BuiltinClasses()["network-policy"]
 	np.UnreachableAfter *= 2
