@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -610,7 +611,10 @@ func (o *statusOwner) evaluate(now time.Time) error {
 	var key strings.Builder
 	for _, c := range owners {
 		alive[c.ID] = true
-		key.WriteString(c.ID + "\x00" + c.Region + "\x00")
+		// Whether ownership follows sessions depends on every
+		// candidate's peer API (deviceOwner): a change of it alone
+		// moves devices as surely as a server joining.
+		key.WriteString(c.ID + "\x00" + c.Region + "\x00" + strconv.Itoa(int(c.PeerAPI)) + "\x00")
 	}
 	sweep := o.world == nil || fired(o.world) || key.String() != o.worldOwners || o.sinceSweep+1 >= o.sweepEvery
 	if sweep {

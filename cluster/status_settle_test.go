@@ -265,3 +265,100 @@ func TestStatusOwnerJudgesADeviceWhenDue(t *testing.T) {
 		evaluate("stuck an hour later", 0, scheduler.StatusStuck)
 	})
 }
+
+// TestStatusOwnerLetsGoOfADeviceItNoLongerOwns: a device whose new record
+// names another owner (relabelled into another server's region) is let
+// go by the next evaluation, without being judged; the others stay.
+func TestStatusOwnerLetsGoOfADeviceItNoLongerOwns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newLocalProposer(t)
+		p.mustApply(t, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: simpleIntent("motd", "v1"), Time: time.Now().UnixNano()})
+		cfg := DefaultConfig()
+		cfg.NodeID = "s1"
+		cfg.TrustReportedLabels = true
+		cfg.StatusEvalInterval = time.Hour // evaluated by the test
+		owners := &mutableOwners{}
+		owners.set(ownerCandidate{ID: "s1", Region: "eu"}, ownerCandidate{ID: "s2", Region: "us"})
+		o := newStatusOwner(&cfg, hclog.NewNullLogger(), SystemClock{}, p.state, p, owners, scheduler.NewPlanner())
+		stop := runComponent(t, o.Run)
+		defer stop()
+		ids := convergedFleet(t, p, o, 3, "s2")
+		held := func(id string) bool {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			_, ok := o.devices[id]
+			return ok
+		}
+		for range 2 { // the first reads every record, the second those written since
+			if err := o.evaluate(time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second)
+		}
+		for _, id := range ids {
+			if !held(id) {
+				t.Fatalf("s1 does not hold %s, in region eu", id)
+			}
+		}
+		p.mustApply(t, fsm.DeviceSessionType, &fsm.DeviceSessionRequest{
+			ID: ids[0], Labels: map[string]string{"region": "us"}, SessionID: "s", Server: "s2", Conn: "c", Connected: true, Time: time.Now().UnixNano(),
+		})
+		j := o.judged.Load()
+		if err := o.evaluate(time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if n := o.judged.Load() - j; n != 0 {
+			t.Errorf("%d devices judged; want none (the one changed is s2's now)", n)
+		}
+		if held(ids[0]) {
+			t.Errorf("s1 still holds %s, which s2 owns now", ids[0])
+		}
+		for _, id := range ids[1:] {
+			if !held(id) {
+				t.Errorf("s1 let go of %s, which it still owns", id)
+			}
+		}
+	})
+}
+
+// TestStatusOwnerLetsGoWhenOwnershipFollowsSessions: once every candidate
+// speaks the peer API under which ownership follows the session, the
+// devices in session elsewhere are let go at the next evaluation, though
+// no device record and no candidate's ID or region changed.
+func TestStatusOwnerLetsGoWhenOwnershipFollowsSessions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newLocalProposer(t)
+		p.mustApply(t, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: simpleIntent("motd", "v1"), Time: time.Now().UnixNano()})
+		cfg := DefaultConfig()
+		cfg.NodeID = "s1"
+		cfg.TrustReportedLabels = true
+		cfg.StatusEvalInterval = time.Hour // evaluated by the test
+		owners := &mutableOwners{}
+		owners.set(ownerCandidate{ID: "s1", Region: "eu"}, ownerCandidate{ID: "s2", Region: "eu"})
+		o := newStatusOwner(&cfg, hclog.NewNullLogger(), SystemClock{}, p.state, p, owners, scheduler.NewPlanner())
+		stop := runComponent(t, o.Run)
+		defer stop()
+		convergedFleet(t, p, o, 6, "s2")
+		held := func() int {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			return len(o.devices)
+		}
+		for range 2 {
+			if err := o.evaluate(time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second)
+		}
+		if held() == 0 {
+			t.Fatal("s1 is the home owner of none of the devices: pick other IDs")
+		}
+		owners.set(ownerCandidate{ID: "s1", Region: "eu", PeerAPI: peerAPISessionOwner}, ownerCandidate{ID: "s2", Region: "eu", PeerAPI: peerAPISessionOwner})
+		if err := o.evaluate(time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if n := held(); n != 0 {
+			t.Errorf("s1 holds %d devices in session on s2, which owns them now", n)
+		}
+	})
+}
