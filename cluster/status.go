@@ -86,6 +86,9 @@ type statusOwner struct {
 	// judged and passed count the devices evaluations classified and
 	// passed over (settled).
 	judged, passed atomic.Uint64
+	// gen counts the evaluations that read every record
+	// (ownedDevice.gen), guarded by mu.
+	gen uint64
 }
 
 // sweepEvery bounds how many evaluations may pass over settled devices
@@ -135,6 +138,10 @@ type ownedDevice struct {
 	// changes, or the device is due, evaluations pass over it: a fleet at
 	// rest costs its owner nothing a device between sweeps.
 	settled *fsm.DeviceRecord
+	// gen is the owner's generation (statusOwner.gen) of the latest
+	// evaluation that read every record and found the device this
+	// owner's.
+	gen uint64
 	// due is when, on the owner's monotonic clock, the device must be
 	// judged again if nothing it is judged by changes: its judgement's
 	// Recheck, or the next evaluation when a transition was queued for
@@ -644,28 +651,36 @@ func (o *statusOwner) evaluate(now time.Time) error {
 	// leaves it nil, so the next evaluation reads every record again.
 	o.records = nil
 	mono := o.clock.Mono()
-	mine := map[string]bool{}
+	// Every device found this owner's is stamped with this evaluation's
+	// generation; those left unstamped are let go below.
+	o.gen++
 	var judged, passed uint64
 	for _, rec := range recs {
-		if deviceOwner(rec, owners) != o.self {
+		d, ok := o.devices[rec.ID]
+		// A device settled by this very record, with the owner
+		// candidates it was judged among (else this is a sweep), is
+		// still this owner's: deviceOwner reads nothing else.
+		settled := ok && !sweep && d.settled == rec
+		if !settled && deviceOwner(rec, owners) != o.self {
 			continue
 		}
-		mine[rec.ID] = true
-		if d, ok := o.devices[rec.ID]; ok && !sweep && d.settled == rec && (d.due.IsZero() || d.due.After(mono)) {
+		if settled && (d.due.IsZero() || d.due.After(mono)) {
+			d.gen = o.gen
 			passed++
 			continue
 		}
 		if err := o.judgeLocked(rec, read, memo, classes, alive, now); err != nil {
 			return err
 		}
+		o.devices[rec.ID].gen = o.gen
 		judged++
 	}
 	o.judged.Add(judged)
 	o.passed.Add(passed)
 	// Devices that moved to another owner: forget them, so their state is
 	// reloaded from the replica if they come back.
-	for id := range o.devices {
-		if !mine[id] {
+	for id, d := range o.devices {
+		if d.gen != o.gen {
 			delete(o.devices, id)
 		}
 	}
