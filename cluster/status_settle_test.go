@@ -74,18 +74,7 @@ func convergedFleet(tb testing.TB, p *localProposer, o *statusOwner, n int, serv
 // but not yet unreachable). A settled device costs no classification.
 func TestStatusOwnerPassesOverSettledDevices(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newLocalProposer(t)
-		p.mustApply(t, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: simpleIntent("motd", "v1"), Time: time.Now().UnixNano()})
-		cfg := DefaultConfig()
-		cfg.NodeID = "s1"
-		cfg.TrustReportedLabels = true
-		cfg.StatusEvalInterval = time.Hour // evaluated by the test
-		owners := &mutableOwners{}
-		owners.set(ownerCandidate{ID: "s1", Region: "eu"}, ownerCandidate{ID: "s2", Region: "eu"})
-		// Only s1 owns: s2 is alive but not a candidate for ownership here.
-		o := newStatusOwner(&cfg, hclog.NewNullLogger(), SystemClock{}, p.state, p, owners, scheduler.NewPlanner())
-		stop := runComponent(t, o.Run)
-		defer stop()
+		p, o, owners := startEvaluatedOwner(t, ownerCandidate{ID: "s1", Region: "eu"}, ownerCandidate{ID: "s2", Region: "eu"})
 		ids := convergedFleet(t, p, o, 6, "s2")
 		mine := 0
 		for _, id := range ids {
@@ -271,17 +260,7 @@ func TestStatusOwnerJudgesADeviceWhenDue(t *testing.T) {
 // go by the next evaluation, without being judged; the others stay.
 func TestStatusOwnerLetsGoOfADeviceItNoLongerOwns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newLocalProposer(t)
-		p.mustApply(t, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: simpleIntent("motd", "v1"), Time: time.Now().UnixNano()})
-		cfg := DefaultConfig()
-		cfg.NodeID = "s1"
-		cfg.TrustReportedLabels = true
-		cfg.StatusEvalInterval = time.Hour // evaluated by the test
-		owners := &mutableOwners{}
-		owners.set(ownerCandidate{ID: "s1", Region: "eu"}, ownerCandidate{ID: "s2", Region: "us"})
-		o := newStatusOwner(&cfg, hclog.NewNullLogger(), SystemClock{}, p.state, p, owners, scheduler.NewPlanner())
-		stop := runComponent(t, o.Run)
-		defer stop()
+		p, o, _ := startEvaluatedOwner(t, ownerCandidate{ID: "s1", Region: "eu"}, ownerCandidate{ID: "s2", Region: "us"})
 		ids := convergedFleet(t, p, o, 3, "s2")
 		held := func(id string) bool {
 			o.mu.Lock()
@@ -327,17 +306,7 @@ func TestStatusOwnerLetsGoOfADeviceItNoLongerOwns(t *testing.T) {
 // no device record and no candidate's ID or region changed.
 func TestStatusOwnerLetsGoWhenOwnershipFollowsSessions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newLocalProposer(t)
-		p.mustApply(t, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: simpleIntent("motd", "v1"), Time: time.Now().UnixNano()})
-		cfg := DefaultConfig()
-		cfg.NodeID = "s1"
-		cfg.TrustReportedLabels = true
-		cfg.StatusEvalInterval = time.Hour // evaluated by the test
-		owners := &mutableOwners{}
-		owners.set(ownerCandidate{ID: "s1", Region: "eu"}, ownerCandidate{ID: "s2", Region: "eu"})
-		o := newStatusOwner(&cfg, hclog.NewNullLogger(), SystemClock{}, p.state, p, owners, scheduler.NewPlanner())
-		stop := runComponent(t, o.Run)
-		defer stop()
+		p, o, owners := startEvaluatedOwner(t, ownerCandidate{ID: "s1", Region: "eu"}, ownerCandidate{ID: "s2", Region: "eu"})
 		convergedFleet(t, p, o, 6, "s2")
 		held := func() int {
 			o.mu.Lock()
@@ -361,4 +330,22 @@ func TestStatusOwnerLetsGoWhenOwnershipFollowsSessions(t *testing.T) {
 			t.Errorf("s1 holds %d devices in session on s2, which owns them now", n)
 		}
 	})
+}
+
+// startEvaluatedOwner runs status owner s1 among the owner candidates
+// cands, on a replica holding one intent, trusting reported labels; the
+// test runs its evaluations. It stops with the test.
+func startEvaluatedOwner(t *testing.T, cands ...ownerCandidate) (*localProposer, *statusOwner, *mutableOwners) {
+	t.Helper()
+	p := newLocalProposer(t)
+	p.mustApply(t, fsm.PutIntentType, &fsm.PutIntentRequest{Intent: simpleIntent("motd", "v1"), Time: time.Now().UnixNano()})
+	cfg := DefaultConfig()
+	cfg.NodeID = "s1"
+	cfg.TrustReportedLabels = true
+	cfg.StatusEvalInterval = time.Hour // evaluated by the test
+	owners := &mutableOwners{}
+	owners.set(cands...)
+	o := newStatusOwner(&cfg, hclog.NewNullLogger(), SystemClock{}, p.state, p, owners, scheduler.NewPlanner())
+	t.Cleanup(runComponent(t, o.Run))
+	return p, o, owners
 }
