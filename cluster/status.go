@@ -140,8 +140,11 @@ type ownedDevice struct {
 	settled *fsm.DeviceRecord
 	// gen is the owner's generation (statusOwner.gen) of the latest
 	// evaluation that read every record and found the device this
-	// owner's.
-	gen uint64
+	// owner's, and ownerBy the record it found so by. A device taken on
+	// otherwise (a report ingested) has been found its owner's by no
+	// evaluation yet.
+	gen     uint64
+	ownerBy *fsm.DeviceRecord
 	// due is when, on the owner's monotonic clock, the device must be
 	// judged again if nothing it is judged by changes: its judgement's
 	// Recheck, or the next evaluation when a transition was queued for
@@ -657,10 +660,11 @@ func (o *statusOwner) evaluate(now time.Time) error {
 	var judged, passed uint64
 	for _, rec := range recs {
 		d, ok := o.devices[rec.ID]
-		// A device settled by this very record, with the owner
-		// candidates it was judged among (else this is a sweep), is
-		// still this owner's: deviceOwner reads nothing else.
-		settled := ok && !sweep && d.settled == rec
+		// A device settled by this very record, which an evaluation
+		// among the same owner candidates (else this is a sweep) found
+		// this owner's, is still this owner's: deviceOwner reads
+		// nothing else.
+		settled := ok && !sweep && d.settled == rec && d.ownerBy == rec
 		if !settled && deviceOwner(rec, owners) != o.self {
 			continue
 		}
@@ -672,7 +676,8 @@ func (o *statusOwner) evaluate(now time.Time) error {
 		if err := o.judgeLocked(rec, read, memo, classes, alive, now); err != nil {
 			return err
 		}
-		o.devices[rec.ID].gen = o.gen
+		d = o.devices[rec.ID]
+		d.gen, d.ownerBy = o.gen, rec
 		judged++
 	}
 	o.judged.Add(judged)

@@ -349,3 +349,56 @@ func startEvaluatedOwner(t *testing.T, cands ...ownerCandidate) (*localProposer,
 	t.Cleanup(runComponent(t, o.Run))
 	return p, o, owners
 }
+
+// TestStatusOwnerChecksADeviceTakenOnByAReport: a device this owner took
+// on otherwise than by an evaluation (a report ingested: a session server
+// sent it here), and judged when it fell due, is asked about at the next
+// evaluation that reads every record, and let go if another server owns
+// it.
+func TestStatusOwnerChecksADeviceTakenOnByAReport(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, o, owners := startEvaluatedOwner(t, ownerCandidate{ID: "s1", Region: "eu"}, ownerCandidate{ID: "s2", Region: "eu"})
+		ids := convergedFleet(t, p, o, 6, "s2")
+		var other, mine string
+		for _, id := range ids {
+			if ownerOf(id, "eu", owners.ownerCandidates()) == "s2" {
+				other = id
+			} else {
+				mine = id
+			}
+		}
+		if other == "" || mine == "" {
+			t.Fatal("pick other IDs: s1 or s2 owns none")
+		}
+		for range 2 {
+			if err := o.evaluate(time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second)
+		}
+		// Taken on as a report would, and due at once.
+		o.mu.Lock()
+		d := o.ownedLocked(other, p.state.Read())
+		o.scheduleLocked(d, o.clock.Mono())
+		o.mu.Unlock()
+		if err := o.evaluate(time.Now()); err != nil { // judges the devices due
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		// A record of one of its own changes: the next evaluation reads
+		// every record.
+		rec, _ := p.state.Read().Device(nil, mine)
+		p.mustApply(t, fsm.DeviceSessionType, &fsm.DeviceSessionRequest{
+			ID: mine, SessionID: "s", Server: "s2", Conn: "c", Connected: true, AckedRevision: rec.AckedRevision, Time: time.Now().UnixNano(),
+		})
+		if err := o.evaluate(time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		o.mu.Lock()
+		_, held := o.devices[other]
+		o.mu.Unlock()
+		if held {
+			t.Errorf("s1 still holds %s, which s2 owns", other)
+		}
+	})
+}
