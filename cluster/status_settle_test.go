@@ -268,7 +268,7 @@ func TestStatusOwnerLetsGoOfADeviceItNoLongerOwns(t *testing.T) {
 			_, ok := o.devices[id]
 			return ok
 		}
-		for range 2 { // the first reads every record, the second those written since
+		for range 2 { // the first judges every device, the second passes over them settled
 			if err := o.evaluate(time.Now()); err != nil {
 				t.Fatal(err)
 			}
@@ -352,44 +352,49 @@ func startEvaluatedOwner(t *testing.T, cands ...ownerCandidate) (*localProposer,
 
 // TestStatusOwnerChecksADeviceTakenOnByAReport: a device this owner took
 // on otherwise than by an evaluation (a report ingested: a session server
-// sent it here), and judged when it fell due, is asked about at the next
-// evaluation that reads every record, and let go if another server owns
-// it.
+// sent it here), and judged settled when it fell due, is still asked
+// whose it is at the next evaluation that reads every record, and let go:
+// another server owns it.
 func TestStatusOwnerChecksADeviceTakenOnByAReport(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, o, owners := startEvaluatedOwner(t, ownerCandidate{ID: "s1", Region: "eu"}, ownerCandidate{ID: "s2", Region: "eu"})
-		ids := convergedFleet(t, p, o, 6, "s2")
-		var other, mine string
-		for _, id := range ids {
-			if ownerOf(id, "eu", owners.ownerCandidates()) == "s2" {
-				other = id
-			} else {
-				mine = id
-			}
-		}
-		if other == "" || mine == "" {
-			t.Fatal("pick other IDs: s1 or s2 owns none")
-		}
+		p, o, _ := startEvaluatedOwner(t, ownerCandidate{ID: "s1", Region: "eu"}, ownerCandidate{ID: "s2", Region: "us"})
+		ids := convergedFleet(t, p, o, 2, "s2")
+		// In region us, s2's; no intent selects it, so a judgement of it
+		// has no resource state to commit, and s2 committed its status.
+		const other = "kiosk-us"
+		p.mustApply(t, fsm.DeviceSessionType, &fsm.DeviceSessionRequest{
+			ID: other, Labels: map[string]string{"region": "us"}, SessionID: "u", Server: "s2", Conn: "c", Connected: true, Time: time.Now().UnixNano(),
+		})
+		p.mustApply(t, fsm.StatusBatchType, &fsm.StatusBatchRequest{Owner: "s2", Transitions: []fsm.StatusTransition{
+			{Device: other, Status: scheduler.StatusConverged, Time: time.Now().UnixNano()},
+		}})
 		for range 2 {
 			if err := o.evaluate(time.Now()); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(time.Second)
 		}
-		// Taken on as a report would, and due at once.
+		// Taken on as a report would, and due at once: judged, and
+		// settled, by the record no evaluation found this owner's.
 		o.mu.Lock()
 		d := o.ownedLocked(other, p.state.Read())
 		o.scheduleLocked(d, o.clock.Mono())
 		o.mu.Unlock()
-		if err := o.evaluate(time.Now()); err != nil { // judges the devices due
+		if err := o.evaluate(time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Second)
+		o.mu.Lock()
+		settled := d.settled != nil
+		o.mu.Unlock()
+		if !settled {
+			t.Fatal("the device taken on was not settled when judged: the test no longer sets up what it checks")
+		}
 		// A record of one of its own changes: the next evaluation reads
 		// every record.
-		rec, _ := p.state.Read().Device(nil, mine)
+		rec, _ := p.state.Read().Device(nil, ids[0])
 		p.mustApply(t, fsm.DeviceSessionType, &fsm.DeviceSessionRequest{
-			ID: mine, SessionID: "s", Server: "s2", Conn: "c", Connected: true, AckedRevision: rec.AckedRevision, Time: time.Now().UnixNano(),
+			ID: ids[0], SessionID: "s", Server: "s2", Conn: "c", Connected: true, AckedRevision: rec.AckedRevision, Time: time.Now().UnixNano(),
 		})
 		if err := o.evaluate(time.Now()); err != nil {
 			t.Fatal(err)
